@@ -1,0 +1,28 @@
+"""ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
+
+from ._dtypes import dtype_name, to_dtype
+from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
+from ._events import Event
+from ._fingerprint import canonical, fingerprint
+from ._fx_bridge import from_fx, to_fx, value_of
+from ._interpreter import Interpreter, interpret
+from ._json import dumps, graph_from_json, graph_to_json, load, loads, save
+from ._options import OptionSpec
+from ._ops import resolve_op
+from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
+from ._printer import format_graph, format_node
+from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
+from ._stages import CompiledGraph, JointGraph, Partition
+from ._verify import verify
+from .hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION", "CompiledGraph", "Constant", "EmberError", "Event", "Graph", "GraphError", "Implementation",
+    "Input", "Interpreter", "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError",
+    "PluginManager", "PluginRegistry", "Ref", "SchemaError", "Sym", "Symbol", "Value", "__version__", "canonical",
+    "dtype_name", "dumps", "emit", "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager",
+    "graph_from_json", "graph_to_json", "hookimpl", "interpret", "load", "loads", "reset_plugin_manager",
+    "resolve_op", "save", "to_dtype", "to_fx", "value_of", "verify",
+]

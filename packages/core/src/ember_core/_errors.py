@@ -1,0 +1,27 @@
+"""The errors ember-core raises. Each names what is wrong and where."""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base of every error ember raises on purpose."""
+
+
+class SchemaError(EmberError):
+    """A graph file or JSON document does not follow the schema. `where` is a path like `nodes[3].args[1]`."""
+
+    def __init__(self, where: str, what: str):
+        self.where, self.what = where, what
+        super().__init__(f"{where}: {what}" if where else what)
+
+
+class GraphError(EmberError):
+    """A graph breaks a rule (undefined value, unknown op ...). The message shows the node in context."""
+
+
+class OptionError(EmberError):
+    """An option key is unknown or its value has the wrong type."""
+
+
+class PluginError(EmberError):
+    """A plugin failed: the message names the plugin, the hook and what it raised."""

@@ -1,0 +1,99 @@
+"""The reference interpreter: runs a Graph node by node with torch.ops. The oracle for every codegen."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ._errors import GraphError
+from ._ops import resolve_op
+from ._printer import format_node
+from ._schema import Graph, Ref, Sym, node_refs
+from ._symbolic import evaluate
+
+
+class Interpreter:
+    """Plans a graph once (ops resolved, values freed after their last use), then runs it on many inputs."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._ops = [resolve_op(n.op) for n in graph.nodes]
+        self._frees = self._plan_frees(graph)
+        self._has_syms = any(_has_sym(n.args) or _has_sym(tuple(n.kwargs.values())) for n in graph.nodes)
+        self._outputs = [o.name for o in graph.outputs]
+
+    @staticmethod
+    def _plan_frees(graph: Graph) -> list[tuple[str, ...]]:
+        keep = {o.name for o in graph.outputs}
+        last: dict[str, int] = {}
+        for i, node in enumerate(graph.nodes):
+            for r in node_refs(node):
+                last[r] = i
+        frees: list[list[str]] = [[] for _ in graph.nodes]
+        for name, i in last.items():
+            if name not in keep and name not in graph.constants:
+                frees[i].append(name)
+        return [tuple(f) for f in frees]
+
+    def bindings(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """Concrete values of the graph's symbols, read off the inputs' shapes and symbolic-int inputs."""
+        env: dict[str, int] = {}
+        for inp, x in zip(self.graph.inputs, inputs):
+            v = self.graph.values[inp.name]
+            if v.type == "sym" and isinstance(x, int):
+                env.setdefault(str(inp.name), x)
+            if v.type == "tensor" and isinstance(x, torch.Tensor):
+                for d, n in zip(v.shape, x.shape):
+                    if isinstance(d, str) and d.isidentifier():
+                        env.setdefault(d, int(n))
+        return env
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        graph = self.graph
+        if len(inputs) != len(graph.inputs):
+            raise GraphError(f"graph {graph.name!r} takes {len(graph.inputs)} inputs, got {len(inputs)}")
+        env: dict[str, Any] = {c.name: c.tensor for c in graph.constants.values()}
+        env.update(zip(graph.input_names, inputs))
+        syms = self.bindings(inputs) if self._has_syms else {}
+        for i, node in enumerate(graph.nodes):
+            args = [_read(a, env, syms) for a in node.args]
+            kwargs = {k: _read(v, env, syms) for k, v in node.kwargs.items()}
+            try:
+                result = self._ops[i](*args, **kwargs)
+            except Exception as e:
+                e.add_note(f"While running node {i} of graph {graph.name!r}: {format_node(node, graph.values)}")
+                raise
+            if len(node.outputs) == 1 and not isinstance(result, (tuple, list)):
+                env[node.outputs[0]] = result
+            else:
+                for name, r in zip(node.outputs, result):
+                    env[name] = r
+            for name in self._frees[i]:
+                del env[name]
+        return [env[name] for name in self._outputs]
+
+    __call__ = run
+
+
+def _read(a: Any, env: dict[str, Any], syms: dict[str, int]) -> Any:
+    if isinstance(a, Ref):
+        return env[a.name]
+    if isinstance(a, Sym):
+        return evaluate(a.expr, syms)
+    if isinstance(a, tuple):
+        return [_read(x, env, syms) for x in a]
+    return a
+
+
+def _has_sym(args: Any) -> bool:
+    if isinstance(args, Sym):
+        return True
+    if isinstance(args, (list, tuple)):
+        return any(_has_sym(a) for a in args)
+    return False
+
+
+def interpret(graph: Graph, inputs: Sequence[Any]) -> list[Any]:
+    """Run a graph once on concrete inputs; returns its outputs in order (every kind)."""
+    return Interpreter(graph).run(inputs)

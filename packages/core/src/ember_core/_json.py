@@ -1,0 +1,372 @@
+"""The schema on disk: `ember-graph` JSON documents, with large constants in a side folder.
+
+`graph_to_json` / `graph_from_json` convert to and from plain JSON data; `save` / `load` work with files.
+Loading checks structure as it goes and raises `SchemaError` naming the path of the bad field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ._dtypes import dtype_name, to_dtype
+from ._errors import SchemaError
+from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
+
+FORMAT = "ember-graph"
+INLINE_CONSTANT_NUMEL = 64  # constants up to this many elements are written inline
+
+
+# ---------------------------------------------------------------------------------------------- arguments
+
+def encode_arg(arg: Any) -> Any:
+    """A tagged JSON value for one argument: `{"ref": "v3"}`, `{"int": 2}`, `{"list": [...]}` ..."""
+    if isinstance(arg, Ref):
+        return {"ref": arg.name}
+    if isinstance(arg, Sym):
+        return {"sym": arg.expr}
+    if arg is None:
+        return {"none": None}
+    if isinstance(arg, bool):
+        return {"bool": arg}
+    if isinstance(arg, int):
+        return {"int": arg}
+    if isinstance(arg, float):
+        return {"float": arg if math.isfinite(arg) else repr(arg)}
+    if isinstance(arg, str):
+        return {"str": arg}
+    if isinstance(arg, (list, tuple)):
+        return {"list": [encode_arg(a) for a in arg]}
+    if isinstance(arg, torch.dtype):
+        return {"dtype": dtype_name(arg)}
+    if isinstance(arg, torch.device):
+        return {"device": str(arg)}
+    if isinstance(arg, torch.layout):
+        return {"layout": str(arg).removeprefix("torch.")}
+    if isinstance(arg, torch.memory_format):
+        return {"memory_format": str(arg).removeprefix("torch.")}
+    raise SchemaError("", f"cannot encode argument {arg!r} of type {type(arg).__name__}")
+
+
+def _decode_float(v: Any, where: str) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if v in ("inf", "-inf", "nan"):
+        return float(v)
+    raise SchemaError(where, f"expected a number, got {v!r}")
+
+
+def _decode_tagged(tag: str, v: Any, where: str) -> Any:
+    if tag == "ref":
+        return Ref(_expect(v, str, where))
+    if tag == "sym":
+        return Sym(_expect(v, str, where))
+    if tag == "none":
+        return None
+    if tag == "bool":
+        return _expect(v, bool, where)
+    if tag == "int":
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SchemaError(where, f"expected an integer, got {v!r}")
+        return v
+    if tag == "float":
+        return _decode_float(v, where)
+    if tag == "str":
+        return _expect(v, str, where)
+    if tag == "list":
+        return tuple(decode_arg(a, f"{where}[{i}]") for i, a in enumerate(_expect(v, list, where)))
+    if tag == "dtype":
+        try:
+            return to_dtype(_expect(v, str, where))
+        except ValueError as e:
+            raise SchemaError(where, str(e)) from None
+    if tag == "device":
+        return torch.device(_expect(v, str, where))
+    if tag in ("layout", "memory_format"):
+        obj = getattr(torch, _expect(v, str, where), None)
+        if not isinstance(obj, torch.layout if tag == "layout" else torch.memory_format):
+            raise SchemaError(where, f"unknown {tag} {v!r}")
+        return obj
+    raise SchemaError(where, f"unknown argument tag {tag!r}")
+
+
+def decode_arg(data: Any, where: str = "arg") -> Any:
+    if not isinstance(data, dict) or len(data) != 1:
+        raise SchemaError(where, f"expected a tagged value like {{\"int\": 2}}, got {data!r}")
+    ((tag, v),) = data.items()
+    return _decode_tagged(tag, v, where)
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+def _dim_to_json(d: Any) -> Any:
+    return d if isinstance(d, int) else {"sym": d}
+
+
+def _dim_from_json(d: Any, where: str) -> int | str:
+    if isinstance(d, int) and not isinstance(d, bool):
+        return d
+    if isinstance(d, dict) and set(d) == {"sym"} and isinstance(d["sym"], str):
+        return d["sym"]
+    raise SchemaError(where, f"expected an int or {{\"sym\": expr}}, got {d!r}")
+
+
+def _value_to_json(v: Value) -> dict:
+    return {
+        "type": v.type,
+        "dtype": v.dtype,
+        "shape": [_dim_to_json(d) for d in v.shape],
+        "stride": [_dim_to_json(d) for d in v.stride],
+        "device": v.device,
+        "requires_grad": v.requires_grad,
+        "base": v.base,
+        "storage_offset": _dim_to_json(v.storage_offset),
+    }
+
+
+def _constant_to_json(c: Constant, side_dir: Path | None) -> dict:
+    t = c.tensor.detach().cpu()
+    out: dict[str, Any] = {"dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+    if t.numel() <= INLINE_CONSTANT_NUMEL or side_dir is None:
+        flat = t.reshape(-1)
+        if t.dtype == torch.bfloat16 or t.dtype == torch.float16:
+            flat = flat.float()
+        out["data"] = [encode_arg(x) for x in flat.tolist()]
+    else:
+        side_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(t.contiguous(), side_dir / f"{c.name}.pt")
+        out["file"] = f"{side_dir.name}/{c.name}.pt"
+    return out
+
+
+def graph_to_json(graph: Graph, side_dir: Path | None = None) -> dict:
+    """Plain JSON data for a graph. Constants above the inline limit go to `side_dir` when one is given."""
+    return {
+        "format": FORMAT,
+        "version": list(graph.version),
+        "name": graph.name,
+        "producer": graph.producer,
+        "symbols": [{"name": s.name, "hint": s.hint, "lower": s.lower, "upper": s.upper} for s in graph.symbols],
+        "inputs": [{"name": i.name, "kind": i.kind, "mutated": i.mutated} for i in graph.inputs],
+        "nodes": [
+            {
+                "outputs": list(n.outputs),
+                "op": n.op,
+                "args": [encode_arg(a) for a in n.args],
+                "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
+                "meta": dict(n.meta),
+            }
+            for n in graph.nodes
+        ],
+        "outputs": [{"name": o.name, "kind": o.kind, "input": o.input} for o in graph.outputs],
+        "values": {name: _value_to_json(v) for name, v in graph.values.items()},
+        "constants": {name: _constant_to_json(c, side_dir) for name, c in graph.constants.items()},
+    }
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+def _expect(v: Any, typ: type | tuple, where: str) -> Any:
+    if isinstance(v, bool) and typ is not bool and bool not in (typ if isinstance(typ, tuple) else (typ,)):
+        raise SchemaError(where, f"expected {getattr(typ, '__name__', typ)}, got {v!r}")
+    if not isinstance(v, typ):
+        name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+        raise SchemaError(where, f"expected {name}, got {type(v).__name__} {v!r}"[:200])
+    return v
+
+
+class _Record:
+    """Reads the fields of one JSON object, then rejects leftovers unless the document is from a newer minor."""
+
+    def __init__(self, data: Any, where: str, lenient: bool):
+        self.data = _expect(data, dict, where)
+        self.where, self.lenient, self.seen = where, lenient, set()
+
+    def get(self, key: str, typ: type | tuple, default: Any = ...) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise SchemaError(self.where, f"missing field {key!r}")
+            return default
+        return _expect(self.data[key], typ, f"{self.where}.{key}")
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.seen)
+        if extra and not self.lenient:
+            raise SchemaError(self.where, f"unknown field(s) {', '.join(map(repr, extra))}")
+
+
+def _read_version(data: dict, where: str) -> tuple[tuple[int, int], bool]:
+    v = data.get("version")
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)):
+        raise SchemaError(f"{where}version", f"expected [major, minor], got {v!r}")
+    major, minor = v
+    if major != SCHEMA_VERSION[0]:
+        raise SchemaError(
+            f"{where}version",
+            f"schema version {major}.{minor} is not supported by this ember-core "
+            f"(it reads {SCHEMA_VERSION[0]}.x); use an ember-core release for schema {major}.x",
+        )
+    return (major, minor), minor > SCHEMA_VERSION[1]
+
+
+def _read_value(data: Any, where: str, lenient: bool) -> Value:
+    r = _Record(data, where, lenient)
+    value = Value(
+        type=r.get("type", str),
+        dtype=r.get("dtype", str),
+        shape=tuple(_dim_from_json(d, f"{where}.shape[{i}]") for i, d in enumerate(r.get("shape", list))),
+        stride=tuple(_dim_from_json(d, f"{where}.stride[{i}]") for i, d in enumerate(r.get("stride", list))),
+        device=r.get("device", str),
+        requires_grad=r.get("requires_grad", bool),
+        base=r.get("base", (str, type(None)), None),
+        storage_offset=_dim_from_json(r.get("storage_offset", (int, dict), 0), f"{where}.storage_offset"),
+    )
+    r.done()
+    return value
+
+
+def _read_node(data: Any, where: str, lenient: bool) -> Node:
+    r = _Record(data, where, lenient)
+    outputs = r.get("outputs", list)
+    args = r.get("args", list)
+    kwargs = r.get("kwargs", dict, {})
+    meta = r.get("meta", dict, {})
+    node = Node(
+        outputs=tuple(_expect(o, str, f"{where}.outputs[{i}]") for i, o in enumerate(outputs)),
+        op=r.get("op", str),
+        args=tuple(decode_arg(a, f"{where}.args[{i}]") for i, a in enumerate(args)),
+        kwargs={k: decode_arg(v, f"{where}.kwargs.{k}") for k, v in kwargs.items()},
+        meta={k: _expect(v, str, f"{where}.meta.{k}") for k, v in meta.items()},
+    )
+    r.done()
+    return node
+
+
+def _read_constant(name: str, data: Any, where: str, lenient: bool, base_dir: Path | None) -> Constant:
+    r = _Record(data, where, lenient)
+    try:
+        dtype = to_dtype(r.get("dtype", str))
+    except ValueError as e:
+        raise SchemaError(f"{where}.dtype", str(e)) from None
+    shape = [_expect(d, int, f"{where}.shape[{i}]") for i, d in enumerate(r.get("shape", list))]
+    if "file" in r.data:
+        tensor = _read_side_file(r.get("file", str), f"{where}.file", base_dir)
+    else:
+        items = r.get("data", list)
+        flat = [decode_arg(x, f"{where}.data[{i}]") for i, x in enumerate(items)]
+        tensor = torch.tensor(flat, dtype=dtype) if flat else torch.empty(0, dtype=dtype)
+    r.done()
+    if tensor.dtype != dtype or list(tensor.shape) != shape and tensor.numel() != math.prod(shape):
+        raise SchemaError(where, f"constant data does not match dtype {dtype} and shape {shape}")
+    return Constant(name, tensor.reshape(shape))
+
+
+def _read_side_file(rel: str, where: str, base_dir: Path | None) -> torch.Tensor:
+    if base_dir is None:
+        raise SchemaError(where, "constant stored in a side file, but the graph was not loaded from a file")
+    path = (base_dir / rel).resolve()
+    if base_dir.resolve() not in path.parents:
+        raise SchemaError(where, f"side file {rel!r} lies outside the graph's folder")
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # a missing or corrupt side file
+        raise SchemaError(where, f"cannot read side file {path}: {e}") from None
+
+
+def graph_from_json(data: Any, where: str = "", base_dir: Path | None = None) -> Graph:
+    """Build a Graph from JSON data. `where` prefixes error paths (a file name, say)."""
+    prefix = f"{where}: " if where else ""
+    data = _expect(data, dict, where or "document")
+    if data.get("format") != FORMAT:
+        raise SchemaError(f"{prefix}format", f"expected {FORMAT!r}, got {data.get('format')!r}")
+    version, lenient = _read_version(data, prefix)
+    r = _Record(data, where or "document", lenient)
+    r.seen |= {"format", "version"}
+
+    def items(key: str) -> list:
+        return r.get(key, list)
+
+    graph = Graph(
+        name=r.get("name", str),
+        producer=r.get("producer", str, ""),
+        symbols=tuple(_read_symbol(s, f"{prefix}symbols[{i}]", lenient) for i, s in enumerate(items("symbols"))),
+        inputs=tuple(_read_input(x, f"{prefix}inputs[{i}]", lenient) for i, x in enumerate(items("inputs"))),
+        nodes=tuple(_read_node(n, f"{prefix}nodes[{i}]", lenient) for i, n in enumerate(items("nodes"))),
+        outputs=tuple(_read_output(o, f"{prefix}outputs[{i}]", lenient) for i, o in enumerate(items("outputs"))),
+        values={
+            k: _read_value(v, f"{prefix}values.{k}", lenient) for k, v in r.get("values", dict).items()
+        },
+        constants={
+            k: _read_constant(k, v, f"{prefix}constants.{k}", lenient, base_dir)
+            for k, v in r.get("constants", dict, {}).items()
+        },
+        version=(SCHEMA_VERSION if lenient else version),
+    )
+    r.done()
+    return graph
+
+
+def _read_symbol(data: Any, where: str, lenient: bool) -> Symbol:
+    r = _Record(data, where, lenient)
+    s = Symbol(r.get("name", str), r.get("hint", int), r.get("lower", int, 0), r.get("upper", (int, type(None)), None))
+    r.done()
+    return s
+
+
+def _read_input(data: Any, where: str, lenient: bool) -> Input:
+    r = _Record(data, where, lenient)
+    i = Input(r.get("name", str), r.get("kind", str, "user"), r.get("mutated", bool, False))
+    r.done()
+    return i
+
+
+def _read_output(data: Any, where: str, lenient: bool) -> Output:
+    r = _Record(data, where, lenient)
+    o = Output(r.get("name", str), r.get("kind", str, "user"), r.get("input", (int, type(None)), None))
+    r.done()
+    return o
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+def dumps(graph: Graph) -> str:
+    """The JSON text of a graph with every constant inline."""
+    return json.dumps(graph_to_json(graph), indent=1, sort_keys=False)
+
+
+def loads(text: str, where: str = "") -> Graph:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchemaError(where or "document", f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    return graph_from_json(data, where)
+
+
+def save(graph: Graph, path: str | os.PathLike) -> Path:
+    """Write a graph file atomically; constants above the inline limit go to `<file stem>.data/`."""
+    path = Path(path)
+    data = graph_to_json(graph, side_dir=path.with_name(path.stem + ".data"))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str | os.PathLike) -> Graph:
+    """Read a graph file; errors name the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SchemaError(str(path), f"cannot read graph file: {e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchemaError(str(path), f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    return graph_from_json(data, str(path), base_dir=path.parent)

@@ -1,0 +1,64 @@
+"""Readable logs and dumps, built only on events: `EMBER_LOGS=graphs,guards,...` and `EMBER_DUMP=dir`."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from pathlib import Path
+
+from ._events import ARTIFACTS, Event
+
+LOG_ARTIFACTS = tuple(sorted(set(ARTIFACTS.values())))
+log = logging.getLogger("ember")
+
+
+class EventLogger:
+    """Prints events of the chosen artifacts to the `ember` logger, and writes numbered files to a dump folder."""
+
+    def __init__(self) -> None:
+        self.artifacts: set[str] = set()
+        self.dump_dir: Path | None = None
+        self._counter = itertools.count()
+
+    def configure(self, logs: str, dump: str | None) -> None:
+        names = {a.strip() for a in (logs or "").split(",") if a.strip()}
+        if "all" in names:
+            names = set(LOG_ARTIFACTS)
+        unknown = names - set(LOG_ARTIFACTS)
+        if unknown:
+            log.warning("EMBER_LOGS: unknown artifact(s) %s; known: %s", ", ".join(sorted(unknown)), ", ".join(LOG_ARTIFACTS))
+        self.artifacts = names & set(LOG_ARTIFACTS)
+        if self.artifacts and not log.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("[ember %(name)s] %(message)s"))
+            log.addHandler(handler)
+            log.setLevel(logging.INFO)
+            log.propagate = False
+        self.dump_dir = Path(dump) if dump else None
+
+    def __call__(self, event: Event) -> None:
+        if event.artifact in self.artifacts:
+            text = event.message
+            if event.graph is not None and event.artifact in ("graphs", "joint", "partition", "kernels"):
+                text += "\n" + str(event.graph)
+            if event.source and event.artifact in ("guards", "kernels"):
+                text += "\n" + event.source
+            log.getChild(event.artifact).info(text)
+        if self.dump_dir is not None:
+            self.dump(event, self.dump_dir)
+
+    def dump(self, event: Event, folder: Path) -> None:
+        """Write the event's graph (text and JSON) and source to numbered files in `folder`."""
+        if event.graph is None and not event.source:
+            return
+        from ._json import save
+
+        folder.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", getattr(event.graph, "name", "") or event.stage)
+        stem = folder / f"{next(self._counter):03d}-{event.kind}-{name}"
+        if event.graph is not None:
+            stem.with_suffix(".txt").write_text(str(event.graph) + "\n")
+            save(event.graph, stem.with_suffix(".json"))
+        if event.source:
+            stem.with_suffix(".src.txt").write_text(event.source + "\n")

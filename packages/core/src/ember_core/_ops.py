@@ -1,0 +1,59 @@
+"""Op names in the schema and the callables they stand for.
+
+Tensor ops are ATen (or prims) overloads named as torch prints them: `aten.mul.Tensor`. Arithmetic on symbolic
+sizes is a small closed set of Python functions named `operator.mul`, `math.ceil`, `torch.sym_max` ...
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+
+from ._errors import GraphError
+
+_PY_MODULES = {"operator": operator, "math": math, "torch": torch}
+SYM_OPS: dict[str, Callable] = {
+    f"{mod}.{fn}": getattr(_PY_MODULES[mod], fn)
+    for mod, names in {
+        "operator": "add sub mul floordiv truediv mod neg pow eq ne lt le gt ge and_ or_ not_ abs pos".split(),
+        "math": "ceil floor trunc sqrt".split(),
+        "torch": "sym_float sym_int sym_max sym_min sym_not sym_sqrt sym_ite".split(),
+    }.items()
+    for fn in names
+    if hasattr(_PY_MODULES[mod], fn)
+}
+_SYM_NAMES = {fn: name for name, fn in SYM_OPS.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def resolve_op(name: str) -> Callable:
+    """The callable for an op name; `GraphError` if there is none."""
+    if name in SYM_OPS:
+        return SYM_OPS[name]
+    parts = name.split(".")
+    if len(parts) != 3:
+        raise GraphError(f"unknown op {name!r}: expected 'namespace.op.overload' like 'aten.mul.Tensor'")
+    ns, op, overload = parts
+    try:
+        packet = getattr(getattr(torch.ops, ns), op)
+        return getattr(packet, overload)
+    except (AttributeError, RuntimeError):
+        raise GraphError(f"unknown op {name!r}: torch.ops has no such overload") from None
+
+
+def op_name(target: Any) -> str:
+    """The schema name of an FX call target; `GraphError` for targets outside the schema's op set."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    name = _SYM_NAMES.get(target)
+    if name is None:
+        raise GraphError(f"op {target!r} is not an ATen overload or a known symbolic-size function")
+    return name
+
+
+def is_sym_op(name: str) -> bool:
+    return name in SYM_OPS

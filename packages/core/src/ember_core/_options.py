@@ -1,0 +1,46 @@
+"""Options: a table of known keys with types, defaults and docs. Plugins add their own keys by registering."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ._errors import OptionError
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    key: str
+    type: type | tuple[type, ...]
+    default: Any
+    doc: str
+    plugin: str = "ember-core"
+
+
+CORE_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("frontend", str, "dynamo", "capture frontend: 'dynamo' (torch._dynamo) or 'trace' (ember's own JIT)"),
+    OptionSpec("passes", (list, tuple), None, "graph pass ids to run, in order (default: every pass registered as default)"),
+    OptionSpec("autograd", str, None, "autograd implementation for training (default: the highest priority installed)"),
+    OptionSpec("partition", str, None, "partitioner of joint graphs (default: the highest priority installed)"),
+    OptionSpec("codegen.cpu", str, None, "codegen for CPU graphs (default: the highest priority for 'cpu')"),
+    OptionSpec("codegen.cuda", str, None, "codegen for CUDA graphs (default: the highest priority for 'cuda')"),
+    OptionSpec("cache", bool, True, "reuse a compiled graph when the same graph is compiled again with the same options"),
+    OptionSpec("recompile_limit", int, 8, "entries per function before the trace frontend falls back to eager"),
+    OptionSpec("dump", str, None, "folder to write every stage's graph and source to (as EMBER_DUMP)"),
+)
+
+
+def check_options(options: Mapping[str, Any] | None, specs: Mapping[str, OptionSpec]) -> dict[str, Any]:
+    """Return the options with defaults filled in; `OptionError` naming the bad key and listing the valid ones."""
+    options = dict(options or {})
+    for key, value in options.items():
+        spec = specs.get(key)
+        if spec is None:
+            close = difflib.get_close_matches(key, specs, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise OptionError(f"unknown option {key!r}{hint}; valid options: {', '.join(sorted(specs))}")
+        if value is not None and not isinstance(value, spec.type) or isinstance(value, bool) and spec.type is int:
+            want = spec.type.__name__ if isinstance(spec.type, type) else " or ".join(t.__name__ for t in spec.type)
+            raise OptionError(f"option {key!r} must be {want}, got {type(value).__name__} {value!r}: {spec.doc}")
+    return {key: options.get(key, spec.default) for key, spec in specs.items()} | options

@@ -1,0 +1,193 @@
+"""The plugin manager: pluggy project `ember`, entry-point group `ember`, and the registry of implementations."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import pluggy
+
+from . import hookspecs
+from ._errors import PluginError
+from ._events import Event
+from ._options import CORE_OPTIONS, OptionSpec, check_options
+from ._stages import STAGES
+
+
+@dataclass(frozen=True, slots=True)
+class Implementation:
+    """One named implementation of a stage, as a plugin registered it."""
+
+    stage: str
+    name: str
+    impl: Any
+    priority: int = 0
+    devices: tuple[str, ...] = ()
+    point: str | None = None  # graph passes: where in the pipeline they run
+    default: bool = True  # graph passes: run unless options["passes"] says otherwise
+    plugin: str = ""
+    dist: str = ""
+    version: str = ""
+
+
+class PluginRegistry:
+    """Named implementations per stage, with priorities. Plugins fill it in `ember_register`."""
+
+    def __init__(self) -> None:
+        self._impls: dict[tuple[str, str], Implementation] = {}
+        self.options: dict[str, OptionSpec] = {s.key: s for s in CORE_OPTIONS}
+        self._plugin = ("", "", "")  # (plugin, dist, version) of the plugin now registering
+
+    def add(self, stage: str, name: str, impl: Any, *, priority: int = 0, devices: tuple[str, ...] = (),
+            point: str | None = None, default: bool = True) -> None:
+        if stage not in STAGES:
+            raise PluginError(f"plugin {self._plugin[0]!r}: unknown stage {stage!r}; stages are {', '.join(STAGES)}")
+        key = (stage, name)
+        if key in self._impls:
+            other = self._impls[key].plugin
+            raise PluginError(f"plugin {self._plugin[0]!r}: {stage} {name!r} is already registered by {other!r}")
+        plugin, dist, version = self._plugin
+        self._impls[key] = Implementation(stage, name, impl, priority, tuple(devices), point, default, plugin, dist, version)
+
+    def add_option(self, key: str, type: type | tuple[type, ...], default: Any, doc: str) -> None:
+        if key in self.options:
+            raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} is already defined by {self.options[key].plugin!r}")
+        self.options[key] = OptionSpec(key, type, default, doc, self._plugin[0])
+
+    def all(self, stage: str | None = None) -> list[Implementation]:
+        impls = [i for i in self._impls.values() if stage is None or i.stage == stage]
+        return sorted(impls, key=lambda i: (STAGES.index(i.stage), -i.priority, i.name))
+
+    def find(self, stage: str, name: str | None = None, device: str | None = None) -> Implementation:
+        """The implementation named `name`, else the highest-priority one (serving `device`, if given)."""
+        if name is not None:
+            impl = self._impls.get((stage, name))
+            if impl is None:
+                known = ", ".join(i.name for i in self.all(stage)) or "none installed"
+                raise PluginError(f"no {stage} named {name!r} is installed; known: {known}")
+            if device is not None and impl.devices and device not in impl.devices:
+                raise PluginError(f"{stage} {name!r} does not serve device {device!r} (it serves {', '.join(impl.devices)})")
+            return impl
+        fits = [i for i in self.all(stage) if device is None or not i.devices or device in i.devices]
+        if not fits:
+            raise PluginError(f"no {stage} is installed" + (f" for device {device!r}" if device else ""))
+        return fits[0]
+
+    def has(self, stage: str) -> bool:
+        return any(i.stage == stage for i in self._impls.values())
+
+    def check_options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        return check_options(options, self.options)
+
+
+class PluginManager:
+    """pluggy's manager plus ember's registry, built once per process from installed entry points."""
+
+    def __init__(self, *, load_entrypoints: bool = True, env: Mapping[str, str] | None = None):
+        env = os.environ if env is None else env
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self._dists: dict[str, importlib.metadata.Distribution | None] = {}
+        self.blocked = tuple(n.strip() for n in env.get("EMBER_DISABLE_PLUGINS", "").split(",") if n.strip())
+        for name in self.blocked:
+            self.pm.set_blocked(name)
+        if env.get("EMBER_TRACE_HOOKS") == "1":
+            self.pm.trace.root.setwriter(lambda text: sys.stderr.write("[ember hooks] " + text))
+            self.pm.enable_tracing()
+        if load_entrypoints:
+            self._load_entrypoints()
+        self.pm.check_pending()
+        self.registry = PluginRegistry()
+        self._registered: set[str] = set()
+        self.config: dict[str, Any] = {"logs": env.get("EMBER_LOGS", ""), "dump": env.get("EMBER_DUMP")}
+        self.pm.hook.ember_configure.call_historic(kwargs={"config": self.config})
+        self._register_all()
+
+    def _load_entrypoints(self) -> None:
+        for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
+            if self.pm.is_blocked(ep.name) or self.pm.get_plugin(ep.name) is not None:
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as e:
+                raise PluginError(f"plugin {ep.name!r} (entry point {ep.value!r} of {_dist_name(ep)}) failed to import: "
+                                  f"{type(e).__name__}: {e}") from e
+            self.pm.register(plugin, name=ep.name)
+            self._dists[ep.name] = ep.dist
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        """Register a plugin object by hand (tests, notebooks): same hooks as an entry point, no back door."""
+        name = self.pm.register(plugin, name=name)
+        if name is not None:
+            self.pm.check_pending()
+            self._register_all()
+        return name
+
+    def _register_all(self) -> None:
+        for impl in self.pm.hook.ember_register.get_hookimpls():
+            if impl.plugin_name in self._registered:
+                continue
+            self._registered.add(impl.plugin_name)
+            dist = self._dists.get(impl.plugin_name)
+            self.registry._plugin = (impl.plugin_name, dist.metadata["name"] if dist else "", dist.version if dist else "")
+            try:
+                impl.function(registry=self.registry)
+            except PluginError:
+                raise
+            except Exception as e:
+                raise PluginError(f"plugin {impl.plugin_name!r} raised in hook ember_register: {type(e).__name__}: {e}") from e
+            finally:
+                self.registry._plugin = ("", "", "")
+
+    @property
+    def observed(self) -> bool:
+        return bool(self.pm.hook.ember_event.get_hookimpls())
+
+    def emit(self, event: Event) -> None:
+        """Send an event to every observer; an observer that raises is named in a `PluginError`."""
+        for impl in reversed(self.pm.hook.ember_event.get_hookimpls()):
+            try:
+                impl.function(event=event)
+            except Exception as e:
+                raise PluginError(f"plugin {impl.plugin_name!r} raised in hook ember_event ({event.kind}): "
+                                  f"{type(e).__name__}: {e}") from e
+
+    def plugins(self) -> list[tuple[str, str, str]]:
+        """(plugin name, distribution, version) of every registered plugin."""
+        rows = []
+        for name, _ in self.pm.list_name_plugin():
+            d = self._dists.get(name)
+            rows.append((name, d.metadata["name"] if d else "", d.version if d else ""))
+        return sorted(rows)
+
+
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
+    return f"{ep.dist.metadata['name']} {ep.dist.version}" if ep.dist else "an unknown distribution"
+
+
+_manager: PluginManager | None = None
+_lock = threading.Lock()
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager, built on first use."""
+    global _manager
+    if _manager is None:
+        with _lock:
+            if _manager is None:
+                _manager = PluginManager()
+    return _manager
+
+
+def reset_plugin_manager() -> None:
+    """Forget the process-wide manager (tests, or after installing a plugin at run time)."""
+    global _manager
+    _manager = None
+
+
+def emit(event: Event) -> None:
+    get_plugin_manager().emit(event)

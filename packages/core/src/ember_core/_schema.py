@@ -1,0 +1,170 @@
+"""The graph-interchange schema, in memory: frozen, slotted dataclasses.
+
+A `Graph` is a functional ATen program in topological order. Values are named strings; every value has a
+`Value` record with its metadata. Arguments are plain Python data plus two tags: `Ref` (a value of the graph)
+and `Sym` (a symbolic size expression over the graph's symbols). JSON I/O lives in `_json.py`, printing in
+`_printer.py`, checks in `_verify.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+
+# (major, minor). Rules: a field added with a default is a minor bump; a field removed or changed is a major bump.
+# tests/test_schema_lock.py fails when the schema's shape changes without a bump.
+SCHEMA_VERSION: tuple[int, int] = (1, 0)
+
+INPUT_KINDS = ("user", "param", "buffer", "tangent", "saved", "rng")
+OUTPUT_KINDS = ("user", "grad", "saved", "mutation", "alias")
+VALUE_TYPES = ("tensor", "sym", "scalar", "none")
+REGIONS = ("forward", "backward")
+
+# A dimension, stride or offset: a concrete int or a sympy expression over the graph's symbols, as text.
+Dim = Union[int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """An argument that refers to a value of the graph by name."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sym:
+    """An argument that is a symbolic integer, written as a sympy expression over the graph's symbols."""
+
+    expr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Symbol:
+    """A symbolic size: its name (`s0`), the value it had when traced, and its known range (upper None = inf)."""
+
+    name: str
+    hint: int
+    lower: int = 0
+    upper: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """Metadata of one value. Tensors fill every field; `sym` and `scalar` values only `type` and `dtype`."""
+
+    type: str = "tensor"
+    dtype: str = "float32"
+    shape: tuple[Dim, ...] = ()
+    stride: tuple[Dim, ...] = ()
+    device: str = "cpu"
+    requires_grad: bool = False
+    base: str | None = None  # the value whose storage this one views, if known
+    storage_offset: Dim = 0
+
+    def replace(self, **changes: Any) -> Value:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A graph input. `mutated` says the graph writes it (the new content is a `mutation` output)."""
+
+    name: str
+    kind: str = "user"
+    mutated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A graph output. For kinds `mutation` and `alias`, `input` is the index of the input concerned."""
+
+    name: str
+    kind: str = "user"
+    input: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One op application. `outputs` names its results (ops that return tuples have several)."""
+
+    outputs: tuple[str, ...]
+    op: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)  # source, module, region
+
+    def replace(self, **changes: Any) -> Node:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    """A tensor the graph closes over. Small ones travel inline in JSON, large ones in a side file."""
+
+    name: str
+    tensor: torch.Tensor
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Constant):
+            return NotImplemented
+        a, b = self.tensor, other.tensor
+        return (
+            self.name == other.name
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(torch.equal(a.cpu(), b.cpu()) if a.numel() else True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A functional ATen program: the unit every stage takes and gives."""
+
+    name: str = "graph"
+    inputs: tuple[Input, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    outputs: tuple[Output, ...] = ()
+    values: dict[str, Value] = field(default_factory=dict)
+    symbols: tuple[Symbol, ...] = ()
+    constants: dict[str, Constant] = field(default_factory=dict)
+    producer: str = ""
+    version: tuple[int, int] = SCHEMA_VERSION
+
+    def replace(self, **changes: Any) -> Graph:
+        return dataclasses.replace(self, **changes)
+
+    def __str__(self) -> str:
+        from ._printer import format_graph
+
+        return format_graph(self)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+    @property
+    def user_outputs(self) -> tuple[Output, ...]:
+        return tuple(o for o in self.outputs if o.kind in ("user", "alias"))
+
+
+def iter_refs(arg: Any):
+    """Yield every value name an argument refers to, looking inside lists and kwargs."""
+    if isinstance(arg, Ref):
+        yield arg.name
+    elif isinstance(arg, (list, tuple)):
+        for a in arg:
+            yield from iter_refs(a)
+    elif isinstance(arg, dict):
+        for a in arg.values():
+            yield from iter_refs(a)
+
+
+def node_refs(node: Node):
+    """Yield the names of the values a node reads, in argument order."""
+    yield from iter_refs(node.args)
+    yield from iter_refs(node.kwargs)

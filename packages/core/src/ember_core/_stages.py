@@ -1,0 +1,74 @@
+"""The contracts between stages. A plugin implements one of these Protocols and registers it by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from ._schema import Graph
+
+STAGES = ("frontend", "pass", "autograd", "partition", "codegen")
+PASS_POINTS = ("post_capture", "post_partition")
+
+# compile_graph(graph, example_inputs) -> a callable taking the graph's inputs as a list, returning its outputs.
+CompileGraph = Callable[[Graph, Sequence[Any]], Callable[[Sequence[Any]], list]]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledGraph:
+    """What a codegen returns: `fn(inputs) -> outputs` (lists, in the graph's order) and its source for dumps."""
+
+    fn: Callable[[Sequence[Any]], list]
+    graph: Graph
+    codegen: str
+    source: str = ""
+
+    def __call__(self, inputs: Sequence[Any]) -> list:
+        return self.fn(inputs)
+
+
+@dataclass(frozen=True, slots=True)
+class JointGraph:
+    """Forward and backward in one graph: inputs are primals then tangents; outputs are forward outputs then grads."""
+
+    graph: Graph
+    num_primals: int
+    num_forward_outputs: int
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A joint graph split in two. The forward graph's trailing outputs are the `saved` values the backward reads."""
+
+    forward: Graph
+    backward: Graph
+    saved: tuple[str, ...]
+    report: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Frontend(Protocol):
+    def wrap(self, fn: Callable, compile_graph: CompileGraph, options: Mapping[str, Any]) -> Callable: ...
+
+
+@runtime_checkable
+class GraphPass(Protocol):
+    id: str
+
+    def run(self, graph: Graph) -> Graph: ...
+
+
+@runtime_checkable
+class Autograd(Protocol):
+    def joint(self, graph: Graph, example_inputs: Sequence[Any]) -> JointGraph: ...
+
+
+@runtime_checkable
+class Partitioner(Protocol):
+    def partition(self, joint: JointGraph, options: Mapping[str, Any]) -> Partition: ...
+
+
+@runtime_checkable
+class Codegen(Protocol):
+    def compile(self, graph: Graph, example_inputs: Sequence[Any], options: Mapping[str, Any]) -> CompiledGraph: ...

@@ -1,0 +1,1 @@
+"""Test helpers for plugin authors: the codegen conformance kit and a pytest plugin."""
