@@ -1,0 +1,74 @@
+"""ember's sessions. Each package's tests run in a venv holding only that package and what it declares."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.download_python = "never"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["tests", "integration", "lint"]
+
+PYTHON = "3.11"
+TORCH_DEFAULT = "2.13.0"
+# The release matrix: EMBER_TORCH=2.13.0,2.14.1 nox -s integration
+TORCH_VERSIONS = os.environ.get("EMBER_TORCH", TORCH_DEFAULT).split(",")
+
+# package folder → the sibling folders it depends on (its pyproject's ember-* dependencies)
+PACKAGES = {
+    "core": [],
+    "capture": ["core"],
+    "runtime": ["core"],
+    "ember": ["core", "capture", "runtime"],
+}
+EXAMPLES = ["examples/ember-fold-mul-one"]
+TEST_TOOLS = ["pytest>=8", "jsonschema>=4"]
+
+
+def install_siblings(session: nox.Session, folders: list[str], torch: str = TORCH_DEFAULT) -> None:
+    """One pip call for torch and every sibling, so an inconsistent version pin fails loudly."""
+    session.install(f"torch=={torch}", *TEST_TOOLS, *folders)
+
+
+def pytest(session: nox.Session, *paths: str) -> None:
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """A package's unit tests, with only it and its declared dependencies installed."""
+    folders = [f"packages/{p}" for p in [*PACKAGES[package], package]]
+    install_siblings(session, folders)
+    pytest(session, f"packages/{package}/tests")
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("torch", TORCH_VERSIONS)
+def integration(session: nox.Session, torch: str) -> None:
+    """The cross-package suite with every package and the example plugin installed."""
+    install_siblings(session, [*(f"packages/{p}" for p in PACKAGES), *EXAMPLES], torch)
+    pytest(session, "tests")
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "packages", "tests", "benchmarks", "examples", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """Compile a small model with ember, check it against eager, and show what each stage saw."""
+    install_siblings(session, [f"packages/{p}" for p in PACKAGES])
+    session.run("python", "examples/demo.py")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks (never part of pass/fail): ratios against eager and torch.compile, side by side."""
+    install_siblings(session, [f"packages/{p}" for p in PACKAGES])
+    for script in session.posargs or ["benchmarks/overhead.py"]:
+        session.run("python", script)

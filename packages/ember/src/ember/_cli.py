@@ -1,0 +1,61 @@
+"""The `ember` command: `ember plugins` lists what is installed, `ember show FILE` prints a graph file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ember_core import EmberError, format_graph, get_plugin_manager, load, verify
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    manager = get_plugin_manager()
+    rows = [("stage", "name", "priority", "devices", "plugin", "distribution")]
+    for i in manager.registry.all():
+        rows.append((i.stage, i.name, str(i.priority), ",".join(i.devices) or "any", i.plugin,
+                     f"{i.dist} {i.version}".strip()))
+    _table(rows)
+    if manager.blocked:
+        print(f"\nblocked by EMBER_DISABLE_PLUGINS: {', '.join(manager.blocked)}")
+    if args.options:
+        print()
+        _table([("option", "default", "plugin", "meaning")] + [
+            (s.key, repr(s.default), s.plugin, s.doc) for s in sorted(manager.registry.options.values(), key=lambda s: s.key)
+        ])
+    return 0
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def _show(args: argparse.Namespace) -> int:
+    graph = load(args.file)
+    if not args.no_verify:
+        verify(graph)
+    print(format_graph(graph))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ember", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plugins", help="list installed implementations of each stage, with versions")
+    p.add_argument("--options", action="store_true", help="also list every option and its default")
+    p.set_defaults(run=_plugins)
+    s = sub.add_parser("show", help="print an ember-graph file as text")
+    s.add_argument("file")
+    s.add_argument("--no-verify", action="store_true", help="print without checking the schema's rules")
+    s.set_defaults(run=_show)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except EmberError as e:
+        print(f"ember {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""`compile()`: torch.compile's signature and meaning, with ember's stages assembled through the plugin manager."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Mapping
+
+import torch
+from ember_core import OptionError
+
+from ._pipeline import Pipeline
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile(  # noqa: A001 - the name is torch.compile's
+    model: Callable | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable = "ember",
+    mode: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    disable: bool = False,
+) -> Any:
+    """Compile `model` (a function or nn.Module) with ember; as a decorator when `model` is None.
+
+    `backend` other than "ember" hands the call to `torch.compile` unchanged. `options` are ember's
+    (see `ember plugins --options`); an unknown key or a wrong type raises `OptionError`.
+    """
+    if model is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                 options=options, disable=disable)
+    if disable:
+        return model
+    if backend != "ember":
+        return torch.compile(model, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options)
+    if mode not in MODES:
+        raise OptionError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in MODES)}")
+    pipeline = Pipeline.from_options(options, fullgraph=fullgraph, dynamic=dynamic, mode=mode)
+    frontend = pipeline.frontend()
+    compiled = frontend.wrap(model, pipeline.compile_graph, pipeline.frontend_options)
+    if isinstance(model, torch.nn.Module) and not isinstance(compiled, torch.nn.Module):
+        return CompiledModule(model, compiled)
+    if not isinstance(model, torch.nn.Module) and compiled is not model:
+        functools.update_wrapper(compiled, model, updated=())
+    return compiled
+
+
+class CompiledModule(torch.nn.Module):
+    """An nn.Module whose calls go through the compiled callable; everything else is the original module's."""
+
+    def __init__(self, module: torch.nn.Module, compiled: Callable):
+        super().__init__()
+        self._orig_mod = module
+        self._compiled = compiled
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._orig_mod, name)
+
+
+def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None = None,
+                   options: Mapping[str, Any] | None = None) -> Callable:
+    """The `torch_dynamo_backends` entry `ember`: `torch.compile(model, backend="ember", options={...})`."""
+    if mode not in MODES:
+        raise OptionError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in MODES)}")
+    pipeline = Pipeline.from_options(options, fullgraph=False, dynamic=None, mode=mode)
+    frontend = pipeline.frontend("dynamo")
+    return frontend.backend(pipeline.compile_graph, pipeline.frontend_options)(gm, example_inputs)
+

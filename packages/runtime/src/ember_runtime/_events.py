@@ -1,0 +1,32 @@
+"""`record_events()`: collect the events of a block of code (tests, tools), through the same hook as any observer."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from ember_core import Event, get_plugin_manager, hookimpl
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    @hookimpl
+    def ember_event(self, event: Event) -> None:
+        self.events.append(event)
+
+    def kinds(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+
+@contextlib.contextmanager
+def record_events() -> Iterator[_Recorder]:
+    """Yields a recorder whose `.events` fills with every event emitted inside the block."""
+    pm = get_plugin_manager().pm
+    recorder = _Recorder()
+    name = pm.register(recorder, name=f"ember-recorder-{id(recorder)}")
+    try:
+        yield recorder
+    finally:
+        pm.unregister(name=name)
