@@ -6,7 +6,7 @@ import threading
 from typing import Any, Mapping, Sequence
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, PluginManager, fingerprint, get_plugin_manager
+from ember_core import CompiledGraph, Event, Graph, PluginError, PluginManager, fingerprint, get_plugin_manager
 
 # fingerprint + codegen + options → compiled graph, shared by every compiled function in the process.
 _cache: dict[tuple, CompiledGraph] = {}
@@ -66,7 +66,10 @@ class Pipeline:
     def run_passes(self, graph: Graph, point: str) -> Graph:
         for impl in self.passes(point):
             before = graph
-            graph = impl.impl.run(graph)
+            try:
+                graph = impl.impl.run(graph)
+            except Exception as e:
+                raise PluginError(f"pass {impl.name!r} of plugin {impl.plugin!r} raised {type(e).__name__}: {e}") from e
             if graph is not before:
                 self.manager.emit(Event("pass_applied", "passes", f"pass {impl.name} ({impl.plugin})", graph=graph))
         return graph
@@ -81,7 +84,11 @@ class Pipeline:
             if hit is not None:
                 self.manager.emit(Event("cache_hit", "runtime", f"graph {graph.name!r}: reusing {codegen.name} build {key[0][:12]}"))
                 return hit
-        compiled = codegen.impl.compile(graph, example_inputs, self.options)
+        try:
+            compiled = codegen.impl.compile(graph, example_inputs, self.options)
+        except Exception as e:
+            raise PluginError(f"codegen {codegen.name!r} of plugin {codegen.plugin!r} raised {type(e).__name__} "
+                              f"compiling graph {graph.name!r}: {e}") from e
         self.manager.emit(Event("graph_compiled", "codegen", f"graph {graph.name!r} compiled by {codegen.name}",
                                 graph=graph, source=compiled.source))
         if key is not None:

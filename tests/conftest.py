@@ -1,0 +1,45 @@
+"""Integration fixtures: every package installed; each test compares ember with eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+FRONTENDS = ["dynamo", "trace"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_state():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture(params=FRONTENDS)
+def frontend(request):
+    return request.param
+
+
+def grads_of(params):
+    return [p.grad.detach().clone() if p.grad is not None else None for p in params]
+
+
+def assert_same_training_step(model, compiled, inputs, loss_fn=lambda out: out.float().pow(2).mean()):
+    """Forward and backward once through eager and once through ember on copies of the same inputs."""
+    eager_in = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+    ember_in = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+    params = list(model.parameters())
+    model.zero_grad(set_to_none=True)
+    eager_out = model(*eager_in)
+    loss_fn(eager_out).backward()
+    eager_grads = grads_of(params)
+    model.zero_grad(set_to_none=True)
+    ember_out = compiled(*ember_in)
+    loss_fn(ember_out).backward()
+    torch.testing.assert_close(ember_out, eager_out)
+    for p, e, c in zip(params, eager_grads, grads_of(params)):
+        torch.testing.assert_close(c, e, msg=lambda m, p=p: f"grad of param {tuple(p.shape)}: {m}")
+    for e, c in zip(eager_in, ember_in):
+        if e.requires_grad:
+            torch.testing.assert_close(c.grad, e.grad)

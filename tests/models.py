@@ -1,0 +1,64 @@
+"""Small models for the integration suite: real architectures at toy sizes."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=16, d_hidden=32, d_out=8):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_in, d_hidden), nn.Linear(d_hidden, d_out)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.relu(self.bn2(self.conv2(x)))
+        return self.head(x.mean((2, 3)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: LayerNorm, causal multi-head attention, LayerNorm, GELU MLP."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab=64, d=32, ctx=16, n_blocks=2):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList(Block(d) for _ in range(n_blocks))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))

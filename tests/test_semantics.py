@@ -1,0 +1,169 @@
+"""Python-level behaviour that torch.compile users rely on, through both frontends."""
+
+from __future__ import annotations
+
+import ember
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def compile_with(frontend, fn, **kwargs):
+    return ember.compile(fn, options={"frontend": frontend}, **kwargs)
+
+
+def count(rec, kind):
+    return len([e for e in rec.events if e.kind == kind])
+
+
+def test_two_graph_breaks_give_three_graphs():
+    def f(x):
+        x = x.sin() + 1
+        torch._dynamo.graph_break()
+        x = x.cos() * 2
+        torch._dynamo.graph_break()
+        return x.exp()
+
+    x = torch.randn(5)
+    with ember.record_events() as rec:
+        out = compile_with("dynamo", f)(x)
+    torch.testing.assert_close(out, f(x))
+    assert count(rec, "graph_captured") == 3
+
+
+def test_branch_on_data_taken_both_ways(frontend):
+    def f(x):
+        if x.mean() > 0.5:
+            return x * 2
+        return x - 1
+
+    compiled = compile_with(frontend, f)
+    high, low = torch.full((4,), 0.9), torch.full((4,), 0.1)
+    torch.testing.assert_close(compiled(high), high * 2)
+    torch.testing.assert_close(compiled(low), low - 1)
+    torch.testing.assert_close(compiled(high), high * 2)
+
+
+def test_shapes_10_8_10_compile_twice_then_hit(frontend):
+    def f(x):
+        return (x * 3).relu().sum()
+
+    compiled = compile_with(frontend, f)
+    with ember.record_events() as rec:
+        for n in (10, 8, 10):
+            x = torch.randn(n)
+            torch.testing.assert_close(compiled(x), f(x))
+    # one static graph, one with the changed dim symbolic; the third call reuses the symbolic entry
+    assert count(rec, "graph_captured") == 2
+
+
+def test_dynamic_false_compiles_each_shape(frontend):
+    compiled = compile_with(frontend, lambda x: x + 1, dynamic=False)
+    with ember.record_events() as rec:
+        for n in (10, 8, 6):
+            compiled(torch.randn(n))
+    assert count(rec, "graph_captured") == 3
+
+
+def test_hook_on_an_input_is_honoured_in_backward(frontend):
+    def f(x, w):
+        return (x @ w).tanh().sum()
+
+    seen = []
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 2, requires_grad=True)
+    x.register_hook(lambda g: seen.append(g.clone()) or g * 2)
+    compile_with(frontend, f)(x, w).backward()
+    x_ref, w_ref = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    f(x_ref, w_ref).backward()
+    assert len(seen) == 1
+    torch.testing.assert_close(x.grad, x_ref.grad * 2)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+def test_hook_registered_inside_the_function(frontend):
+    def f(x):
+        y = x * 3
+        y.register_hook(lambda g: g * 10)
+        return y.sum()
+
+    x = torch.randn(4, requires_grad=True)
+    compile_with(frontend, f)(x).backward()
+    torch.testing.assert_close(x.grad, torch.full((4,), 30.0))
+
+
+def test_item_and_print_inside_forward(frontend, capsys):
+    def f(x):
+        scale = x.abs().max().item()
+        print("scale is positive:", scale > 0)
+        return x / scale
+
+    x = torch.randn(6)
+    compiled = compile_with(frontend, f)
+    torch.testing.assert_close(compiled(x), f(x))
+    compiled(x)
+    assert capsys.readouterr().out.count("scale is positive: True") == 3
+
+
+def test_dropout_in_train_and_eval_mode(frontend):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5))
+    compiled = ember.compile(model, options={"frontend": frontend})
+    x = torch.randn(16, 8)
+    torch.manual_seed(1)
+    eager = model(x)
+    torch.manual_seed(1)
+    torch.testing.assert_close(compiled(x), eager)
+    assert (eager == 0).any()
+    model.eval()
+    torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_in_place_add_on_an_input_mutates_the_callers_tensor(frontend):
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.zeros(3)
+    out = compile_with(frontend, f)(x)
+    torch.testing.assert_close(x, torch.ones(3))
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+
+
+def test_returning_a_view_of_the_input(frontend):
+    def f(x):
+        return x.t()[1:]
+
+    x = torch.randn(3, 4)
+    out = compile_with(frontend, f)(x)
+    torch.testing.assert_close(out, f(x))
+    x.add_(100)
+    torch.testing.assert_close(out, x.t()[1:])  # a real view: it sees the later write
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_and_boolean_tensors(frontend, dtype):
+    def f(a, b):
+        if a.dtype == torch.bool:
+            return a & b, a | ~b
+        return a * b + 3, (a > b).sum(), a // 2
+
+    a = torch.randint(0, 10, (5,)).to(dtype)
+    b = torch.randint(1, 10, (5,)).to(dtype)
+    for got, want in zip(compile_with(frontend, f)(a, b), f(a, b)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+
+
+def test_bfloat16_forward_and_backward(frontend):
+    def f(x, w):
+        return F.silu(x @ w).sum()
+
+    x = torch.randn(4, 8, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(8, 8, dtype=torch.bfloat16, requires_grad=True)
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    out = compile_with(frontend, f)(x, w)
+    ref = f(xr, wr)
+    out.backward()
+    ref.backward()
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x.grad, xr.grad)
