@@ -29,7 +29,13 @@ class CompiledGraph:
 
 @dataclass(frozen=True, slots=True)
 class JointGraph:
-    """Forward and backward in one graph: inputs are primals then tangents; outputs are forward outputs then grads."""
+    """Forward and backward in one graph.
+
+    Inputs: the `num_primals` primals (kinds user/param/buffer/rng) then one `tangent` input per differentiable
+    forward output. Outputs: the `num_forward_outputs` forward outputs (kinds user/mutation/alias, as in the
+    graph it came from), then gradients: `Output(kind="grad", input=k)` for each primal k that gets one.
+    Every node's `meta["region"]` is "forward" or "backward".
+    """
 
     graph: Graph
     num_primals: int
@@ -38,7 +44,12 @@ class JointGraph:
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """A joint graph split in two. The forward graph's trailing outputs are the `saved` values the backward reads."""
+    """A joint graph split in two.
+
+    forward: inputs are the primals; outputs are the forward outputs, then the saved values (kind "saved").
+    backward: inputs are the saved values (kind "saved") then the tangents; outputs are the grads (kind "grad",
+    `input` = primal index). `saved` names the saved values in order; `report` is the partitioner's own account.
+    """
 
     forward: Graph
     backward: Graph
@@ -62,6 +73,13 @@ class GraphPass(Protocol):
 @runtime_checkable
 class Autograd(Protocol):
     def joint(self, graph: Graph, example_inputs: Sequence[Any]) -> JointGraph: ...
+
+    def wrap(self, partition: Partition, forward: CompiledGraph,
+             compile_backward: Callable[[], CompiledGraph]) -> Callable[[Sequence[Any]], list]:
+        """A callable like a codegen's: takes the original graph's inputs, returns its outputs (every kind),
+        differentiable through an autograd.Function that runs `forward` and, on first backward, the result
+        of `compile_backward()`."""
+        ...
 
 
 @runtime_checkable
