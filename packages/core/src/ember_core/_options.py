@@ -21,7 +21,7 @@ class OptionSpec:
 CORE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("frontend", str, "dynamo", "capture frontend: 'dynamo' (torch._dynamo) or 'trace' (ember's own JIT)"),
     OptionSpec("passes", (list, tuple), None, "graph pass ids to run, in order (default: every pass registered as default)"),
-    OptionSpec("autograd", str, None, "autograd implementation for training (default: the highest priority installed)"),
+    OptionSpec("autograd", str, None, "autograd implementation for training (default: the highest priority installed; 'eager': run the forward graph under eager autograd)"),
     OptionSpec("partition", str, None, "partitioner of joint graphs (default: the highest priority installed)"),
     OptionSpec("codegen.cpu", str, None, "codegen for CPU graphs (default: the highest priority for 'cpu')"),
     OptionSpec("codegen.cuda", str, None, "codegen for CUDA graphs (default: the highest priority for 'cuda')"),

@@ -74,9 +74,48 @@ class Pipeline:
                 self.manager.emit(Event("pass_applied", "passes", f"pass {impl.name} ({impl.plugin})", graph=graph))
         return graph
 
-    def compile_graph(self, graph: Graph, example_inputs: Sequence[Any]) -> CompiledGraph:
-        """What every frontend calls for each captured graph: passes, then the device's codegen, cached."""
+    @staticmethod
+    def needs_grad(graph: Graph, example_inputs: Sequence[Any]) -> bool:
+        """Grad mode is on and an input requires grad (by the graph's metadata or the example inputs)."""
+        if not torch.is_grad_enabled():
+            return False
+        return any(graph.values[i.name].requires_grad for i in graph.inputs) or any(
+            isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+    def autograd(self):
+        """The autograd implementation for training, or None: run the forward graph under eager autograd."""
+        name = self.options.get("autograd")
+        if name == "eager" or not (self.manager.registry.has("autograd") and self.manager.registry.has("partition")):
+            return None
+        return self.manager.registry.find("autograd", name)
+
+    def compile_graph(self, graph: Graph, example_inputs: Sequence[Any]) -> Any:
+        """What every frontend calls for each captured graph: passes, then (training) autograd and partition,
+        then the device's codegen. Returns a callable from the graph's inputs (a list) to its outputs (a list)."""
         graph = self.run_passes(graph, "post_capture")
+        autograd = self.autograd() if self.needs_grad(graph, example_inputs) else None
+        if autograd is None:
+            return self.codegen_graph(graph, example_inputs)
+        return self.compile_training(autograd, graph, example_inputs)
+
+    def compile_training(self, autograd, graph: Graph, example_inputs: Sequence[Any]) -> Any:
+        """autograd → partition → codegen of each half; the backward is compiled on its first use."""
+        joint = autograd.impl.joint(graph, example_inputs)
+        self.manager.emit(Event("joint_traced", "autograd", f"joint graph of {graph.name!r} by {autograd.name}",
+                                graph=joint.graph))
+        partitioner = self.manager.registry.find("partition", self.options.get("partition"))
+        part = partitioner.impl.partition(joint, self.options)
+        forward = self.run_passes(part.forward, "post_partition")
+        backward = self.run_passes(part.backward, "post_partition")
+        part = part.__class__(forward, backward, part.saved, part.report, part.extra)
+        self.manager.emit(Event("partitioned", "partition", f"{graph.name!r} split by {partitioner.name}: "
+                                f"{len(part.saved)} saved values", graph=forward,
+                                source=str(part.report) if part.report is not None else None))
+        compiled_forward = self.codegen_graph(forward, example_inputs)
+        return autograd.impl.wrap(part, compiled_forward, lambda: self.codegen_graph(backward, None))
+
+    def codegen_graph(self, graph: Graph, example_inputs: Sequence[Any] | None) -> CompiledGraph:
+        """The device's codegen for one graph, through the cache."""
         codegen = self.codegen(graph_device(graph))
         key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] else None
         if key is not None:
