@@ -6,9 +6,9 @@ from ._events import Event
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
 from ._interpreter import Interpreter, interpret
-from ._json import dumps, graph_from_json, graph_to_json, load, loads, save
-from ._options import OptionSpec
+from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
 from ._ops import resolve_op
+from ._options import OptionSpec
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
 from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
@@ -23,6 +23,7 @@ __all__ = [
     "Input", "Interpreter", "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError",
     "PluginManager", "PluginRegistry", "Ref", "SchemaError", "Sym", "Symbol", "Value", "__version__", "canonical",
     "dtype_name", "dumps", "emit", "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager",
-    "graph_from_json", "graph_to_json", "hookimpl", "interpret", "load", "loads", "reset_plugin_manager",
+    "graph_from_json", "graph_to_json", "hookimpl", "interpret", "json_schema", "json_schema_path", "load", "loads",
+    "reset_plugin_manager",
     "resolve_op", "save", "to_dtype", "to_fx", "value_of", "verify",
 ]

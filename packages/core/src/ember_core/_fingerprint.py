@@ -1,4 +1,5 @@
-"""A stable fingerprint of a graph for cache keys: blind to value names, graph name, producer and source locations."""
+"""A stable fingerprint of a graph for cache keys: blind to value and symbol names, graph name, producer and
+source locations."""
 
 from __future__ import annotations
 
@@ -6,43 +7,67 @@ import ctypes
 import hashlib
 import json
 
-import torch
+import sympy
 
 from ._json import graph_to_json
-from ._schema import Graph, Node, Ref
+from ._schema import Graph, Input, Node, Output, Ref, Sym, Symbol, Value
+from ._symbolic import parse
 
-_IGNORED_META = ("source", "module", "stack")
+# "name" keeps the fx name of a tuple-returning node: a value name like any other.
+_IGNORED_META = ("source", "module", "stack", "name")
 
 
-def _rename(arg, names: dict[str, str]):
+def _rename_dim(d: int | str, symbols: dict[str, str]) -> int | str:
+    if isinstance(d, int) or not symbols:
+        return d
+    expr = parse(d)
+    renames = {s: sympy.Symbol(symbols[s.name], integer=True) for s in expr.free_symbols if s.name in symbols}
+    return str(expr.xreplace(renames))
+
+
+def _rename(arg, names: dict[str, str], symbols: dict[str, str]):
     if isinstance(arg, Ref):
         return Ref(names.get(arg.name, arg.name))
+    if isinstance(arg, Sym):
+        return Sym(_rename_dim(arg.expr, symbols))
     if isinstance(arg, (list, tuple)):
-        return tuple(_rename(a, names) for a in arg)
+        return tuple(_rename(a, names, symbols) for a in arg)
     return arg
 
 
+def _rename_value(v: Value, names: dict[str, str], symbols: dict[str, str]) -> Value:
+    return v.replace(
+        shape=tuple(_rename_dim(d, symbols) for d in v.shape),
+        stride=tuple(_rename_dim(d, symbols) for d in v.stride),
+        storage_offset=_rename_dim(v.storage_offset, symbols),
+        base=names.get(v.base, v.base),
+    )
+
+
+def _canonical_node(n: Node, names: dict[str, str], symbols: dict[str, str]) -> Node:
+    return Node(
+        outputs=tuple(names[o] for o in n.outputs),
+        op=n.op,
+        args=_rename(n.args, names, symbols),
+        kwargs={k: _rename(v, names, symbols) for k, v in n.kwargs.items()},
+        meta={k: v for k, v in n.meta.items() if k not in _IGNORED_META},
+    )
+
+
 def canonical(graph: Graph) -> Graph:
-    """The same graph with values renamed `%0, %1 ...` in definition order and location metadata dropped."""
+    """The same graph with values renamed `%0, %1 ...` in definition order, symbols renamed `k0, k1 ...` in
+    declaration order, and name and location metadata dropped."""
     order = [i.name for i in graph.inputs] + list(graph.constants) + [o for n in graph.nodes for o in n.outputs]
     names = {old: f"%{k}" for k, old in enumerate(order)}
-    nodes = tuple(
-        Node(
-            outputs=tuple(names[o] for o in n.outputs),
-            op=n.op,
-            args=_rename(n.args, names),
-            kwargs={k: _rename(v, names) for k, v in n.kwargs.items()},
-            meta={k: v for k, v in n.meta.items() if k not in _IGNORED_META},
-        )
-        for n in graph.nodes
-    )
+    symbols = {s.name: f"k{k}" for k, s in enumerate(graph.symbols)}
     return graph.replace(
         name="",
         producer="",
-        inputs=tuple(i.__class__(names[i.name], i.kind, i.mutated) for i in graph.inputs),
-        nodes=nodes,
-        outputs=tuple(o.__class__(names[o.name], o.kind, o.input) for o in graph.outputs),
-        values={names[k]: v.replace(base=names.get(v.base, v.base)) for k, v in graph.values.items() if k in names},
+        symbols=tuple(Symbol(symbols[s.name], s.hint, s.lower, s.upper) for s in graph.symbols),
+        inputs=tuple(Input(names[i.name], i.kind, i.mutated) for i in graph.inputs),
+        nodes=tuple(_canonical_node(n, names, symbols) for n in graph.nodes),
+        outputs=tuple(Output(names[o.name], o.kind, o.input) for o in graph.outputs),
+        values={names[k]: _rename_value(v, names, symbols) for k, v in graph.values.items() if k in names},
         constants={names[k]: c.__class__(names[k], c.tensor) for k, c in graph.constants.items()},
     )
 

@@ -2,7 +2,8 @@
 
 `from_fx` reads a GraphModule whose nodes carry `meta["val"]` (fake tensors, SymInts) as make_fx leaves them.
 `to_fx` builds a GraphModule and stamps each fx node with the ember records it came from (`meta["ember_*"]`),
-so `from_fx(to_fx(g)) == g` exactly, and `to_fx(from_fx(gm))` has the same code as `gm`.
+so `from_fx(to_fx(g)) == g` exactly, and `to_fx(from_fx(gm))` has the same code as `gm` when `gm` returns a
+tuple (a Graph's outputs are always a sequence, so a bare `return x` comes back as `return (x,)`).
 A frontend may set `meta["ember_input"]` on placeholders and `meta["ember_outputs"]` on the output node to give
 input and output kinds (mutations, aliases, params).
 """
@@ -18,7 +19,7 @@ import torch.fx as fx
 from ._dtypes import dtype_name
 from ._errors import GraphError
 from ._ops import op_name, resolve_op
-from ._schema import Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
+from ._schema import Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value, node_refs
 from ._symbolic import expr_text, free_symbols
 
 # ---------------------------------------------------------------------------------------------- values
@@ -164,7 +165,8 @@ def from_fx(gm: fx.GraphModule, *, name: str | None = None, producer: str | None
             stamped = n.meta.get("ember_values")
             if isinstance(val, (list, tuple)) or stamped is not None:
                 multi[n.name] = [f"{n.name}_{i}" for i in range(len(stamped if stamped is not None else val))]
-            node = Node((n.name,), op, tuple(_to_arg(a) for a in n.args), {k: _to_arg(v) for k, v in n.kwargs.items()}, _node_meta(n))
+            args, kwargs = tuple(_to_arg(a) for a in n.args), {k: _to_arg(v) for k, v in n.kwargs.items()}
+            node = Node((n.name,), op, args, kwargs, _node_meta(n))
             nodes.append(node)
             if n.name not in multi:
                 record(n, n.name, val, n.meta.get("ember_value"))
@@ -195,7 +197,9 @@ def from_fx(gm: fx.GraphModule, *, name: str | None = None, producer: str | None
     )
 
 
-def _finish_multi(gm, nodes: list[Node], multi: dict[str, list[str]], values: dict[str, Value], vals: list) -> list[Node]:
+def _finish_multi(
+    gm, nodes: list[Node], multi: dict[str, list[str]], values: dict[str, Value], vals: list
+) -> list[Node]:
     """Give tuple-returning nodes their output names; remember the fx name so `to_fx` can restore it."""
     fx_nodes = {n.name: n for n in gm.graph.nodes}
     done = []
@@ -227,50 +231,67 @@ def _definition_order(inputs: list[Input], nodes: list[Node]) -> list[str]:
 
 def to_fx(graph: Graph) -> fx.GraphModule:
     """An fx GraphModule that runs the graph with torch.ops; each fx node keeps its ember record in meta."""
-    root = torch.nn.Module()
-    g = fx.Graph()
-    env: dict[str, fx.Node] = {}
+    b = _FxBuilder(graph)
+    for inp in graph.inputs:
+        b.placeholder(inp)
+    for node in graph.nodes:
+        b.call(node)
+    b.fetch_constants(o.name for o in graph.outputs)
+    out = b.g.output(tuple(b.env[o.name] for o in graph.outputs))
+    out.meta["ember_outputs"] = list(graph.outputs)
+    gm = fx.GraphModule(b.root, b.g)
+    gm.meta["ember_graph"] = {
+        "name": graph.name, "producer": graph.producer, "symbols": graph.symbols, "version": graph.version,
+    }
+    return gm
 
-    def arg(a: Any) -> Any:
+
+class _FxBuilder:
+    """Builds the fx graph of `to_fx`, one ember record at a time; `env` maps value names to fx nodes."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph, self.root, self.g = graph, torch.nn.Module(), fx.Graph()
+        self.env: dict[str, fx.Node] = {}
+        for name, c in graph.constants.items():
+            self.root.register_buffer(name, c.tensor)
+
+    def _named(self, n: fx.Node, name: str) -> fx.Node:
+        n.name = name
+        self.env[name] = n
+        return n
+
+    def arg(self, a: Any) -> Any:
         if isinstance(a, Ref):
-            return env[a.name]
+            return self.env[a.name]
         if isinstance(a, Sym):
             raise GraphError(f"symbolic expression argument {a.expr!r} has no fx form; make it a graph value")
         if isinstance(a, tuple):
-            return [arg(x) for x in a]
+            return [self.arg(x) for x in a]
         return a
 
-    for inp in graph.inputs:
-        n = g.placeholder(inp.name)
-        n.name = inp.name
-        n.meta.update(ember_input=inp, ember_value=graph.values[inp.name])
-        env[inp.name] = n
-    for name, c in graph.constants.items():
-        root.register_buffer(name, c.tensor)
-        env[name] = g.get_attr(name)
-        env[name].name = name
-    for node in graph.nodes:
+    def placeholder(self, inp: Input) -> None:
+        n = self._named(self.g.placeholder(inp.name), inp.name)
+        n.meta.update(ember_input=inp, ember_value=self.graph.values[inp.name])
+
+    def fetch_constants(self, names) -> None:
+        """get_attr nodes just before a constant's first use, where make_fx puts them."""
+        for name in names:
+            if name in self.graph.constants and name not in self.env:
+                self._named(self.g.get_attr(name), name)
+
+    def call(self, node: Node) -> None:
+        self.fetch_constants(node_refs(node))
         target = resolve_op(node.op)
-        args = tuple(arg(a) for a in node.args)
-        kwargs = {k: arg(v) for k, v in node.kwargs.items()}
+        n = self.g.call_function(target, tuple(self.arg(a) for a in node.args),
+                                 {k: self.arg(v) for k, v in node.kwargs.items()})
         if len(node.outputs) == 1 and "name" not in node.meta and not _returns_tuple(target):
-            n = g.call_function(target, args, kwargs)
-            n.name = node.outputs[0]
-            n.meta.update(ember_value=graph.values[node.outputs[0]], ember_meta=node.meta)
-            env[node.outputs[0]] = n
-            continue
-        n = g.call_function(target, args, kwargs)
+            self._named(n, node.outputs[0]).meta.update(ember_value=self.graph.values[node.outputs[0]],
+                                                        ember_meta=node.meta)
+            return
         n.name = node.meta.get("name", node.outputs[0] + "_tuple")
-        n.meta.update(ember_values=[graph.values[o] for o in node.outputs], ember_meta=node.meta)
+        n.meta.update(ember_values=[self.graph.values[o] for o in node.outputs], ember_meta=node.meta)
         for i, o in enumerate(node.outputs):  # every item, so names survive a round trip
-            item = g.call_function(operator.getitem, (n, i))
-            item.name = o
-            env[o] = item
-    out = g.output(tuple(env[o.name] for o in graph.outputs))
-    out.meta["ember_outputs"] = list(graph.outputs)
-    gm = fx.GraphModule(root, g)
-    gm.meta["ember_graph"] = {"name": graph.name, "producer": graph.producer, "symbols": graph.symbols, "version": graph.version}
-    return gm
+            self._named(self.g.call_function(operator.getitem, (n, i)), o)
 
 
 def _returns_tuple(target: Any) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -41,12 +42,12 @@ class Interpreter:
         env: dict[str, int] = {}
         for inp, x in zip(self.graph.inputs, inputs):
             v = self.graph.values[inp.name]
-            if v.type == "sym" and isinstance(x, int):
+            if v.type == "sym" and isinstance(x, (int, torch.SymInt)):
                 env.setdefault(str(inp.name), x)
             if v.type == "tensor" and isinstance(x, torch.Tensor):
                 for d, n in zip(v.shape, x.shape):
                     if isinstance(d, str) and d.isidentifier():
-                        env.setdefault(d, int(n))
+                        env.setdefault(d, n if isinstance(n, torch.SymInt) else int(n))  # traced: keep it symbolic
         return env
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
@@ -57,9 +58,9 @@ class Interpreter:
         env.update(zip(graph.input_names, inputs))
         syms = self.bindings(inputs) if self._has_syms else {}
         for i, node in enumerate(graph.nodes):
-            args = [_read(a, env, syms) for a in node.args]
-            kwargs = {k: _read(v, env, syms) for k, v in node.kwargs.items()}
             try:
+                args = [_read(a, env, syms) for a in node.args]
+                kwargs = {k: _read(v, env, syms) for k, v in node.kwargs.items()}
                 result = self._ops[i](*args, **kwargs)
             except Exception as e:
                 e.add_note(f"While running node {i} of graph {graph.name!r}: {format_node(node, graph.values)}")
@@ -80,7 +81,10 @@ def _read(a: Any, env: dict[str, Any], syms: dict[str, int]) -> Any:
     if isinstance(a, Ref):
         return env[a.name]
     if isinstance(a, Sym):
-        return evaluate(a.expr, syms)
+        try:
+            return evaluate(a.expr, syms)
+        except KeyError as e:
+            raise GraphError(f"symbol {e.args[0]!r} in {a.expr!r} has no value: no input's shape binds it") from None
     if isinstance(a, tuple):
         return [_read(x, env, syms) for x in a]
     return a

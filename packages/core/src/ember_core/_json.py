@@ -20,6 +20,8 @@ from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, 
 
 FORMAT = "ember-graph"
 INLINE_CONSTANT_NUMEL = 64  # constants up to this many elements are written inline
+# The tags of argument values, `{"int": 2}`: part of the schema (tests/test_schema_lock.py watches them).
+ARG_TAGS = ("ref", "sym", "none", "bool", "int", "float", "str", "list", "dtype", "device", "layout", "memory_format")
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -86,13 +88,16 @@ def _decode_tagged(tag: str, v: Any, where: str) -> Any:
         except ValueError as e:
             raise SchemaError(where, str(e)) from None
     if tag == "device":
-        return torch.device(_expect(v, str, where))
+        try:
+            return torch.device(_expect(v, str, where))
+        except RuntimeError as e:
+            raise SchemaError(where, f"unknown device {v!r}: {e}") from None
     if tag in ("layout", "memory_format"):
         obj = getattr(torch, _expect(v, str, where), None)
         if not isinstance(obj, torch.layout if tag == "layout" else torch.memory_format):
             raise SchemaError(where, f"unknown {tag} {v!r}")
         return obj
-    raise SchemaError(where, f"unknown argument tag {tag!r}")
+    raise SchemaError(where, f"unknown argument tag {tag!r}; tags are {', '.join(ARG_TAGS)}")
 
 
 def decode_arg(data: Any, where: str = "arg") -> Any:
@@ -260,7 +265,10 @@ def _read_constant(name: str, data: Any, where: str, lenient: bool, base_dir: Pa
     else:
         items = r.get("data", list)
         flat = [decode_arg(x, f"{where}.data[{i}]") for i, x in enumerate(items)]
-        tensor = torch.tensor(flat, dtype=dtype) if flat else torch.empty(0, dtype=dtype)
+        try:
+            tensor = torch.tensor(flat, dtype=dtype) if flat else torch.empty(0, dtype=dtype)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise SchemaError(f"{where}.data", f"not a list of {dtype_name(dtype)} numbers: {e}") from None
     r.done()
     if tensor.dtype != dtype or list(tensor.shape) != shape and tensor.numel() != math.prod(shape):
         raise SchemaError(where, f"constant data does not match dtype {dtype} and shape {shape}")
@@ -274,9 +282,12 @@ def _read_side_file(rel: str, where: str, base_dir: Path | None) -> torch.Tensor
     if base_dir.resolve() not in path.parents:
         raise SchemaError(where, f"side file {rel!r} lies outside the graph's folder")
     try:
-        return torch.load(path, weights_only=True)
+        tensor = torch.load(path, weights_only=True)
     except Exception as e:  # a missing or corrupt side file
         raise SchemaError(where, f"cannot read side file {path}: {e}") from None
+    if not isinstance(tensor, torch.Tensor):
+        raise SchemaError(where, f"side file {path} holds a {type(tensor).__name__}, not a tensor")
+    return tensor
 
 
 def graph_from_json(data: Any, where: str = "", base_dir: Path | None = None) -> Graph:
@@ -334,6 +345,19 @@ def _read_output(data: Any, where: str, lenient: bool) -> Output:
 
 
 # ---------------------------------------------------------------------------------------------- files
+
+def json_schema_path(major: int = SCHEMA_VERSION[0]) -> Path:
+    """The JSON Schema (draft 2020-12) file of `ember-graph` documents of a schema major version."""
+    path = Path(__file__).with_name("schema") / f"graph-v{major}.json"
+    if not path.is_file():
+        raise SchemaError("version", f"ember-core ships no JSON Schema for schema version {major}.x")
+    return path
+
+
+def json_schema(major: int = SCHEMA_VERSION[0]) -> dict:
+    """The JSON Schema of `ember-graph` documents, as data (validate with the `jsonschema` package)."""
+    return json.loads(json_schema_path(major).read_text())
+
 
 def dumps(graph: Graph) -> str:
     """The JSON text of a graph with every constant inline."""

@@ -27,14 +27,16 @@ class EventLogger:
             names = set(LOG_ARTIFACTS)
         unknown = names - set(LOG_ARTIFACTS)
         if unknown:
-            log.warning("EMBER_LOGS: unknown artifact(s) %s; known: %s", ", ".join(sorted(unknown)), ", ".join(LOG_ARTIFACTS))
+            log.warning("EMBER_LOGS: unknown artifact(s) %s; known: %s",
+                        ", ".join(sorted(unknown)), ", ".join(LOG_ARTIFACTS))
         self.artifacts = names & set(LOG_ARTIFACTS)
-        if self.artifacts and not log.handlers:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("[ember %(name)s] %(message)s"))
-            log.addHandler(handler)
-            log.setLevel(logging.INFO)
-            log.propagate = False
+        if self.artifacts:
+            log.setLevel(logging.INFO)  # chosen artifacts show even when the application set up handlers itself
+            if not log.handlers:
+                handler = logging.StreamHandler()
+                handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))  # [ember.graphs] ...
+                log.addHandler(handler)
+                log.propagate = False
         self.dump_dir = Path(dump) if dump else None
 
     def __call__(self, event: Event) -> None:
@@ -56,9 +58,9 @@ class EventLogger:
 
         folder.mkdir(parents=True, exist_ok=True)
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", getattr(event.graph, "name", "") or event.stage)
-        stem = folder / f"{next(self._counter):03d}-{event.kind}-{name}"
+        stem = f"{next(self._counter):03d}-{event.kind}-{name}"  # names may hold dots: no with_suffix
         if event.graph is not None:
-            stem.with_suffix(".txt").write_text(str(event.graph) + "\n")
-            save(event.graph, stem.with_suffix(".json"))
+            (folder / f"{stem}.txt").write_text(str(event.graph) + "\n")
+            save(event.graph, folder / f"{stem}.json")
         if event.source:
-            stem.with_suffix(".src.txt").write_text(event.source + "\n")
+            (folder / f"{stem}.src.txt").write_text(event.source + "\n")

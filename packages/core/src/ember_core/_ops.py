@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ SYM_OPS: dict[str, Callable] = {
 _SYM_NAMES = {fn: name for name, fn in SYM_OPS.items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def resolve_op(name: str) -> Callable:
     """The callable for an op name; `GraphError` if there is none."""
     if name in SYM_OPS:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ._errors import OptionError
 
@@ -20,12 +21,15 @@ class OptionSpec:
 
 CORE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("frontend", str, "dynamo", "capture frontend: 'dynamo' (torch._dynamo) or 'trace' (ember's own JIT)"),
-    OptionSpec("passes", (list, tuple), None, "graph pass ids to run, in order (default: every pass registered as default)"),
-    OptionSpec("autograd", str, None, "autograd implementation for training (default: the highest priority installed; 'eager': run the forward graph under eager autograd)"),
+    OptionSpec("passes", (list, tuple), None,
+               "graph pass ids to run, in order (default: every pass registered as default)"),
+    OptionSpec("autograd", str, None, "autograd implementation for training (default: the highest priority installed; "
+               "'eager': run the forward graph under eager autograd)"),
     OptionSpec("partition", str, None, "partitioner of joint graphs (default: the highest priority installed)"),
     OptionSpec("codegen.cpu", str, None, "codegen for CPU graphs (default: the highest priority for 'cpu')"),
     OptionSpec("codegen.cuda", str, None, "codegen for CUDA graphs (default: the highest priority for 'cuda')"),
-    OptionSpec("cache", bool, True, "reuse a compiled graph when the same graph is compiled again with the same options"),
+    OptionSpec("cache", bool, True,
+               "reuse a compiled graph when the same graph is compiled again with the same options"),
     OptionSpec("recompile_limit", int, 8, "entries per function before the trace frontend falls back to eager"),
     OptionSpec("dump", str, None, "folder to write every stage's graph and source to (as EMBER_DUMP)"),
 )

@@ -6,8 +6,9 @@ import importlib.metadata
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import pluggy
 
@@ -51,11 +52,14 @@ class PluginRegistry:
             other = self._impls[key].plugin
             raise PluginError(f"plugin {self._plugin[0]!r}: {stage} {name!r} is already registered by {other!r}")
         plugin, dist, version = self._plugin
-        self._impls[key] = Implementation(stage, name, impl, priority, tuple(devices), point, default, plugin, dist, version)
+        self._impls[key] = Implementation(
+            stage, name, impl, priority, tuple(devices), point, default, plugin, dist, version
+        )
 
     def add_option(self, key: str, type: type | tuple[type, ...], default: Any, doc: str) -> None:
         if key in self.options:
-            raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} is already defined by {self.options[key].plugin!r}")
+            other = self.options[key].plugin
+            raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} is already defined by {other!r}")
         self.options[key] = OptionSpec(key, type, default, doc, self._plugin[0])
 
     def all(self, stage: str | None = None) -> list[Implementation]:
@@ -70,7 +74,8 @@ class PluginRegistry:
                 known = ", ".join(i.name for i in self.all(stage)) or "none installed"
                 raise PluginError(f"no {stage} named {name!r} is installed; known: {known}")
             if device is not None and impl.devices and device not in impl.devices:
-                raise PluginError(f"{stage} {name!r} does not serve device {device!r} (it serves {', '.join(impl.devices)})")
+                serves = ", ".join(impl.devices)
+                raise PluginError(f"{stage} {name!r} does not serve device {device!r} (it serves {serves})")
             return impl
         fits = [i for i in self.all(stage) if device is None or not i.devices or device in i.devices]
         if not fits:
@@ -95,12 +100,14 @@ class PluginManager:
         self.blocked = tuple(n.strip() for n in env.get("EMBER_DISABLE_PLUGINS", "").split(",") if n.strip())
         for name in self.blocked:
             self.pm.set_blocked(name)
+        self._hooktrace = None
         if env.get("EMBER_TRACE_HOOKS") == "1":
             self.pm.trace.root.setwriter(lambda text: sys.stderr.write("[ember hooks] " + text))
             self.pm.enable_tracing()
+            self._hooktrace = self.pm.trace.root.get("hook")
         if load_entrypoints:
             self._load_entrypoints()
-        self.pm.check_pending()
+        self._check_pending()
         self.registry = PluginRegistry()
         self._registered: set[str] = set()
         self.config: dict[str, Any] = {"logs": env.get("EMBER_LOGS", ""), "dump": env.get("EMBER_DUMP")}
@@ -114,18 +121,44 @@ class PluginManager:
             try:
                 plugin = ep.load()
             except Exception as e:
-                raise PluginError(f"plugin {ep.name!r} (entry point {ep.value!r} of {_dist_name(ep)}) failed to import: "
-                                  f"{type(e).__name__}: {e}") from e
-            self.pm.register(plugin, name=ep.name)
+                source = f"entry point {ep.value!r} of {_dist_name(ep)}"
+                raise PluginError(f"plugin {ep.name!r} ({source}) failed to import: {type(e).__name__}: {e}") from e
             self._dists[ep.name] = ep.dist
+            self._pluggy_register(plugin, ep.name)
 
     def register(self, plugin: Any, name: str | None = None) -> str | None:
         """Register a plugin object by hand (tests, notebooks): same hooks as an entry point, no back door."""
-        name = self.pm.register(plugin, name=name)
+        name = self._pluggy_register(plugin, name)
         if name is not None:
-            self.pm.check_pending()
+            self._check_pending()
             self._register_all()
         return name
+
+    def _pluggy_register(self, plugin: Any, name: str | None) -> str | None:
+        try:
+            return self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as e:
+            shown = name or self.pm.get_canonical_name(plugin)
+            raise PluginError(f"plugin {shown!r} does not fit ember's hooks: {e}; hooks are {_HOOK_NAMES}") from e
+
+    def _check_pending(self) -> None:
+        """A hook implementation no hookspec matches (a misspelled hook) fails here, naming plugin and hook."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as e:
+            raise PluginError(f"{e}; ember's hooks are {_HOOK_NAMES}") from e
+
+    def _call(self, hook: str, impl: Any, shown: dict[str, Any], **kwargs: Any) -> Any:
+        """Call one plugin's implementation (one at a time, to name a culprit); traced like pluggy's own calls."""
+        trace = self._hooktrace
+        if trace is None:
+            return impl.function(**kwargs)
+        trace.root.indent += 1
+        trace(hook, f"plugin={impl.plugin_name}", shown)
+        try:
+            return impl.function(**kwargs)
+        finally:
+            trace.root.indent -= 1
 
     def _register_all(self) -> None:
         for impl in self.pm.hook.ember_register.get_hookimpls():
@@ -133,13 +166,14 @@ class PluginManager:
                 continue
             self._registered.add(impl.plugin_name)
             dist = self._dists.get(impl.plugin_name)
-            self.registry._plugin = (impl.plugin_name, dist.metadata["name"] if dist else "", dist.version if dist else "")
+            self.registry._plugin = (impl.plugin_name, *_dist_row(dist))
             try:
-                impl.function(registry=self.registry)
+                self._call("ember_register", impl, {}, registry=self.registry)
             except PluginError:
                 raise
             except Exception as e:
-                raise PluginError(f"plugin {impl.plugin_name!r} raised in hook ember_register: {type(e).__name__}: {e}") from e
+                what = f"{type(e).__name__}: {e}"
+                raise PluginError(f"plugin {impl.plugin_name!r} raised in hook ember_register: {what}") from e
             finally:
                 self.registry._plugin = ("", "", "")
 
@@ -151,7 +185,7 @@ class PluginManager:
         """Send an event to every observer; an observer that raises is named in a `PluginError`."""
         for impl in reversed(self.pm.hook.ember_event.get_hookimpls()):
             try:
-                impl.function(event=event)
+                self._call("ember_event", impl, {"event": f"{event.kind} ({event.stage}) {event.message}"}, event=event)
             except Exception as e:
                 raise PluginError(f"plugin {impl.plugin_name!r} raised in hook ember_event ({event.kind}): "
                                   f"{type(e).__name__}: {e}") from e
@@ -159,10 +193,19 @@ class PluginManager:
     def plugins(self) -> list[tuple[str, str, str]]:
         """(plugin name, distribution, version) of every registered plugin."""
         rows = []
-        for name, _ in self.pm.list_name_plugin():
-            d = self._dists.get(name)
-            rows.append((name, d.metadata["name"] if d else "", d.version if d else ""))
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:  # blocked by EMBER_DISABLE_PLUGINS
+                continue
+            rows.append((name, *_dist_row(self._dists.get(name))))
         return sorted(rows)
+
+
+def _dist_row(dist: importlib.metadata.Distribution | None) -> tuple[str, str]:
+    """(distribution name, version) of a plugin's distribution; empty for plugins registered by hand."""
+    return (dist.metadata["name"], dist.version) if dist else ("", "")
+
+
+_HOOK_NAMES = ", ".join(n for n in dir(hookspecs) if n.startswith("ember_"))
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str:

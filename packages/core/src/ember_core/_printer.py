@@ -29,7 +29,7 @@ def format_value(v: Value) -> str:
     if v.type != "tensor":
         return f"{v.type}:{short_dtype(v.dtype)}"
     text = f"{short_dtype(v.dtype)}[{', '.join(map(str, v.shape))}]"
-    if len(v.shape) > 1 and not is_contiguous(v.shape, v.stride):
+    if v.shape and not is_contiguous(v.shape, v.stride):
         text += "{" + ", ".join(map(str, v.stride)) + "}"
     if v.device != "cpu":
         text += f"@{v.device}"
@@ -65,9 +65,11 @@ def format_node(node: Node, values: dict[str, Value]) -> str:
 
 def format_graph(graph: Graph, *, mark: int | None = None, window: int | None = None) -> str:
     """The text form. `mark` points an arrow at node index `mark`; `window` keeps that many nodes either side."""
-    lines = [f"# ember graph v{graph.version[0]}.{graph.version[1]}" + (f" from {graph.producer}" if graph.producer else "")]
+    header = f"# ember graph v{graph.version[0]}.{graph.version[1]}"
+    lines = [header + (f" from {graph.producer}" if graph.producer else "")]
     if graph.symbols:
-        syms = ", ".join(f"{s.name}={s.hint} in [{s.lower}, {'inf' if s.upper is None else s.upper}]" for s in graph.symbols)
+        ranges = ((s, "inf" if s.upper is None else s.upper) for s in graph.symbols)
+        syms = ", ".join(f"{s.name}={s.hint} in [{s.lower}, {upper}]" for s, upper in ranges)
         lines.append(f"# symbols: {syms}")
     params = []
     for inp in graph.inputs:
@@ -80,7 +82,8 @@ def format_graph(graph: Graph, *, mark: int | None = None, window: int | None = 
         params.append(text)
     lines.append(f"def {graph.name}({', '.join(params)}):")
     for name, c in sorted(graph.constants.items()):
-        lines.append(f"  {name}: {short_dtype(dtype_name(c.tensor.dtype))}[{', '.join(map(str, c.tensor.shape))}] = constant")
+        shape = ", ".join(map(str, c.tensor.shape))
+        lines.append(f"  {name}: {short_dtype(dtype_name(c.tensor.dtype))}[{shape}] = constant")
     lo, hi = 0, len(graph.nodes)
     if mark is not None and window is not None:
         lo, hi = max(0, mark - window), min(len(graph.nodes), mark + window + 1)

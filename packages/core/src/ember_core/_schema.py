@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -24,7 +24,7 @@ VALUE_TYPES = ("tensor", "sym", "scalar", "none")
 REGIONS = ("forward", "backward")
 
 # A dimension, stride or offset: a concrete int or a sympy expression over the graph's symbols, as text.
-Dim = Union[int, str]
+Dim = int | str
 
 
 @dataclass(frozen=True, slots=True)

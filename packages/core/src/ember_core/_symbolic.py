@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+import operator
+from collections.abc import Mapping
 
 import sympy
+import torch
 from torch.utils._sympy import functions as torch_sympy
 
 _LOCALS = {
@@ -29,12 +31,43 @@ def parse(text: str) -> sympy.Expr:
 
 
 def evaluate(text: str | int, bindings: Mapping[str, int]) -> int:
-    """The integer value of a dimension under concrete symbol values."""
+    """The integer value of a dimension under concrete symbol values. Under fake tensors a binding may be a
+    SymInt: the value is then a SymInt too, computed with Python arithmetic so that make_fx records it."""
     if isinstance(text, int):
         return text
     expr = parse(text)
-    value = expr.xreplace({s: sympy.Integer(bindings[s.name]) for s in expr.free_symbols})
-    return int(value)
+    values = {s: bindings[s.name] for s in expr.free_symbols}
+    if any(not isinstance(v, int) for v in values.values()):
+        return _evaluate_traced(expr, {s.name: v for s, v in values.items()})
+    return int(expr.xreplace({s: sympy.Integer(v) for s, v in values.items()}))
+
+
+_TRACED_FUNCTIONS = {"FloorDiv": operator.floordiv, "CleanDiv": operator.floordiv, "Mod": operator.mod,
+                     "PythonMod": operator.mod, "Max": torch.sym_max, "Min": torch.sym_min}
+
+
+def _evaluate_traced(expr: sympy.Expr, env: Mapping[str, object]):
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return env[expr.name]
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):  # what `a // b` in schema text parses to
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if not den.is_Integer:
+            raise ValueError(f"cannot evaluate {expr} on symbolic ints: its divisor is not an integer")
+        n = _evaluate_traced(sympy.expand(num), env)
+        return n // int(den) if isinstance(expr, sympy.floor) else -(-n // int(den))
+    args = [_evaluate_traced(a, env) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return functools.reduce(operator.add, args)
+    if isinstance(expr, sympy.Mul):
+        return functools.reduce(operator.mul, args)
+    if isinstance(expr, sympy.Pow):
+        return args[0] ** args[1]
+    fn = _TRACED_FUNCTIONS.get(type(expr).__name__)
+    if fn is None:
+        raise ValueError(f"cannot evaluate {expr} on symbolic ints: {type(expr).__name__} is not handled")
+    return functools.reduce(fn, args)
 
 
 def free_symbols(text: str | int) -> set[str]:

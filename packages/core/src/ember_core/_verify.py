@@ -8,7 +8,8 @@ from ._dtypes import DTYPE_NAMES
 from ._errors import GraphError
 from ._ops import resolve_op
 from ._printer import format_graph
-from ._schema import INPUT_KINDS, OUTPUT_KINDS, VALUE_TYPES, Graph, Sym, iter_refs
+from ._schema import INPUT_KINDS, OUTPUT_KINDS, REGIONS, VALUE_TYPES, Graph, Node, Sym, iter_refs
+from ._symbolic import parse
 
 _SYMBOL_LIKE = re.compile(r"\b([a-z]\d+)\b")
 
@@ -25,9 +26,15 @@ def _check_syms(graph: Graph, args, where: str, node_index: int | None, symbols:
         if isinstance(arg, (list, tuple)):
             _check_syms(graph, arg, where, node_index, symbols)
         elif isinstance(arg, Sym):
+            try:
+                parse(arg.expr)
+            except Exception as e:  # sympy raises SympifyError, SyntaxError, TypeError ...
+                what = f"symbolic expression {arg.expr!r} does not parse: {type(e).__name__}"
+                raise _fail(graph, where, what, node_index) from None
             for name in _SYMBOL_LIKE.findall(arg.expr):
                 if name not in symbols:
-                    raise _fail(graph, where, f"symbolic expression {arg.expr!r} uses undeclared symbol {name!r}", node_index)
+                    what = f"symbolic expression {arg.expr!r} uses undeclared symbol {name!r}"
+                    raise _fail(graph, where, what, node_index)
 
 
 def _check_value(graph: Graph, name: str, symbols: set[str]) -> None:
@@ -49,41 +56,56 @@ def verify(graph: Graph) -> Graph:
     """Check every rule of the schema; return the graph unchanged, or raise `GraphError`."""
     symbols = {s.name for s in graph.symbols}
     defined: set[str] = set()
-
-    def define(name: str, where: str, node_index: int | None = None) -> None:
-        if name in defined:
-            raise _fail(graph, where, f"value {name!r} is defined twice", node_index)
-        if name not in graph.values:
-            raise _fail(graph, where, f"value {name!r} has no entry in values", node_index)
-        _check_value(graph, name, symbols)
-        defined.add(name)
-
     for k, inp in enumerate(graph.inputs):
         if inp.kind not in INPUT_KINDS:
             raise _fail(graph, f"inputs[{k}].kind", f"unknown input kind {inp.kind!r}; expected one of {INPUT_KINDS}")
-        define(inp.name, f"inputs[{k}]")
-    defined.update(graph.constants)
+        _define(graph, inp.name, f"inputs[{k}]", None, defined, symbols)
+    for name in graph.constants:
+        if name in defined:
+            raise _fail(graph, f"constants.{name}", f"constant {name!r} has the name of an input")
+        defined.add(name)
     for i, node in enumerate(graph.nodes):
-        where = f"node {i} ({', '.join(node.outputs)} = {node.op})"
-        try:
-            resolve_op(node.op)
-        except GraphError as e:
-            raise _fail(graph, f"{where}.op", str(e), i) from None
-        for j, arg in enumerate(node.args):
-            for ref in iter_refs(arg):
-                if ref not in defined:
-                    raise _fail(graph, f"{where}.args[{j}]", f"refers to undefined value {ref!r}", i)
-        for key, arg in node.kwargs.items():
-            for ref in iter_refs(arg):
-                if ref not in defined:
-                    raise _fail(graph, f"{where}.kwargs.{key}", f"refers to undefined value {ref!r}", i)
-        _check_syms(graph, node.args, f"{where}.args", i, symbols)
-        _check_syms(graph, tuple(node.kwargs.values()), f"{where}.kwargs", i, symbols)
-        if not node.outputs:
-            raise _fail(graph, where, "node has no outputs", i)
-        for out in node.outputs:
-            define(out, f"{where}.outputs", i)
-    mutated = {o.input for o in graph.outputs if o.kind == "mutation"}
+        _check_node(graph, i, node, defined, symbols)
+    _check_outputs(graph, defined)
+    return graph
+
+
+def _define(graph: Graph, name: str, where: str, node_index: int | None, defined: set[str], symbols: set[str]) -> None:
+    if name in defined:
+        raise _fail(graph, where, f"value {name!r} is defined twice", node_index)
+    if name not in graph.values:
+        raise _fail(graph, where, f"value {name!r} has no entry in values", node_index)
+    _check_value(graph, name, symbols)
+    defined.add(name)
+
+
+def _check_node(graph: Graph, i: int, node: Node, defined: set[str], symbols: set[str]) -> None:
+    where = f"node {i} ({', '.join(node.outputs)} = {node.op})"
+    try:
+        resolve_op(node.op)
+    except GraphError as e:
+        raise _fail(graph, f"{where}.op", str(e), i) from None
+    fields = [(f"args[{j}]", a) for j, a in enumerate(node.args)] + [(f"kwargs.{k}", a) for k, a in node.kwargs.items()]
+    for field, arg in fields:
+        for ref in iter_refs(arg):
+            if ref not in defined:
+                raise _fail(graph, f"{where}.{field}", f"refers to undefined value {ref!r}", i)
+        _check_syms(graph, arg, f"{where}.{field}", i, symbols)
+    if not node.outputs:
+        raise _fail(graph, where, "node has no outputs", i)
+    for out in node.outputs:
+        _define(graph, out, f"{where}.outputs", i, defined, symbols)
+    _check_node_meta(graph, node, where, i)
+
+
+def _check_node_meta(graph: Graph, node: Node, where: str, i: int) -> None:
+    region = node.meta.get("region")
+    if region is not None and region not in REGIONS:
+        raise _fail(graph, f"{where}.meta.region", f"unknown region {region!r}; expected one of {REGIONS}", i)
+
+
+def _check_outputs(graph: Graph, defined: set[str]) -> None:
+    mutated: dict[int, int] = {}  # input index → the output carrying its new value
     for k, out in enumerate(graph.outputs):
         where = f"outputs[{k}]"
         if out.kind not in OUTPUT_KINDS:
@@ -91,8 +113,22 @@ def verify(graph: Graph) -> Graph:
         if out.name not in defined:
             raise _fail(graph, f"{where}.name", f"refers to undefined value {out.name!r}")
         if out.kind in ("mutation", "alias") and not (out.input is not None and 0 <= out.input < len(graph.inputs)):
-            raise _fail(graph, f"{where}.input", f"output of kind {out.kind!r} needs a valid input index, got {out.input!r}")
+            what = f"output of kind {out.kind!r} needs a valid input index, got {out.input!r}"
+            raise _fail(graph, f"{where}.input", what)
+        if out.kind == "mutation":
+            _check_mutation(graph, where, k, out.input, mutated)
     for k, inp in enumerate(graph.inputs):
         if inp.mutated and k not in mutated:
-            raise _fail(graph, f"inputs[{k}].mutated", f"input {inp.name!r} is marked mutated but no output carries its new value")
-    return graph
+            what = f"input {inp.name!r} is marked mutated but no output carries its new value"
+            raise _fail(graph, f"inputs[{k}].mutated", what)
+
+
+def _check_mutation(graph: Graph, where: str, k: int, index: int, mutated: dict[int, int]) -> None:
+    inp = graph.inputs[index]
+    if not inp.mutated:
+        what = f"mutation output of input {index} ({inp.name!r}), but that input is not marked mutated"
+        raise _fail(graph, f"{where}.input", what)
+    if index in mutated:
+        what = f"input {index} ({inp.name!r}) already has a mutation output: outputs[{mutated[index]}]"
+        raise _fail(graph, f"{where}.input", what)
+    mutated[index] = k

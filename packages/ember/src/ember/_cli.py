@@ -20,7 +20,8 @@ def _plugins(args: argparse.Namespace) -> int:
     if args.options:
         print()
         _table([("option", "default", "plugin", "meaning")] + [
-            (s.key, repr(s.default), s.plugin, s.doc) for s in sorted(manager.registry.options.values(), key=lambda s: s.key)
+            (s.key, repr(s.default), s.plugin, s.doc)
+            for s in sorted(manager.registry.options.values(), key=lambda s: s.key)
         ])
     return 0
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from ember_core import CompiledGraph, Event, Graph, PluginError, PluginManager, fingerprint, get_plugin_manager
@@ -121,7 +122,8 @@ class Pipeline:
         if key is not None:
             hit = _cache.get(key)
             if hit is not None:
-                self.manager.emit(Event("cache_hit", "runtime", f"graph {graph.name!r}: reusing {codegen.name} build {key[0][:12]}"))
+                self.manager.emit(Event("cache_hit", "runtime",
+                                        f"graph {graph.name!r}: reusing {codegen.name} build {key[0][:12]}"))
                 return hit
         try:
             compiled = codegen.impl.compile(graph, example_inputs, self.options)
@@ -133,5 +135,6 @@ class Pipeline:
         if key is not None:
             with _cache_lock:
                 _cache[key] = compiled
-            self.manager.emit(Event("cache_miss", "runtime", f"graph {graph.name!r}: stored {codegen.name} build {key[0][:12]}"))
+            self.manager.emit(Event("cache_miss", "runtime",
+                                    f"graph {graph.name!r}: stored {codegen.name} build {key[0][:12]}"))
         return compiled

@@ -1,1 +1,30 @@
-"""Test helpers for plugin authors: the codegen conformance kit and a pytest plugin."""
+"""Test helpers for ember and its plugins: the graph battery, the codegen conformance kit, golden snapshots and
+random inputs. The pytest plugin (`gpu` marker) is `ember_core.testing.pytest_plugin`, loaded by entry point.
+
+Names load on first use, so the pytest plugin's import stays cheap."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BatteryCase": "._battery", "battery": "._battery", "battery_case": "._battery", "battery_names": "._battery",
+    "clone_inputs": "._battery", "TRACE_SIZE": "._battery", "OTHER_SIZE": "._battery",
+    "CodegenConformance": "._conformance",
+    "graph_to_device": "._devices", "inputs_to_device": "._devices",
+    "assert_golden": "._golden", "accepting": "._golden",
+    "random_inputs": "._inputs",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ember_core.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -18,3 +18,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def ember_plugin_manager():
+    """A fresh ember plugin manager with no entry points loaded and an empty environment: register test plugins
+    on it with `.register(obj, name=...)`."""
+    from ember_core import PluginManager
+
+    return PluginManager(load_entrypoints=False, env={})

@@ -1,0 +1,20 @@
+"""ember-core's own plugin: the interpreter codegen and the log/dump observer."""
+
+import torch
+from ember_core import CompiledGraph, PluginManager, _builtin
+from ember_core.testing import battery_case
+
+
+def test_interpreter_codegen_compiles_to_a_runnable_graph():
+    case = battery_case("pointwise_chain")
+    compiled = _builtin.InterpreterCodegen().compile(case.graph, case.inputs, {})
+    assert isinstance(compiled, CompiledGraph) and compiled.codegen == "interpreter"
+    assert compiled.source == str(case.graph)
+    torch.testing.assert_close(compiled(case.inputs), list(case.reference(*case.inputs)))
+
+
+def test_builtin_registers_interpreter_for_every_device_at_lowest_priority():
+    pm = PluginManager(load_entrypoints=False, env={})
+    pm.register(_builtin, name="core")
+    impl = pm.registry.find("codegen", device="cuda")
+    assert (impl.name, impl.priority, impl.devices) == ("interpreter", -1000, ())

@@ -1,0 +1,37 @@
+"""Op names: ATen overloads by their printed name, and the closed set of symbolic-size functions."""
+
+import math
+import operator
+
+import pytest
+import torch
+from ember_core import GraphError, resolve_op
+from ember_core._ops import is_sym_op, op_name
+
+
+def test_aten_overload_resolves_by_name():
+    assert resolve_op("aten.mul.Tensor") is torch.ops.aten.mul.Tensor
+
+
+def test_symbolic_size_functions_resolve():
+    assert resolve_op("operator.mul") is operator.mul and resolve_op("math.ceil") is math.ceil
+    assert is_sym_op("torch.sym_max") and not is_sym_op("aten.mul.Tensor")
+
+
+@pytest.mark.parametrize("name,message", [
+    ("mul", "expected 'namespace.op.overload'"),
+    ("aten.mul.NoSuchOverload", "torch.ops has no such overload"),
+    ("nope.mul.Tensor", "torch.ops has no such overload"),
+])
+def test_unknown_op_says_why(name, message):
+    with pytest.raises(GraphError, match=message):
+        resolve_op(name)
+
+
+def test_op_name_of_an_overload_is_its_printed_name():
+    assert op_name(torch.ops.aten.add.Tensor) == "aten.add.Tensor" and op_name(operator.floordiv) == "operator.floordiv"
+
+
+def test_op_name_refuses_other_callables():
+    with pytest.raises(GraphError, match="is not an ATen overload"):
+        op_name(torch.add)

@@ -1,0 +1,73 @@
+"""The in-memory schema: frozen records, functional updates, argument references, constant equality."""
+
+import dataclasses
+
+import pytest
+import torch
+from ember_core import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Value
+from ember_core._schema import INPUT_KINDS, OUTPUT_KINDS, iter_refs, node_refs
+
+
+def test_records_are_frozen():
+    node = Node(("v1",), "aten.neg.default", (Ref("x"),))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        node.op = "aten.abs.default"  # type: ignore[misc]
+
+
+def test_replace_returns_an_updated_copy():
+    v = Value(shape=(2, 3), stride=(3, 1))
+    w = v.replace(dtype="float16")
+    assert (v.dtype, w.dtype, w.shape) == ("float32", "float16", (2, 3))
+
+
+def test_defaults_describe_a_user_input_and_output():
+    assert Input("x") == Input("x", "user", False)
+    assert Output("y") == Output("y", "user", None)
+    assert Graph().version == SCHEMA_VERSION
+
+
+def test_user_outputs_keep_user_and_alias_kinds():
+    g = Graph(outputs=(Output("a"), Output("b", "mutation", 0), Output("c", "alias", 0), Output("d", "saved")))
+    assert [o.name for o in g.user_outputs] == ["a", "c"]
+
+
+def test_input_names_follow_input_order():
+    assert Graph(inputs=(Input("b"), Input("a"))).input_names == ("b", "a")
+
+
+def test_iter_refs_looks_inside_lists_and_dicts():
+    arg = (Ref("a"), 2, (Ref("b"), Sym("s0")), {"k": Ref("c")})
+    assert list(iter_refs(arg)) == ["a", "b", "c"]
+
+
+def test_node_refs_reads_args_then_kwargs():
+    node = Node(("y",), "aten.add.Tensor", (Ref("a"),), {"other": Ref("b")})
+    assert list(node_refs(node)) == ["a", "b"]
+
+
+def test_constants_compare_by_content():
+    a = Constant("c", torch.tensor([1.0, 2.0]))
+    assert a == Constant("c", torch.tensor([1.0, 2.0]))
+    assert a != Constant("c", torch.tensor([1.0, 3.0]))
+    assert a != Constant("c", torch.tensor([1, 2]))
+    assert a != Constant("d", torch.tensor([1.0, 2.0]))
+
+
+def test_empty_constants_compare_by_shape_and_dtype():
+    assert Constant("c", torch.empty(0, 3)) == Constant("c", torch.empty(0, 3))
+    assert Constant("c", torch.empty(0, 3)) != Constant("c", torch.empty(3, 0))
+
+
+def test_graphs_with_equal_constants_are_equal():
+    g = Graph(constants={"c": Constant("c", torch.ones(2))})
+    assert g == Graph(constants={"c": Constant("c", torch.ones(2))})
+
+
+def test_graph_str_is_the_printed_text():
+    g = Graph(name="f", inputs=(Input("x"),), values={"x": Value(shape=(2,), stride=(1,))}, outputs=(Output("x"),))
+    assert str(g).splitlines()[1] == "def f(x: f32[2]):"
+
+
+def test_kind_tuples_name_every_kind_once():
+    assert len(set(INPUT_KINDS)) == len(INPUT_KINDS) and "user" in INPUT_KINDS
+    assert {"mutation", "alias", "grad", "saved", "user"} == set(OUTPUT_KINDS)

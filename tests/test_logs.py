@@ -1,0 +1,47 @@
+"""EMBER_LOGS and EMBER_DUMP, seen as a user sees them: in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import ember, torch
+    def f(x):
+        return torch.relu(x) * 2
+    g = ember.compile(f, options={"frontend": "trace"})
+    for n in (10, 8, 10):
+        g(torch.randn(n))
+    ember.compile(f, options={"frontend": "trace"})(torch.randn(10))
+""")
+
+
+def run(env):
+    return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+
+
+def test_ember_logs_prints_graphs_guards_recompiles_and_cache():
+    result = run({"EMBER_LOGS": "graphs,guards,recompiles,cache"})
+    assert result.returncode == 0, result.stderr
+    err = result.stderr
+    assert "[ember graphs]" in err and "aten.relu.default" in err
+    assert "[ember guards]" in err
+    assert "[ember recompiles]" in err and "size of dim 0 changed from 10 to 8" in err
+    assert "[ember cache]" in err and "reusing" in err
+
+
+def test_ember_logs_off_prints_nothing():
+    result = run({"EMBER_LOGS": ""})
+    assert result.returncode == 0, result.stderr
+    assert "[ember" not in result.stderr
+
+
+def test_ember_dump_writes_numbered_graph_files(tmp_path):
+    result = run({"EMBER_DUMP": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert any(n.endswith("graph_captured-f.txt") or "graph_captured" in n for n in names), names
+    assert any(n.endswith(".json") for n in names)
