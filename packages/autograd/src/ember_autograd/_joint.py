@@ -1,0 +1,143 @@
+"""`joint(graph, example_inputs)`: the forward and backward of an ATen graph, traced ahead of time as one graph.
+
+How: the graph is replayed with ember-core's Interpreter on fake primals under autograd, then
+`torch.autograd.grad` runs on its differentiable outputs with one tangent each. make_fx records both halves,
+functionalized (backward formulas may write in place) and decomposed to core ATen (random ops excepted, see
+`_decompositions`). Nodes recorded while the forward ran are tagged `region=forward`, the rest `backward`.
+Random ops run in the forward only: the backward reads the masks the forward made (`native_dropout`'s second
+output), so no partitioner has to run a random op twice.
+
+The layout is `ember_core.JointGraph`'s. Inputs: the primals, with the graph's names, kinds and metadata
+(`requires_grad` as decided here), then `tangent_{i}` for each differentiable forward output i. Outputs: the
+forward outputs (the graph's kinds), then `Output(kind="grad", input=k)` for each primal k that has a gradient.
+A forward output is differentiable, and has a tangent, exactly when its value has `requires_grad=True`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from ember_core import Graph, Input, Interpreter, JointGraph, Output, from_fx, verify
+from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+
+from ._decompositions import decompositions
+from ._grad_boundaries import insert_grad_boundaries
+from ._primals import FakePrimals, differentiable_dtype, requires_grad
+
+PRODUCER = "ember-autograd 0.1.0"
+_REGION = "ember_region"  # fx meta key: set on every node recorded while the forward ran
+
+
+def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
+    """The joint forward+backward graph of a functional ATen graph (layout in this module's docstring)."""
+    grads = requires_grad(graph, example_inputs)
+    trace = JointTrace(insert_grad_boundaries(graph), FakePrimals(graph, example_inputs, grads))
+    gm = trace.run()
+    joint_graph = _to_graph(graph, gm, trace, grads)
+    return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
+
+
+class JointTrace:
+    """One make_fx trace of forward + `autograd.grad`; remembers which outputs got tangents and which primals
+    got gradients."""
+
+    def __init__(self, graph: Graph, primals: FakePrimals):
+        self.graph = graph
+        self.primals = primals
+        self.interpreter = Interpreter(graph)
+        self.differentiable: list[bool] = []  # per forward output
+        self.grad_inputs: list[int] = []  # primal index of each gradient output, in order
+
+    def run(self) -> fx.GraphModule:
+        tangents = self._tangents()
+        fake = self.primals.mode
+        fn = dispatch_functionalize(self._joint_fn, FunctionalTensorMode())
+        with fake, enable_python_dispatcher(), torch.enable_grad(), torch.autograd.set_multithreading_enabled(False):
+            gm = make_fx(fn, decomposition_table=decompositions())(*self.primals.values, *tangents)
+        _drop_aliases(gm)
+        gm.graph.eliminate_dead_code()  # random ops count as impure and stay
+        return gm
+
+    def _tangents(self) -> list[torch.Tensor]:
+        """Run the forward once on the fake primals to learn which outputs are differentiable; a contiguous
+        tangent for each."""
+        with self.primals.mode, torch.enable_grad():
+            outs = self.interpreter.run(self.primals.values)
+            self.differentiable = [_differentiable(o) for o in outs]
+            return [torch.empty(o.shape, dtype=o.dtype, device=o.device)
+                    for o, d in zip(outs, self.differentiable) if d]
+
+    def _joint_fn(self, *flat: Any) -> list[Any]:
+        n = len(self.graph.inputs)
+        primals, tangents = flat[:n], flat[n:]
+        outs = self.interpreter.run(list(primals))
+        for node in get_proxy_mode().tracer.graph.nodes:
+            node.meta[_REGION] = "forward"
+        wrt = [(k, p) for k, p in enumerate(primals) if isinstance(p, torch.Tensor) and p.requires_grad]
+        diff = [o for o, d in zip(outs, self.differentiable) if d]
+        if [_differentiable(o) for o in outs] != self.differentiable:
+            raise AssertionError("forward outputs changed differentiability between two traces")
+        grads: Sequence[torch.Tensor | None] = ()
+        if diff and wrt:
+            grads = torch.autograd.grad(diff, [p for _, p in wrt], list(tangents), allow_unused=True)
+        self.grad_inputs = [k for (k, _), g in zip(wrt, grads) if g is not None]
+        return [*outs, *(g for g in grads if g is not None)]
+
+
+def _drop_aliases(gm: fx.GraphModule) -> None:
+    """Read through `aten.alias` (what autograd's detached saved tensors and `detach` decompose to): in a graph
+    without mutation an alias reads the same data as its source. Aliases that are graph outputs stay, so that each
+    output keeps its own value and differentiability."""
+    for node in list(gm.graph.nodes):
+        if node.target is torch.ops.aten.alias.default and all(u.op != "output" for u in node.users):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+
+
+def _differentiable(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad and differentiable_dtype(x.dtype)
+
+
+def _to_graph(graph: Graph, gm: fx.GraphModule, trace: JointTrace, grads: list[bool]) -> Graph:
+    """The traced module as an ember Graph: names, kinds, regions and metadata of the joint layout."""
+    tangent_names = [f"tangent_{i}" for i, d in enumerate(trace.differentiable) if d]
+    inputs = [*(Input(i.name, i.kind, i.mutated) for i in graph.inputs), *(Input(t, "tangent") for t in tangent_names)]
+    _name_placeholders(gm, inputs)
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            node.meta["ember_meta"] = {"region": node.meta.get(_REGION, "backward")}
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    results = list(out_node.args[0])
+    kinds = [*graph.outputs, *(Output("", "grad", k) for k in trace.grad_inputs)]
+    out_node.meta["ember_outputs"] = [Output(r.name, o.kind, o.input) for r, o in zip(results, kinds)]
+    traced = trace.primals.symbols.rename(from_fx(gm, name=f"{graph.name}_joint", producer=PRODUCER))
+    values = dict(traced.values)
+    for inp, grad in zip(graph.inputs, grads):  # the primals keep the graph's own records
+        values[inp.name] = graph.values[inp.name].replace(requires_grad=grad)
+    for out, d in zip(traced.outputs, trace.differentiable):
+        values[out.name] = values[out.name].replace(requires_grad=d)
+    return traced.replace(values=values)
+
+
+def _name_placeholders(gm: fx.GraphModule, inputs: list[Input]) -> None:
+    """Give the placeholders the inputs' names (other nodes step aside) and their ember records."""
+    wanted = {i.name for i in inputs}
+    taken = {n.name for n in gm.graph.nodes} | wanted
+    for node in gm.graph.nodes:
+        if node.op != "placeholder" and node.name in wanted:
+            new = node.name + "_1"
+            while new in taken:
+                new += "_"
+            taken.add(new)
+            node.name = new
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise AssertionError(f"joint trace has {len(placeholders)} placeholders for {len(inputs)} inputs")
+    for node, inp in zip(placeholders, inputs):
+        node.name = inp.name
+        node.meta["ember_input"] = inp

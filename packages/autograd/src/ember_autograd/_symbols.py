@@ -1,0 +1,82 @@
+"""Symbolic sizes while tracing: a graph's symbols as SymInts of a fresh ShapeEnv, and the traced graph's symbols
+renamed back to the graph's names.
+
+A ShapeEnv names its symbols itself (`s27`, from a hash of the source), so the joint graph comes out of make_fx
+with names of its own; `rename` maps them back, so that the joint graph speaks of the same `s0` as its input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+from ember_core import Graph, GraphError, Sym, Symbol
+from ember_core._symbolic import evaluate, parse  # not exported by ember-core yet; one copy of size arithmetic
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+
+class SymbolTable:
+    """The graph's symbols as SymInts of one ShapeEnv (none when the graph has no symbols)."""
+
+    def __init__(self, graph: Graph):
+        self.shape_env = ShapeEnv() if graph.symbols else None
+        self.symints: dict[str, Any] = {}  # graph's symbol name → SymInt
+        self.graph_names: dict[str, str] = {}  # ShapeEnv's symbol name → graph's symbol name
+        self.symbols: dict[str, Symbol] = {s.name: s for s in graph.symbols}
+        for s in graph.symbols:
+            self.add(s.name, s.hint)
+
+    def add(self, name: str, hint: int) -> Any:
+        """A new symbol called `name` in the graph, with the value `hint` when traced."""
+        from torch._dynamo.source import ConstantSource
+
+        if self.shape_env is None:
+            self.shape_env = ShapeEnv()
+        source = ConstantSource(f"ember_{name}")
+        expr = self.shape_env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC,
+                                            do_not_specialize_zero_one=True)
+        symint = self.shape_env.create_symintnode(expr, hint=hint, source=source)
+        self.symints[name] = symint
+        self.graph_names[str(expr)] = name
+        self.symbols.setdefault(name, Symbol(name, hint))
+        return symint
+
+    def dim(self, d: int | str) -> Any:
+        """A dimension of the schema (an int or an expression over the graph's symbols) as an int or SymInt."""
+        try:
+            return evaluate(d, self.symints)
+        except KeyError as e:
+            raise GraphError(f"size {d!r} uses symbol {e.args[0]!r}, which the graph does not declare") from None
+
+    def rename(self, graph: Graph) -> Graph:
+        """The traced graph with the ShapeEnv's symbol names replaced by the graph's, and their records."""
+        names = self.graph_names
+        if not names:
+            return graph
+
+        def text(d: Any) -> Any:
+            if not isinstance(d, str):
+                return d
+            expr = parse(d)
+            swap = {s: sympy.Symbol(names[s.name], integer=True) for s in expr.free_symbols if s.name in names}
+            return str(expr.xreplace(swap)) if swap else d
+
+        def arg(a: Any) -> Any:
+            if isinstance(a, Sym):
+                return Sym(text(a.expr))
+            if isinstance(a, (list, tuple)):
+                return type(a)(arg(x) for x in a)
+            return a
+
+        values = {k: v.replace(shape=tuple(text(d) for d in v.shape), stride=tuple(text(d) for d in v.stride),
+                               storage_offset=text(v.storage_offset))
+                  for k, v in graph.values.items()}
+        nodes = tuple(n.replace(args=arg(n.args), kwargs={k: arg(v) for k, v in n.kwargs.items()}) for n in graph.nodes)
+        symbols = tuple(self.symbols.get(names.get(s.name, s.name), s) for s in graph.symbols)
+        return graph.replace(values=values, nodes=nodes, symbols=_ordered(symbols))
+
+
+def _ordered(symbols: tuple[Symbol, ...]) -> tuple[Symbol, ...]:
+    unique = {s.name: s for s in symbols}
+    return tuple(unique[n] for n in sorted(unique, key=lambda n: (n[0], int(n[1:]) if n[1:].isdigit() else 0, n)))
+

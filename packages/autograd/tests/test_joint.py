@@ -1,0 +1,337 @@
+"""joint(): layout of the joint graph, and gradients equal to eager through joint → partition → wrap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _support import Compiled, capture, check_against_eager, leaves
+from ember_autograd import is_random, joint
+from ember_core import Output, Sym, resolve_op, verify
+from ember_core.testing import assert_golden
+
+
+def rand(*shape: int, grad: bool = True) -> torch.Tensor:
+    return torch.randn(*shape, requires_grad=grad)
+
+
+def mlp(x, w1, b1, w2, b2):
+    return F.gelu(x @ w1 + b1) @ w2 + b2
+
+
+def mlp_inputs():
+    torch.manual_seed(0)
+    return rand(4, 8, grad=False), rand(8, 16), rand(16), rand(16, 3), rand(3)
+
+
+# ---------------------------------------------------------------------------------------------- layout
+
+
+def test_inputs_are_primals_then_one_tangent_per_differentiable_output():
+    def f(x, w):
+        y = x @ w
+        return y, y.argmax(), y.sum()
+
+    jg = joint(capture(f, rand(3, 4), rand(4, 5)), [rand(3, 4), rand(4, 5)])
+    g = jg.graph
+    assert (jg.num_primals, jg.num_forward_outputs) == (2, 3)
+    assert [i.kind for i in g.inputs] == ["user", "user", "tangent", "tangent"]
+    assert [i.name for i in g.inputs[2:]] == ["tangent_0", "tangent_2"]
+    assert [g.values[o.name].requires_grad for o in g.outputs[:3]] == [True, False, True]
+
+
+def test_outputs_are_forward_outputs_then_grads_of_primals():
+    jg = joint(capture(mlp, *mlp_inputs()), mlp_inputs())
+    grads = jg.graph.outputs[jg.num_forward_outputs:]
+    assert [(o.kind, o.input) for o in grads] == [("grad", 1), ("grad", 2), ("grad", 3), ("grad", 4)]
+    assert verify(jg.graph) is jg.graph
+
+
+def test_every_node_is_tagged_forward_or_backward_forward_first():
+    jg = joint(capture(mlp, *mlp_inputs()), mlp_inputs())
+    regions = [n.meta["region"] for n in jg.graph.nodes]
+    assert set(regions) == {"forward", "backward"}
+    assert regions == sorted(regions, key=lambda r: r == "backward")
+
+
+def test_primals_keep_names_kinds_and_metadata():
+    args = mlp_inputs()
+    graph = capture(mlp, *args, kinds=["user", "param", "param", "param", "param"])
+    g = joint(graph, args).graph
+    assert [(i.name, i.kind) for i in g.inputs[:5]] == [(i.name, i.kind) for i in graph.inputs]
+    assert [g.values[i.name].requires_grad for i in graph.inputs] == [False, True, True, True, True]
+
+
+def test_graph_is_core_aten_and_functional():
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        return F.silu(y).mean()
+
+    g = joint(capture(f, rand(5)), [rand(5)]).graph
+    ops = {n.op for n in g.nodes}
+    assert "aten.silu.default" not in ops and "aten.silu_backward.default" not in ops
+    assert not any(resolve_op(op)._schema.is_mutable for op in ops if op.startswith("aten."))
+
+
+# ---------------------------------------------------------------------------------------------- against eager
+
+
+def test_mlp_matches_eager():
+    check_against_eager(mlp, *mlp_inputs())
+
+
+def test_int_input_and_int_output():
+    def f(x, idx, n):
+        return x[idx] * n.float().sum(), idx * 2 + n.sum()
+
+    c = check_against_eager(f, rand(6), torch.tensor([1, 4]), torch.arange(3))
+    assert c.joint.graph.values[c.joint.graph.outputs[1].name].dtype == "int64"
+
+
+def test_non_differentiable_output_has_no_tangent():
+    def f(x):
+        y = x.sin()
+        return y.argmax(), y * 2
+
+    c = check_against_eager(f, rand(7))
+    assert [i.kind for i in c.joint.graph.inputs] == ["user", "tangent"]
+
+
+def test_several_outputs():
+    def f(x, w):
+        h = torch.tanh(x @ w)
+        m = h.max(1)
+        return h.sum(0), m.values, m.indices, torch.cumsum(h, 0)
+
+    check_against_eager(f, rand(4, 5), rand(5, 6))
+
+
+def test_outputs_aliasing_each_other():
+    def f(x):
+        y = x * 3
+        return y, y.view(-1), y.t(), y
+
+    check_against_eager(f, rand(2, 3))
+
+
+def test_outputs_aliasing_an_input():
+    def f(x, w):
+        return x.view(-1), (x * w).sum(), x
+
+    kinds = [Output("", "alias", 0), Output(""), Output("", "alias", 0)]
+    c = check_against_eager(f, rand(2, 3), rand(3), outputs=kinds)
+    assert [(o.kind, o.input) for o in c.joint.graph.outputs[:3]] == [("alias", 0), ("user", None), ("alias", 0)]
+
+
+def test_inputs_returned_as_outputs_with_and_without_grad():
+    def f(x, buf, idx):
+        return x * 2, buf, idx, buf.view(-1), x
+
+    kinds = [Output(""), Output("", "alias", 1), Output("", "alias", 2), Output("", "alias", 1), Output("", "alias", 0)]
+    check_against_eager(f, rand(3), torch.randn(3), torch.arange(2), outputs=kinds)
+
+
+def test_in_place_ops_on_an_intermediate():
+    def f(x, w):
+        y = x @ w
+        y.mul_(2)
+        y[0].add_(1)
+        y.relu_()
+        return y.sum(1)
+
+    check_against_eager(f, rand(4, 5), rand(5, 3))
+
+
+def test_views():
+    def f(x):
+        a = x.t()[1:, ::2]
+        b = x.unsqueeze(0).expand(3, -1, -1)
+        return a.contiguous() * 2, (b * x).sum(0), x.reshape(-1)[3:7]
+
+    check_against_eager(f, rand(4, 6))
+
+
+def test_detach():
+    def f(x, w):
+        y = x * w
+        return y * y.detach(), y.detach().exp()
+
+    c = check_against_eager(f, rand(5), rand(5))
+    assert [i.kind for i in c.joint.graph.inputs].count("tangent") == 1
+
+
+def test_unused_input_gets_no_grad():
+    def f(x, w, unused):
+        return (x * 2).sum() + w.shape[0]
+
+    c = check_against_eager(f, rand(3), rand(4), rand(2))
+    grads = c.joint.graph.outputs[c.joint.num_forward_outputs:]
+    assert [o.input for o in grads] == [0]
+
+
+def test_graph_constant():
+    c = torch.randn(5)
+
+    def f(x):
+        return x * c + c.sum()
+
+    check_against_eager(f, rand(5))
+
+
+def test_dropout_grads_equal_eager_under_the_same_seed():
+    def f(x, w):
+        h = F.dropout(x @ w, 0.4, True)
+        return F.dropout(h.relu(), 0.3, True).sum(0)
+
+    check_against_eager(f, rand(8, 6), rand(6, 5), seed=123)
+
+
+def test_random_ops_run_once_in_the_forward():
+    def f(x):
+        return F.dropout(x, 0.5, True).sum() + torch.ops.aten.native_dropout(x, 0.2, True)[0].sum()
+
+    g = joint(capture(f, rand(16)), [rand(16)]).graph
+    random = [n for n in g.nodes if is_random(resolve_op(n.op))]
+    assert len(random) == 2
+    assert {n.meta["region"] for n in random} == {"forward"}
+
+
+def test_native_dropout_backward_reads_the_forward_mask():
+    def f(x):
+        return torch.ops.aten.native_dropout(x, 0.5, True)[0] * 3
+
+    g = joint(capture(f, rand(32)), [rand(32)]).graph
+    [drop] = [n for n in g.nodes if n.op == "aten.native_dropout.default"]
+    mask = drop.outputs[1]
+    readers = [n for n in g.nodes if any(getattr(a, "name", None) == mask for a in n.args)]
+    assert readers and all(n.meta["region"] == "backward" for n in readers)
+    x = rand(32)
+    out = Compiled(f, x)(x)[0]
+    out.backward(torch.ones(32))
+    kept = out != 0  # the forward's mask, read off its output
+    assert 0 < kept.sum() < 32
+    torch.testing.assert_close(x.grad, kept.float() * 6)
+    torch.testing.assert_close(out, x.detach() * x.grad)
+
+
+def test_mutated_buffer_is_a_forward_output_without_tangent():
+    def f(x, w, running):
+        return (x @ w).relu(), running * 0.9 + x.detach().mean(0) * 0.1
+
+    args = (rand(4, 3), rand(3, 2), torch.zeros(3))
+    kinds = [Output(""), Output("", "mutation", 2)]
+    c = check_against_eager(f, *args, kinds=["user", "param", "buffer"], outputs=kinds, mutated=[2])
+    g = c.joint.graph
+    assert g.inputs[2].mutated and (g.outputs[1].kind, g.outputs[1].input) == ("mutation", 2)
+    assert [i.kind for i in g.inputs].count("tangent") == 1
+
+
+def test_mutated_input_that_requires_grad_carries_its_gradient():
+    def f(x):  # x.mul_(2); return x.sin()   as a frontend hands it over
+        new_x = x * 2
+        return new_x.sin(), new_x
+
+    kinds = [Output(""), Output("", "mutation", 0)]
+    a = rand(5)
+    compiled = Compiled(f, a * 1, outputs=kinds, mutated=[0])
+    a_c, a_e = leaves([a, a])
+    x = a_c * 1
+    y, new_x = compiled(x)
+    x.copy_(new_x)  # what the frontend does with a mutation output
+    (y.sum() + 3 * x.sum()).backward()
+    x = a_e * 1
+    x.mul_(2)
+    (x.sin().sum() + 3 * x.sum()).backward()
+    torch.testing.assert_close(a_c.grad, a_e.grad)
+
+
+def test_symbolic_sizes_are_kept_and_work_at_other_sizes():
+    def f(x, w):
+        return (torch.tanh(x @ w) * x.shape[0]).sum(1)
+
+    x, w = rand(4, 6), rand(6, 3)
+    compiled = Compiled(f, x, w, tracing_mode="symbolic")
+    assert compiled.joint.graph.symbols == compiled.graph.symbols
+    x2, w2 = leaves([rand(7, 2), rand(2, 3)])
+    x3, w3 = leaves([x2, w2])
+    compiled(x2, w2)[0].sum().backward()
+    f(x3, w3).sum().backward()
+    torch.testing.assert_close((x2.grad, w2.grad), (x3.grad, w3.grad))
+
+
+def test_no_grad_region_stops_gradients_when_the_metadata_says_so():
+    def f(x, w):
+        y = x * w
+        with torch.no_grad():
+            s = y * 2
+        return y + s
+
+    x, w = rand(5), rand(5)
+    graph = capture(f, x, w)
+    mul, mul_1, add = (n.outputs[0] for n in graph.nodes)
+    facts = {x.name: True for x in graph.inputs} | {mul: True, mul_1: False, add: True}
+    graph = graph.replace(values={k: v.replace(requires_grad=facts.get(k, False)) for k, v in graph.values.items()})
+    check_against_eager(f, x, w, graph=graph)
+
+
+def test_without_grad_metadata_a_replayed_no_grad_region_is_differentiated():
+    def f(x):
+        with torch.no_grad():
+            s = x * 2
+        return x * s
+
+    g = joint(capture(f, rand(3)), [rand(3)]).graph  # make_fx leaves no requires_grad facts
+    assert [o.kind for o in g.outputs] == ["user", "grad"]
+
+
+def test_symbolic_size_arguments_stay_symbolic():
+    def f(x, w):
+        return (torch.tanh(x @ w) * 2).view(-1, 2)
+
+    x, w = rand(4, 6), rand(6, 4)
+    graph = capture(f, x, w, tracing_mode="symbolic")
+    s = graph.symbols[0].name
+    view = next(n for n in graph.nodes if n.op == "aten.view.default")
+    nodes = tuple(n.replace(args=(n.args[0], (Sym(f"{s}*{s}//2"), 2))) if n is view else n for n in graph.nodes)
+    compiled = Compiled(f, x, w, graph=verify(graph.replace(nodes=nodes)))
+    assert {sym.name for sym in compiled.joint.graph.symbols} == {sym.name for sym in graph.symbols}
+    x2, w2 = leaves([rand(6, 3), rand(3, 6)])
+    x3, w3 = leaves([x2, w2])
+    compiled(x2, w2)[0].sum().backward()
+    f(x3, w3).sum().backward()
+    torch.testing.assert_close((x2.grad, w2.grad), (x3.grad, w3.grad))
+
+
+@pytest.mark.gpu
+def test_cuda_dropout_is_native_dropout_and_matches_eager():
+    def f(x, w):
+        return F.dropout(torch.tanh(x @ w), 0.5, True).sum(0)
+
+    x, w = (torch.randn(*s, device="cuda", requires_grad=True) for s in ((64, 32), (32, 16)))
+    compiled = check_against_eager(f, x, w, seed=5)
+    ops = [n.op for n in compiled.joint.graph.nodes]
+    assert ops.count("aten.native_dropout.default") == 1
+
+
+# ---------------------------------------------------------------------------------------------- printed form
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+def test_joint_of_an_mlp_prints_as_its_snapshot():
+    def mlp_tanh(x, w1, w2):
+        return (torch.tanh(x @ w1) @ w2,)
+
+    args = (torch.randn(4, 8), rand(8, 16), rand(16, 3))
+    assert_golden(str(joint(capture(mlp_tanh, *args, kinds=["user", "param", "param"]), args).graph),
+                  SNAPSHOTS / "joint_mlp.txt")
+
+
+def test_joint_with_native_dropout_prints_as_its_snapshot():
+    def dropout_scale(x):
+        return (torch.ops.aten.native_dropout(x, 0.25, True)[0] * 3,)
+
+    assert_golden(str(joint(capture(dropout_scale, rand(8)), [rand(8)]).graph), SNAPSHOTS / "joint_dropout.txt")

@@ -1,0 +1,138 @@
+"""wrap(): the autograd.Function around the compiled halves."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _support import Compiled, interpreted, leaves, save_everything
+from ember_autograd import DOUBLE_BACKWARD, wrap
+from ember_core import GraphError, Output
+
+
+def mlp(x, w1, w2):
+    return (F.gelu(x @ w1) @ w2,)
+
+
+def mlp_inputs():
+    torch.manual_seed(0)
+    return [torch.randn(4, 8), torch.randn(8, 16, requires_grad=True), torch.randn(16, 3, requires_grad=True)]
+
+
+def eager_grads(args, backwards=1):
+    x, w1, w2 = leaves(args)
+    out = mlp(x, w1, w2)[0]
+    for _ in range(backwards):
+        out.sum().backward(retain_graph=True)
+    return w1.grad, w2.grad
+
+
+def test_backward_is_compiled_lazily_and_once():
+    args = mlp_inputs()
+    compiled = Compiled(mlp, *args)
+    x, w1, w2 = leaves(args)
+    out = compiled(x, w1, w2)[0]
+    assert compiled.backward_compiles == 0
+    out.sum().backward()
+    compiled(x, w1, w2)[0].sum().backward()
+    assert compiled.backward_compiles == 1
+
+
+def test_retain_graph_backward_twice():
+    args = mlp_inputs()
+    compiled = Compiled(mlp, *args)
+    x, w1, w2 = leaves(args)
+    out = compiled(x, w1, w2)[0]
+    out.sum().backward(retain_graph=True)
+    out.sum().backward()
+    torch.testing.assert_close((w1.grad, w2.grad), eager_grads(args, backwards=2))
+
+
+def test_backward_twice_without_retain_graph_is_torchs_error():
+    args = mlp_inputs()
+    x, w1, w2 = leaves(args)
+    out = Compiled(mlp, *args)(x, w1, w2)[0]
+    out.sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.sum().backward()
+
+
+def test_double_backward_is_a_clear_error():
+    args = mlp_inputs()
+    x, w1, w2 = leaves(args)
+    out = Compiled(mlp, *args)(x, w1, w2)[0]
+    (g1, g2) = torch.autograd.grad(out.sum(), [w1, w2], create_graph=True)
+    torch.testing.assert_close((g1, g2), eager_grads(args))
+    with pytest.raises(RuntimeError, match="not differentiable twice"):
+        (out.sum() + g1.pow(2).sum()).backward()  # a gradient penalty: never silently without its second term
+    assert "compiled autograd" in DOUBLE_BACKWARD and "eagerly" in DOUBLE_BACKWARD
+
+
+def test_without_grad_it_runs_the_forward_only():
+    args = mlp_inputs()
+    compiled = Compiled(mlp, *args)
+    with torch.no_grad():
+        out = compiled(*args)[0]
+    assert not out.requires_grad
+    torch.testing.assert_close(out, mlp(*args)[0])
+    assert compiled.backward_compiles == 0
+
+
+def test_non_differentiable_outputs_do_not_require_grad():
+    def f(x):
+        y = x.exp()
+        return y, y.argmax(), y.detach() + 1
+
+    x = torch.randn(5, requires_grad=True)
+    y, idx, d = Compiled(f, x)(x)
+    assert y.requires_grad and not idx.requires_grad and not d.requires_grad
+
+
+def test_unused_output_gets_a_zero_tangent():
+    def f(x):
+        return x.sin(), x.cos()
+
+    x = torch.randn(5, requires_grad=True)
+    sin, _ = Compiled(f, x)(x)
+    sin.sum().backward()
+    torch.testing.assert_close(x.grad, x.detach().cos())
+
+
+def test_mutation_and_alias_outputs_come_back_in_the_forward_order():
+    def f(x, buf):
+        return x.view(-1), (x * 2).sum(), buf + 1
+
+    kinds = [Output("", "alias", 0), Output(""), Output("", "mutation", 1)]
+    x, buf = torch.randn(2, 3, requires_grad=True), torch.zeros(3)
+    view, total, new_buf = Compiled(f, x, buf, outputs=kinds, mutated=[1])(x, buf)
+    assert view.shape == (6,) and total.shape == () and torch.equal(new_buf, torch.ones(3))
+    assert view.requires_grad and not new_buf.requires_grad
+
+
+def test_input_that_newly_requires_grad_is_refused():
+    args = mlp_inputs()
+    compiled = Compiled(mlp, *args)
+    x = args[0].clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="input 0 requires grad"):
+        compiled(x, *args[1:])
+
+
+def test_partition_of_the_wrong_shape_is_a_graph_error():
+    args = mlp_inputs()
+    part = Compiled(mlp, *args).partition
+    broken = part.__class__(part.forward, part.backward.replace(inputs=part.backward.inputs[:-1]), part.saved)
+    with pytest.raises(GraphError, match="one tangent per differentiable forward output"):
+        wrap(broken, interpreted(broken.forward), lambda: interpreted(broken.backward))
+
+
+def test_saved_non_tensor_values_reach_the_backward():
+    def f(x):
+        return (x * x.shape[0]).sum(1)
+
+    x = torch.randn(4, 3, requires_grad=True)
+    compiled = Compiled(f, x, tracing_mode="symbolic")
+    part = save_everything(compiled.joint)
+    run = wrap(part, interpreted(part.forward), lambda: interpreted(part.backward))
+    x2 = torch.randn(5, 2, requires_grad=True)
+    run([x2])[0].sum().backward()
+    torch.testing.assert_close(x2.grad, torch.full((5, 2), 5.0))
