@@ -27,10 +27,10 @@ def test_ember_logs_prints_graphs_guards_recompiles_and_cache():
     result = run({"EMBER_LOGS": "graphs,guards,recompiles,cache"})
     assert result.returncode == 0, result.stderr
     err = result.stderr
-    assert "[ember graphs]" in err and "aten.relu.default" in err
-    assert "[ember guards]" in err
-    assert "[ember recompiles]" in err and "size of dim 0 changed from 10 to 8" in err
-    assert "[ember cache]" in err and "reusing" in err
+    assert "[ember.graphs]" in err and "aten.relu.default" in err
+    assert "[ember.guards]" in err
+    assert "[ember.recompiles]" in err and "size of dim 0 changed from 10 to 8" in err
+    assert "[ember.cache]" in err and "reusing" in err
 
 
 def test_ember_logs_off_prints_nothing():

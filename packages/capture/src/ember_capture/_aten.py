@@ -1,0 +1,262 @@
+"""FX or Python → functional ATen `Graph`: the conversion both frontends share.
+
+`capture_graph(fn, fake_inputs)` traces `fn` with make_fx under the fake mode of its inputs (Dynamo's own, when
+the inputs come from Dynamo, so symbolic sizes and guards stay one story), functionalizes it, decomposes it to
+`decomposition_table()`, and reads the result with `ember_core.from_fx`. Input mutations become
+`Input(mutated=True)` + `Output(kind="mutation")`; outputs that share storage with an input become
+`Output(kind="alias")`. Gradient facts that only eager autograd knows are written into `Value.requires_grad`, and
+no_grad regions inside the function become `aten.detach` at their boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ember_core
+import torch
+import torch.fx as fx
+from ember_core import Graph, Input, Output
+from torch._decomp import core_aten_decompositions
+from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ._errors import CaptureError, is_torch_file
+from ._functionalize import TraceFacts, functionalized
+
+# Ops whose decomposition would draw random numbers differently from eager (so dropout under a seed would differ).
+RNG_KEPT_OPS = ("aten.bernoulli", "aten.native_dropout", "aten.rand", "aten.randn", "aten.randint", "aten.uniform",
+                "aten.normal", "aten.exponential", "aten.geometric", "aten.cauchy", "aten.log_normal",
+                "aten.random", "aten.multinomial", "aten.randperm")
+
+
+@functools.cache
+def decomposition_table() -> dict:
+    """torch's core ATen decompositions minus those of random ops: the op set every ember graph is in."""
+    table = core_aten_decompositions()
+    return {op: fn for op, fn in table.items() if not str(op).startswith(RNG_KEPT_OPS)}
+
+
+def _kind_from_name(name: str) -> str:
+    if "_parameters_" in name:
+        return "param"
+    if "_buffers_" in name:
+        return "buffer"
+    return "user"
+
+
+def readable_name(name: str) -> str:
+    """A Dynamo placeholder name made short: `L_x_` → `x`, `L_self_modules_fc_parameters_weight_` → `fc_weight`."""
+    name = re.sub(r"^[LlGg]_", "", name).removeprefix("self_").rstrip("_")
+    name = name.replace("modules_", "").replace("parameters_", "").replace("buffers_", "")
+    name = re.sub(r"\W", "_", name)
+    return name if name and not name[0].isdigit() else f"in_{name}"
+
+
+def _rename(node: fx.Node, name: str) -> None:
+    if node.name != name:
+        node._rename(name)
+
+
+def _check_python_effects(gm: fx.GraphModule) -> None:
+    """Dynamo records a hook registered on an intermediate tensor as an op; make_fx would drop it silently."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.HigherOrderOperator) and target.name() == "register_hook":
+            where = _source_of(node)
+            raise CaptureError("a tensor hook registered inside the graph cannot be captured", where)
+
+
+def _source_of(node: fx.Node) -> str | None:
+    lines = (node.meta.get("stack_trace") or "").splitlines()
+    frames = [m.group("path", "line") for m in map(_FRAME.match, lines) if m]
+    return ":".join(frames[-1]) if frames else None
+
+
+def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFacts) -> fx.GraphModule:
+    """make_fx of `fn`, functional and decomposed. A GraphModule is re-run node by node so its meta survives."""
+    is_gm = isinstance(fn, fx.GraphModule)
+    target = fx.Interpreter(fn).run if is_gm else fn
+    keep_meta = fx.traceback.preserve_node_meta() if is_gm else contextlib.nullcontext()
+    with fake_mode, enable_python_dispatcher(), keep_meta:
+        gm = make_fx(functionalized(target, facts), decomposition_table=decomposition_table(),
+                     record_stack_traces=not is_gm)(*fake_inputs)
+    return gm
+
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in .*$')
+
+
+def _user_frames_only(gm: fx.GraphModule) -> None:
+    """Drop torch's own frames from stack traces, so a node's source is the user's line, not `linear.py:134`."""
+    for node in gm.graph.nodes:
+        trace = node.meta.get("stack_trace")
+        if not trace:
+            continue
+        kept, keep = [], True
+        for line in trace.splitlines():
+            m = _FRAME.match(line)
+            if m:
+                keep = not is_torch_file(m.group("path"))
+            if keep:
+                kept.append(line)
+        node.meta["stack_trace"] = "\n".join(kept) if kept else None
+
+
+def _insert_no_grad_detaches(gm: fx.GraphModule, facts: TraceFacts) -> None:
+    """Values computed under no_grad and read where grad is on get an `aten.detach`, as eager would have it."""
+    if not facts.grad_enabled:
+        return
+    for node in list(gm.graph.nodes):
+        val = node.meta.get("val")
+        if node.meta.get("ember_grad", True) or not isinstance(val, torch.Tensor) or not val.is_floating_point():
+            continue
+        readers = [u for u in node.users if u.op == "output" or u.meta.get("ember_grad", True)]
+        if not readers:
+            continue
+        with gm.graph.inserting_after(node):
+            detached = gm.graph.call_function(torch.ops.aten.detach.default, (node,))
+        detached.meta.update(val=val, ember_grad=False, stack_trace=node.meta.get("stack_trace"))
+        for user in readers:
+            user.replace_input_with(node, detached)
+
+
+def _check_constants(gm: fx.GraphModule) -> None:
+    """Tensors the function closes over become graph constants; one that needs grad would silently lose it."""
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and getattr(gm, node.target).requires_grad:
+            raise CaptureError("the function reads a tensor that requires grad but is neither an argument nor a "
+                               "module parameter; pass it as an argument")
+
+
+def _alias_views(gm: fx.GraphModule, facts: TraceFacts, fake_mode) -> None:
+    """An alias output whose graph value lost the eager view's layout (the view was written through, so the
+    functional graph computes fresh data) reads the input through `as_strided` instead: its `Value` then says how
+    to rebuild the view, which is all an alias output is for."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = list(out.args[0])
+    for j, k in enumerate(facts.aliases):
+        val = values[j].meta.get("val") if k is not None else None
+        layout = facts.layouts[j]
+        if val is None or repr(layout) == repr((tuple(val.shape), tuple(val.stride()), val.storage_offset())):
+            continue
+        size, stride, offset = layout
+        with gm.graph.inserting_before(out):
+            view = gm.graph.call_function(torch.ops.aten.as_strided.default, (placeholders[k], size, stride, offset))
+        with fake_mode:
+            view.meta["val"] = torch.as_strided(placeholders[k].meta["val"], size, stride, offset)
+        values[j] = view
+    out.args = (values,)
+
+
+def _stamp_io(gm: fx.GraphModule, facts: TraceFacts, names: Sequence[str], kinds: Sequence[str]) -> None:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for k, node in enumerate(placeholders):
+        _rename(node, names[k])
+    for k, node in enumerate(placeholders):
+        node.meta["ember_input"] = Input(node.name, kinds[k], k in facts.mutated)
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    values = out.args[0]
+    n_user = len(values) - len(facts.mutated)
+    outputs = []
+    for j, v in enumerate(values):
+        if not isinstance(v, fx.Node):
+            raise ember_core.GraphError(f"output {j} is the constant {v!r}, not a graph value")
+        if j >= n_user:
+            outputs.append(Output(v.name, "mutation", facts.mutated[j - n_user]))
+        elif facts.aliases[j] is not None:
+            outputs.append(Output(v.name, "alias", facts.aliases[j]))
+        else:
+            outputs.append(Output(v.name))
+    out.meta["ember_outputs"] = outputs
+
+
+def _requires_grad(graph: Graph, gm: fx.GraphModule, fake_inputs: Sequence[Any], facts: TraceFacts) -> Graph:
+    """Values that need grad: inputs as given, then forward through the graph; outputs as eager autograd had them."""
+    grad_of = {n.name: n.meta.get("ember_grad", True) and facts.grad_enabled for n in gm.graph.nodes}
+    values = dict(graph.values)
+    for inp, x in zip(graph.inputs, fake_inputs):
+        values[inp.name] = values[inp.name].replace(requires_grad=isinstance(x, torch.Tensor) and x.requires_grad)
+    for node in graph.nodes:
+        reads = any(r in values and values[r].requires_grad for r in _refs((node.args, node.kwargs)))
+        on = grad_of.get(node.outputs[0], True)
+        for o in node.outputs:
+            v = values[o]
+            rg = reads and on and node.op != "aten.detach.default" and v.type == "tensor" and _differentiable(v.dtype)
+            values[o] = v.replace(requires_grad=rg)
+    n_user = len(graph.outputs) - len(facts.mutated)
+    for j, out in enumerate(graph.outputs):
+        rg = facts.out_requires_grad[j] if j < n_user else facts.mutated_requires_grad[j - n_user]
+        values[out.name] = values[out.name].replace(requires_grad=rg)
+    return graph.replace(values=values)
+
+
+def _refs(arg: Any):
+    if isinstance(arg, ember_core.Ref):
+        yield arg.name
+    elif isinstance(arg, (list, tuple)):
+        for a in arg:
+            yield from _refs(a)
+    elif isinstance(arg, dict):
+        for a in arg.values():
+            yield from _refs(a)
+
+
+def _differentiable(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat", "complex"))
+
+
+def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequence[str] | None = None,
+                  input_kinds: Sequence[str] | None = None, name: str = "graph", producer: str = "",
+                  fake_mode=None) -> Graph:
+    """The functional ATen graph of `fn(*fake_inputs)`; `fn` returns a tensor or a flat sequence of tensors/SymInts.
+
+    `fn` may be a torch.fx.GraphModule (Dynamo's): its node meta (source lines, module paths) is kept.
+    `fake_inputs` are fake tensors (or SymInts) of one fake mode; a placeholder's name and kind come from
+    `input_names`/`input_kinds` (default: the GraphModule's placeholder names, kinds read from Dynamo's names).
+    """
+    fake_mode = fake_mode or detect_fake_mode(fake_inputs)
+    if fake_mode is None:
+        raise ember_core.GraphError("capture_graph needs fake inputs (or fake_mode=)")
+    if input_names is None:
+        source = [n.name for n in fn.graph.nodes if n.op == "placeholder"] if isinstance(fn, fx.GraphModule) else []
+        input_names = source or [f"arg{i}" for i in range(len(fake_inputs))]
+    if input_kinds is None:
+        input_kinds = [_kind_from_name(n) for n in input_names]
+    names = _unique([_input_name(n, x) for n, x in zip(input_names, fake_inputs)])
+    if isinstance(fn, fx.GraphModule):
+        _check_python_effects(fn)
+    facts = TraceFacts()
+    gm = _trace(fn, fake_inputs, fake_mode, facts)
+    gm.graph.eliminate_dead_code()
+    _check_constants(gm)
+    _insert_no_grad_detaches(gm, facts)
+    _user_frames_only(gm)
+    _alias_views(gm, facts, fake_mode)
+    _stamp_io(gm, facts, names, input_kinds)
+    gm.recompile()
+    graph = ember_core.from_fx(gm, name=name, producer=producer)
+    graph = _requires_grad(graph, gm, fake_inputs, facts)
+    return ember_core.verify(graph)
+
+
+def _input_name(name: str, x: Any) -> str:
+    """Symbolic-size inputs are named after their symbol, so a graph's symbols bind from its inputs by name."""
+    if isinstance(x, torch.SymInt) and x.node.expr.is_symbol:
+        return str(x.node.expr)
+    return readable_name(name)
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        k = seen.get(n, 0)
+        seen[n] = k + 1
+        out.append(n if k == 0 else f"{n}_{k}")
+    return out

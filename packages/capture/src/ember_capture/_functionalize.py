@@ -1,0 +1,104 @@
+"""Functionalization of a flat function, and the facts about its inputs and outputs that only it can see.
+
+`functionalized(fn, facts)` runs `fn` on `FunctionalTensor` wrappers (torch's Python functionalization), so the
+ops that reach make_fx underneath are functional: an in-place op on an input becomes a functional op plus a new
+value, returned as an extra output. While the wrappers still exist, it records in `facts`:
+- which outputs share storage with an input (a view of it, or the input itself): `aliases`;
+- which inputs were written: `mutated`;
+- eager autograd's view of each output and mutated input (`requires_grad`), which the ATen graph underneath
+  cannot see (autograd sits above functionalization);
+- whether grad mode was on for each op that reached the graph (`GradModeRecorder`), so no_grad regions survive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._errors import CaptureError
+
+
+@dataclass
+class TraceFacts:
+    """What functionalization saw. Indices are positions in the flat inputs and outputs."""
+
+    aliases: list[int | None] = field(default_factory=list)  # per user output: the input it aliases
+    layouts: list[tuple | None] = field(default_factory=list)  # per user output: (size, stride, offset) of a view
+    out_requires_grad: list[bool] = field(default_factory=list)  # per user output, as eager autograd has it
+    mutated: list[int] = field(default_factory=list)  # inputs written, in input order
+    mutated_requires_grad: list[bool] = field(default_factory=list)  # per mutated input, after the call
+    grad_enabled: bool = True  # grad mode when the function was entered
+
+
+class GradModeRecorder(TorchDispatchMode):
+    """Stamps every fx node made while an op runs with the grad mode it ran under (`meta["ember_grad"]`)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        mode = get_proxy_mode()
+        graph = mode.tracer.graph if mode is not None else None
+        last = graph._root.prev if graph is not None else None
+        out = func(*args, **(kwargs or {}))
+        if graph is not None:
+            grad, node = torch.is_grad_enabled(), last.next
+            while node is not graph._root:
+                node.meta.setdefault("ember_grad", grad)
+                node = node.next
+        return out
+
+
+def _to_functional(x: Any) -> Any:
+    return FunctionalTensor.to_functional(x) if isinstance(x, torch.Tensor) else x
+
+
+def _from_functional(x: Any) -> Any:
+    if not isinstance(x, FunctionalTensor):
+        return x
+    torch._sync(x)
+    return torch._from_functional_tensor(x.elem)
+
+
+def _check_metadata_kept(before: torch.Tensor, after: torch.Tensor, index: int) -> None:
+    layout = (lambda t: (t.shape, t.stride(), t.storage_offset()))
+    if layout(before) != layout(after):
+        raise CaptureError(f"input {index} has its shape or strides changed in place (resize_, t_, as_strided_ ...); "
+                           "metadata mutations of inputs are not supported")
+
+
+def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Callable[..., list]:
+    """`fn` made functional. It returns its outputs (`fn` returns a tensor or a flat sequence), then the new value
+    of each mutated input."""
+
+    def run(*args: Any) -> list:
+        facts.grad_enabled = torch.is_grad_enabled()
+        with GradModeRecorder(), FunctionalTensorMode():
+            f_args = [_to_functional(a) for a in args]
+            result = fn(*f_args)
+            outs = [result] if isinstance(result, torch.Tensor) else list(result)
+        storages: dict[StorageWeakRef, int] = {}
+        for i, a in enumerate(f_args):
+            if isinstance(a, torch.Tensor):
+                storages.setdefault(StorageWeakRef(a.untyped_storage()), i)
+        for o in outs:
+            is_tensor = isinstance(o, torch.Tensor)
+            facts.aliases.append(storages.get(StorageWeakRef(o.untyped_storage())) if is_tensor else None)
+            facts.layouts.append((tuple(o.shape), tuple(o.stride()), o.storage_offset()) if is_tensor else None)
+            facts.out_requires_grad.append(bool(is_tensor and o.requires_grad))
+        new_values = []
+        for i, (a, f) in enumerate(zip(args, f_args)):
+            if not isinstance(f, FunctionalTensor):
+                continue
+            _check_metadata_kept(a, f, i)
+            if torch._functionalize_has_data_mutation(f.elem):
+                facts.mutated.append(i)
+                facts.mutated_requires_grad.append(bool(f.requires_grad))
+                new_values.append(_from_functional(f))
+        return [_from_functional(o) for o in outs] + new_values
+
+    return run

@@ -1,0 +1,112 @@
+"""Calling a compiled graph the way the user's function was called: the frontend's run-time epilogue.
+
+A compiled graph returns every output in `graph.outputs` order. `GraphRunner` writes `mutation` outputs into the
+caller's tensors (`inp.copy_(new)`, recorded by autograd when eager autograd would record it) and rebuilds `alias`
+outputs as real views of the caller's input (`torch.as_strided` from the output's `Value`), so a function that
+returns a view of its input returns a view. Everything is planned once; a call does list indexing and copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from ember_core import Graph, Value
+from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+
+def _dim_reader(dim: int | str, where: dict[str, tuple[int, int | None]]) -> Callable[[Sequence[Any]], int] | None:
+    """A function of the inputs that gives a dimension's value: an int, or an expression over bound symbols."""
+    if isinstance(dim, int):
+        return lambda inputs: dim
+    code = compile(dim, "<ember dim>", "eval")
+    names = [n for n in code.co_names if n not in SYMPY_INTERP]
+    if any(n not in where for n in names):
+        return None
+
+    def read(inputs: Sequence[Any]) -> int:
+        env = {}
+        for n in names:
+            k, d = where[n]
+            env[n] = inputs[k] if d is None else inputs[k].shape[d]
+        return int(eval(code, SYMPY_INTERP, env))
+
+    return read
+
+
+def symbol_locations(graph: Graph) -> dict[str, tuple[int, int | None]]:
+    """Where each plain symbol can be read at run time: (input index, dim), or (input index, None) for int inputs."""
+    where: dict[str, tuple[int, int | None]] = {}
+    for k, inp in enumerate(graph.inputs):
+        v = graph.values[inp.name]
+        if v.type == "sym":
+            where.setdefault(inp.name, (k, None))
+        for d, dim in enumerate(v.shape if v.type == "tensor" else ()):
+            if isinstance(dim, str) and dim.isidentifier():
+                where.setdefault(dim, (k, d))
+    return where
+
+
+class _AliasPlan:
+    """How to rebuild one `alias` output as a view of input `k`."""
+
+    def __init__(self, j: int, k: int, out: Value, inp: Value, where: dict[str, tuple[int, int | None]]):
+        self.j, self.k = j, k
+        self.detach = inp.requires_grad and not out.requires_grad
+        self.same = (out.shape, out.stride, out.storage_offset) == (inp.shape, inp.stride, inp.storage_offset)
+        self.stride = [_dim_reader(s, where) for s in out.stride]
+        self.offset = _dim_reader(out.storage_offset, where)
+
+    def __call__(self, inputs: Sequence[Any], outs: Sequence[Any]) -> torch.Tensor:
+        base = inputs[self.k]
+        if self.detach:
+            base = base.detach()
+        if self.same:
+            return base
+        got = outs[self.j]
+        stride = [s(inputs) if s else got.stride(i) for i, s in enumerate(self.stride)]
+        offset = self.offset(inputs) if self.offset else got.storage_offset()
+        return torch.as_strided(base, got.shape, stride, offset)
+
+
+class GraphRunner:
+    """`runner(inputs) -> user outputs`: calls `compiled(inputs)`, applies mutations, rebuilds aliases."""
+
+    def __init__(self, graph: Graph, compiled: Callable[[Sequence[Any]], list]):
+        self.graph, self.compiled = graph, compiled
+        where = symbol_locations(graph)
+        values, inputs = graph.values, graph.inputs
+        self._mutations = [(j, o.input, values[o.name].requires_grad)
+                           for j, o in enumerate(graph.outputs) if o.kind == "mutation"]
+        self._user = [j for j, o in enumerate(graph.outputs) if o.kind in ("user", "alias")]
+        self._aliases = {j: _AliasPlan(j, o.input, values[o.name], values[inputs[o.input].name], where)
+                         for j, o in enumerate(graph.outputs) if o.kind == "alias"}
+        any_grad = any(values[i.name].requires_grad for i in inputs)
+        self._detach = [j for j, o in enumerate(graph.outputs) if any_grad and o.kind == "user"
+                        and values[o.name].type == "tensor" and not values[o.name].requires_grad]
+
+    def __call__(self, inputs: list) -> list:
+        outs = self.compiled(inputs)
+        for j, k, grad in self._mutations:
+            _write(inputs[k], outs[j], grad)
+        for j in self._detach:
+            if outs[j].requires_grad:
+                outs[j] = outs[j].detach()
+        if not self._aliases:
+            return [outs[j] for j in self._user]
+        aliases = self._aliases
+        return [aliases[j](inputs, outs) if j in aliases else outs[j] for j in self._user]
+
+
+def _write(target: torch.Tensor, new: torch.Tensor, grad: bool) -> None:
+    """`target.copy_(new)`, recorded by autograd when eager would record the mutation.
+
+    A write eager autograd would not see (a buffer updated inside a kernel, like batch norm's running stats, or a
+    write under no_grad) goes through `.data`, so it does not bump the version counter of a tensor the graph's
+    ops may have saved for backward (eager's kernel updates it in place before saving it, too)."""
+    if grad and not (target.is_leaf and target.requires_grad) and torch.is_grad_enabled():
+        target.copy_(new)
+        return
+    with torch.no_grad():
+        target.data.copy_(new)

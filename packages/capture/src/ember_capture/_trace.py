@@ -1,0 +1,349 @@
+"""The `trace` frontend: ember's own guard-and-trace JIT, without Dynamo.
+
+Each wrapped function keeps a list of entries, each a generated guard plus a compiled graph. A call flattens its
+arguments, runs the guards in order and calls the first entry that passes. A miss traces the function with
+make_fx under a fresh `FakeTensorMode`/`ShapeEnv` (sizes symbolic where the dynamic policy says so), compiles the
+graph with `compile_graph`, and adds an entry. Python scalars are specialized by value; module parameters and
+buffers become graph inputs (see `_state.py`). A function that cannot be one graph (a branch on a tensor's value,
+`.item()`, `print`) raises `CaptureError` under `fullgraph=True`, else runs eagerly from then on.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import inspect
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from ember_core import EmberError
+from torch._dynamo.source import LocalSource
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+    UnsupportedOperatorException,
+)
+from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic,
+    GuardOnDataDependentSymNode,
+    ShapeEnv,
+    StatelessSymbolicContext,
+)
+from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
+
+from ._aten import capture_graph
+from ._errors import CaptureError, located
+from ._guards import GuardBuilder, shape_env_checks, static_ints, tensor_checks, value_check
+from ._options import options_of
+from ._report import qualname, report
+from ._runner import GraphRunner
+from ._state import ModuleState, find_owners
+
+PRODUCER = "ember-capture 0.1.0 trace"
+_DATA_DEPENDENT = (DataDependentOutputException, GuardOnDataDependentSymNode, DynamicOutputShapeException)
+
+
+class _SideEffect(Exception):
+    """Raised in place of a Python side effect the trace cannot record (`print`, `Tensor.register_hook`)."""
+
+
+@dataclass
+class Entry:
+    """One compiled specialization: its guard, its graph and how to call it."""
+
+    check: Callable[[list, Any], bool]
+    explain: Callable[[list, Any], str | None]
+    guard_source: str
+    graph: Any  # ember_core.Graph
+    run: Callable[[list], Any]
+    spec: Any  # the arguments' structure, as `flatten_args` gives it
+    tensor_leaves: list[int]
+    static_sizes: list[list[int | None]]  # per tensor leaf: its sizes, None where symbolic
+
+
+class TraceFrontend:
+    """Frontend `trace`: `wrap(fn, compile_graph, options) -> TracedFunction`."""
+
+    name = "trace"
+
+    def wrap(self, fn: Callable, compile_graph: Callable, options: Mapping[str, Any] | None = None) -> TracedFunction:
+        return TracedFunction(fn, compile_graph, options)
+
+
+class TracedFunction:
+    """`fn`, compiled per guarded specialization. `entries`, `compiles` and `fallback_reason` are for inspection."""
+
+    def __init__(self, fn: Callable, compile_graph: Callable, options: Mapping[str, Any] | None = None):
+        self.fn, self.compile_graph, self.options = fn, compile_graph, options_of(options)
+        self.__wrapped__ = fn
+        self.name = qualname(fn)
+        self.entries: list[Entry] = []
+        self._hot: list[tuple[Callable, Callable]] = []  # (check, run) per entry: what a call walks
+        self.compiles = 0
+        self.fallback_reason: str | None = None  # set once the function runs eagerly for good
+        self._limit_warned = False
+        self._dynamic_dims: set[tuple[int, int]] = set()  # (leaf, dim) pairs made symbolic by automatic dynamic
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fallback_reason is not None:
+            return self.fn(*args, **kwargs)
+        flat, spec = flatten_args(args, kwargs)
+        for check, run in self._hot:
+            if check(flat, spec):
+                return run(flat)
+        return self._miss(args, kwargs, flat, spec)
+
+    # ------------------------------------------------------------------------------------------ misses
+
+    def _miss(self, args: tuple, kwargs: dict, flat: list, spec: Any) -> Any:
+        if any(isinstance(x, (FakeTensor, FunctionalTensor)) for x in flat):
+            return self.fn(*args, **kwargs)  # called while another function is traced: inline it
+        reason = self._explain(flat, spec)
+        if reason is not None:
+            report("guard_failed", f"{self.name}: {reason}", function=self.name, reason=reason)
+        if len(self.entries) >= self.options["recompile_limit"]:
+            return self._over_limit(args, kwargs, reason)
+        self._grow_dynamic(flat, spec)
+        try:
+            entry = self._compile(args, kwargs, flat, spec)
+        except CaptureError as e:
+            if self.options["fullgraph"]:
+                raise
+            self.fallback_reason = str(e)
+            report("fallback", f"{self.name} runs eagerly from now on: {e}", function=self.name)
+            return self.fn(*args, **kwargs)
+        if reason is not None:
+            report("recompiled", f"{self.name}: {reason}", function=self.name, reason=reason,
+                   entries=len(self.entries) + 1)
+        self.entries.append(entry)
+        self._hot.append((entry.check, entry.run))
+        return entry.run(flat)
+
+    def _explain(self, flat: list, spec: Any) -> str | None:
+        """Why no entry took the call, in words: one reason, or one per entry."""
+        reasons = [e.explain(flat, spec) for e in self.entries]
+        if len(reasons) <= 1:
+            return reasons[0] if reasons else None
+        return "; ".join(f"entry {k}: {r}" for k, r in enumerate(reasons))
+
+    def _over_limit(self, args: tuple, kwargs: dict, reason: str | None) -> Any:
+        if not self._limit_warned:
+            self._limit_warned = True
+            message = (f"ember: {self.name} reached recompile_limit ({self.options['recompile_limit']}); calls that "
+                       f"miss every guard run eagerly. Last guard failure: {reason}")
+            warnings.warn(message, stacklevel=3)
+            report("fallback", message, function=self.name)
+        return self.fn(*args, **kwargs)
+
+    def _grow_dynamic(self, flat: list, spec: Any) -> None:
+        """Automatic dynamic (dynamic=None): a static dim whose size changed since the last entry becomes symbolic."""
+        if self.options["dynamic"] is not None or not self.entries or self.entries[-1].spec != spec:
+            return
+        last = self.entries[-1]
+        for i, sizes in zip(last.tensor_leaves, last.static_sizes):
+            x = flat[i]
+            if isinstance(x, torch.Tensor) and x.dim() == len(sizes):
+                self._dynamic_dims |= {(i, d) for d, n in enumerate(sizes) if n is not None and x.size(d) != n}
+
+    def _is_dynamic(self, leaf: int, dim: int) -> bool:
+        dynamic = self.options["dynamic"]
+        return bool(dynamic) if dynamic is not None else (leaf, dim) in self._dynamic_dims
+
+    # ------------------------------------------------------------------------------------------ compiling
+
+    def _compile(self, args: tuple, kwargs: dict, flat: list, spec: Any) -> Entry:
+        labels = leaf_labels(self.fn, args, kwargs)
+        leaves = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+        state = ModuleState(find_owners(self.fn))
+        shape_env = ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+        fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+        state_fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in state.tensors]
+        user_fakes = [self._fake(fake_mode, flat[i], i, k) for k, i in enumerate(leaves)]
+        outputs = _OutputLayout()
+        traced = _flat_function(self.fn, state, flat, spec, leaves, outputs)
+        _anchor_stack_traces(self.fn)
+        name = re.sub(r"\W", "_", self.name) + f"_{self.compiles}"
+        graph = _capture(traced, state_fakes + user_fakes, name=name, producer=PRODUCER, fake_mode=fake_mode,
+                         input_names=[_ident(n) for n in (*state.names, *(labels[i] for i in leaves))],
+                         input_kinds=state.kinds + ["user"] * len(leaves))
+        self.compiles += 1
+        report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
+        check, explain, source = self._guard(flat, spec, labels, leaves, user_fakes, shape_env, state)
+        report("guards_built", f"guards of {self.name}, entry {len(self.entries)}", source=source)
+        runner = GraphRunner(graph, self.compile_graph(graph, state_fakes + user_fakes))
+        return Entry(check, explain, source, graph, outputs.caller(runner, state.tensors, leaves), spec, leaves,
+                     [static_ints(f.shape) for f in user_fakes])
+
+    def _fake(self, fake_mode: FakeTensorMode, x: torch.Tensor, leaf: int, k: int) -> torch.Tensor:
+        dims = [DimDynamic.DYNAMIC if self._is_dynamic(leaf, d) else DimDynamic.STATIC for d in range(x.dim())]
+        return fake_mode.from_tensor(x, source=LocalSource(f"t{k}"),
+                                     symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
+
+    def _guard(self, flat, spec, labels, leaves, user_fakes, shape_env, state) -> tuple[Callable, Callable, str]:
+        g = GuardBuilder()
+        g.check(f"spec != {g.const('SPEC', spec)}",
+                f"argument structure changed (pytree of {len(flat)} leaves, now {{len(flat)}})")
+        grad = torch.is_grad_enabled()
+        g.check(f"is_grad_enabled() is not {grad}", f"grad mode changed from {grad} to {not grad}")
+        fakes = dict(zip(leaves, user_fakes))
+        for i, x in enumerate(flat):
+            g.let(f"a{i}", f"flat[{i}]")
+            if i in fakes:
+                tensor_checks(g, f"a{i}", labels[i], fakes[i], type(x))
+            else:
+                value_check(g, f"a{i}", labels[i], x)
+        sources = [LocalSource(f"t{k}") for k in range(len(leaves))]
+        names = {f"t{k}": (f"a{i}", labels[i]) for k, i in enumerate(leaves)}
+        shape_env_checks(g, shape_env.produce_guards(user_fakes, sources) if user_fakes else [], names)
+        state.add_checks(g)
+        return g.build()
+
+
+class _OutputLayout:
+    """How the function's return value is rebuilt from the graph's outputs: its pytree and its constant leaves."""
+
+    def __init__(self) -> None:
+        self.spec: Any = None
+        self.graph_leaves: list[int] = []  # positions of the leaves the graph computes
+        self.template: list[Any] = []  # the other leaves, traced as Python constants
+
+    def record(self, result: Any) -> list:
+        leaves, self.spec = tree_flatten(result)
+        self.template = list(leaves)
+        for p, v in enumerate(leaves):
+            if isinstance(v, torch.Tensor) or (isinstance(v, torch.SymInt) and not v.node.expr.is_number):
+                self.graph_leaves.append(p)
+                self.template[p] = None
+            elif isinstance(v, torch.SymInt):
+                self.template[p] = int(v)
+            elif isinstance(v, (torch.SymFloat, torch.SymBool)):
+                raise CaptureError(f"the function returns a symbolic {type(v).__name__} that depends on sizes")
+        return [leaves[p] for p in self.graph_leaves]
+
+    def caller(self, runner: GraphRunner, state: list[torch.Tensor], leaves: list[int]) -> Callable[[list], Any]:
+        state, spec, positions, template = list(state), self.spec, self.graph_leaves, self.template
+        if positions == [0] and len(template) == 1 and spec.is_leaf():
+            return lambda flat: runner(state + [flat[i] for i in leaves])[0]
+
+        def run(flat: list) -> Any:
+            outs = runner(state + [flat[i] for i in leaves])
+            result = template.copy()
+            for p, v in zip(positions, outs):
+                result[p] = v
+            return tree_unflatten(result, spec)
+
+        return run
+
+
+def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
+    """`capture_graph`, with every reason a function cannot be one graph turned into a `CaptureError`."""
+    try:
+        with _side_effects_forbidden():
+            return capture_graph(traced, fakes, **kwargs)
+    except _SideEffect as e:
+        raise located(f"{e.args[0]} while tracing: the trace frontend cannot capture Python side effects", e) from None
+    except _DATA_DEPENDENT as e:
+        raise located(f"data-dependent Python control flow or value ({_first_line(e)})", e) from None
+    except UnsupportedOperatorException as e:
+        raise located(f"operator {e.func} cannot run on fake tensors", e) from None
+    except CaptureError:
+        raise
+    except EmberError as e:  # a GraphError: a construct the schema cannot hold
+        raise CaptureError(str(e)) from e
+
+
+def _flat_function(fn: Callable, state: ModuleState, flat: list, spec: Any, leaves: list[int],
+                   outputs: _OutputLayout) -> Callable[..., list]:
+    """`fn` as a function of (state tensors, tensor leaves) returning the graph's outputs as a flat list."""
+    n_state = len(state)
+
+    def traced(*inputs: Any) -> list:
+        values = list(flat)
+        for i, v in zip(leaves, inputs[n_state:]):
+            values[i] = v
+        args, kwargs = unflatten_args(values, spec)
+        with state.substituted(list(inputs[:n_state])):
+            result = fn(*args, **kwargs)
+        return outputs.record(result)
+
+    return traced
+
+
+_LEAF_TYPES = frozenset({torch.Tensor, torch.nn.Parameter, int, float, bool})
+
+
+def flatten_args(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """(leaves, structure). Positional tensors and scalars alone skip pytree, whose flatten costs microseconds:
+    the leaves are `args` itself and the structure is their count."""
+    if not kwargs and all(type(a) in _LEAF_TYPES for a in args):
+        return args, len(args)
+    return tree_flatten((args, kwargs))
+
+
+def unflatten_args(leaves: list, spec: Any) -> tuple[tuple, dict]:
+    if isinstance(spec, int):
+        return tuple(leaves), {}
+    return tree_unflatten(leaves, spec)
+
+
+def _anchor_stack_traces(fn: Callable) -> None:
+    """Ask make_fx to keep `fn`'s frames in node stack traces (it keeps only frames named `forward` otherwise)."""
+    anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    target = getattr(fn, "__func__", fn)
+    if anchor is not None and hasattr(target, "__code__"):
+        anchor(target)
+
+
+@contextlib.contextmanager
+def _side_effects_forbidden():
+    """While tracing, `print` and `Tensor.register_hook` raise `_SideEffect`: a graph cannot replay them."""
+    print_, hook = builtins.print, torch.Tensor.register_hook
+
+    def no_print(*args: Any, **kwargs: Any) -> None:
+        raise _SideEffect("print()")
+
+    def no_hook(*args: Any, **kwargs: Any) -> None:
+        raise _SideEffect("Tensor.register_hook()")
+
+    builtins.print, torch.Tensor.register_hook = no_print, no_hook
+    try:
+        yield
+    finally:
+        builtins.print, torch.Tensor.register_hook = print_, hook
+
+
+def leaf_labels(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+    """A readable name per argument leaf, from the function's signature: `x`, `xs[1]`, `batch['ids']`."""
+    try:
+        params = list(inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
+    labels = []
+    for path, _ in tree_flatten_with_path((args, kwargs))[0]:
+        top, first, *rest = path
+        if top.idx == 0:
+            i = first.idx
+            head = positional[i] if i < len(positional) else f"{star}[{i - len(positional)}]"
+        else:
+            head = str(first.key)
+        labels.append(head + "".join(str(k) for k in rest))
+    return labels
+
+
+def _ident(label: str) -> str:
+    name = re.sub(r"\W+", "_", label).strip("_")
+    return name if name and not name[0].isdigit() else f"in_{name}"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

@@ -1,0 +1,97 @@
+"""FX/Python → functional ATen Graph: mutations, aliases, symbols, decompositions, source lines, grad facts."""
+
+from __future__ import annotations
+
+import ember_core
+import pytest
+import torch
+import torch.fx as fx
+from ember_capture import CaptureError, capture_graph, decomposition_table
+from ember_capture._aten import readable_name
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.testing import assert_close
+
+
+def fakes(*tensors, dynamic=False):
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    out = []
+    for t in tensors:
+        dims = [DimDynamic.DYNAMIC if dynamic else DimDynamic.STATIC] * t.dim()
+        out.append(mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims)))
+    return out
+
+
+def test_graph_is_functional_with_mutation_and_alias_outputs():
+    def f(x, y):
+        y.mul_(2)
+        return x + y, x.t()
+
+    graph = capture_graph(f, fakes(torch.randn(2, 3), torch.randn(2, 3)), input_names=["x", "y"])
+    assert [(i.name, i.mutated) for i in graph.inputs] == [("x", False), ("y", True)]
+    assert [(o.kind, o.input) for o in graph.outputs] == [("user", None), ("alias", 0), ("mutation", 1)]
+    assert not any(n.op.endswith("_.Tensor") or "copy_" in n.op for n in graph.nodes)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    out = ember_core.interpret(graph, [x, y.clone()])
+    assert_close(out[0], x + 2 * y)
+    assert_close(out[2], 2 * y)
+
+
+def test_dynamic_sizes_become_symbols():
+    graph = capture_graph(lambda x: (x * 2).sum(0), fakes(torch.randn(5, 3), dynamic=True))
+    assert [s.hint for s in graph.symbols] == [5, 3] and all(s.lower == 2 for s in graph.symbols)
+    assert graph.values[graph.inputs[0].name].shape == tuple(s.name for s in graph.symbols)
+    assert_close(ember_core.interpret(graph, [torch.ones(7, 4)])[0], torch.full((4,), 14.0))
+
+
+def test_decompositions_keep_random_ops_whole():
+    table = decomposition_table()
+    assert torch.ops.aten.bernoulli.default not in table and torch.ops.aten.native_dropout.default not in table
+    assert torch.ops.aten.addcmul.default in table
+    graph = capture_graph(lambda x: torch.nn.functional.dropout(x, 0.3, True), fakes(torch.randn(4)))
+    assert [n.op for n in graph.nodes] == ["aten.native_dropout.default"]
+
+
+def test_source_lines_and_module_paths_survive_a_graph_module():
+    gm = fx.symbolic_trace(lambda x: torch.relu(x) * 2)
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            node.meta["stack_trace"] = f'  File "/src/model.py", line {12 + len(node.name)}, in forward\n    y = ...\n'
+            node.meta["nn_module_stack"] = {"m": ("L['self'].block", torch.nn.Module)}
+    graph = capture_graph(gm, fakes(torch.randn(3)))
+    assert {n.meta["source"] for n in graph.nodes} == {"model.py:16", "model.py:15"}
+    assert {n.meta["module"] for n in graph.nodes} == {"block"}
+
+
+def test_dynamo_placeholder_names_give_kinds_and_short_names():
+    assert readable_name("L_self_modules_fc_parameters_weight_") == "fc_weight"
+    assert readable_name("l_x_") == "x"
+    gm = fx.symbolic_trace(lambda w, b, x: x * w + b)
+    names = ["L_self_modules_fc_parameters_weight_", "L_self_modules_bn_buffers_running_mean_", "L_x_"]
+    graph = capture_graph(gm, fakes(torch.randn(3), torch.randn(3), torch.randn(3)), input_names=names)
+    assert [(i.name, i.kind) for i in graph.inputs] == [("fc_weight", "param"), ("bn_running_mean", "buffer"),
+                                                        ("x", "user")]
+
+
+def test_no_grad_region_becomes_detach_and_requires_grad_is_recorded():
+    def f(x):
+        with torch.no_grad():
+            y = x * 3
+        return x * y, y
+
+    x = torch.randn(3, requires_grad=True)
+    graph = capture_graph(f, fakes(x))
+    assert "aten.detach.default" in [n.op for n in graph.nodes]
+    assert [graph.values[o.name].requires_grad for o in graph.outputs] == [True, False]
+    assert graph.values[graph.inputs[0].name].requires_grad
+
+
+def test_closed_over_tensor_that_requires_grad_is_refused():
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(CaptureError, match="requires grad"):
+        capture_graph(lambda x: x * w, fakes(torch.randn(3)))
+
+
+def test_metadata_mutation_of_an_input_is_refused():
+    with pytest.raises(CaptureError, match="metadata mutations"):
+        capture_graph(lambda x: x.t_(), fakes(torch.randn(2, 3)))

@@ -1,0 +1,161 @@
+"""The `dynamo` frontend: Dynamo captures, ember converts and runs; results, gradients and views equal eager's."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from ember_capture import DynamoFrontend
+from torch.testing import assert_close
+
+
+def wrap(fn, compile_graph, **options):
+    return DynamoFrontend().wrap(fn, compile_graph, options)
+
+
+def test_mlp_forward_and_backward_match_eager(compile_graph, events):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    ref = copy.deepcopy(model)
+    x = torch.randn(5, 6, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out, expected = wrap(model, compile_graph)(x), ref(x_ref)
+    assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    assert_close(x.grad, x_ref.grad)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad)
+    graph = compile_graph.graphs[0]
+    assert sorted(i.kind for i in graph.inputs) == ["param"] * 4 + ["user"]
+    assert events.of("graph_captured")[0].graph is graph and events.of("guards_built")
+
+
+def test_input_mutation_changes_the_callers_tensor(compile_graph):
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.zeros(3)
+    out = wrap(f, compile_graph)(x)
+    assert_close(x, torch.ones(3))
+    assert_close(out, torch.full((3,), 2.0))
+    assert compile_graph.graphs[0].inputs[0].mutated
+
+
+def test_returned_view_of_input_is_a_real_view(compile_graph):
+    def f(x):
+        return x.t()[1:]
+
+    x = torch.zeros(3, 4)
+    out = wrap(f, compile_graph)(x)
+    assert out._base is x and out.shape == (3, 3)
+    x[2, 1] = 7.0
+    assert out[0, 2] == 7.0
+
+
+def test_shapes_10_8_10_compile_static_then_dynamic(compile_graph, events):
+    compiled = wrap(lambda x: (x * 2).sum(), compile_graph)
+    for n in (10, 8, 10):
+        assert_close(compiled(torch.ones(n)), torch.tensor(2.0 * n))
+    assert compile_graph.count == 2 and len(compile_graph.graphs[1].symbols) == 1
+    assert "size mismatch at index 0. expected 10, actual 8" in events.of("recompiled")[0].message
+
+
+def test_dynamic_false_recompiles_for_each_shape(compile_graph):
+    compiled = wrap(lambda x: x + 1, compile_graph, dynamic=False)
+    for n in (10, 8, 6):
+        compiled(torch.ones(n))
+    assert compile_graph.count == 3
+
+
+def test_branch_on_tensor_value_is_correct_both_ways(compile_graph, events):
+    def f(x):
+        if x.mean() > 0.5:
+            return x * 2
+        return x - 1
+
+    compiled = wrap(f, compile_graph)
+    hi, lo = torch.ones(4), torch.zeros(4)
+    assert_close(compiled(hi), hi * 2)
+    assert_close(compiled(lo), lo - 1)
+
+
+def test_two_graph_breaks_make_three_graphs(compile_graph, events):
+    def f(x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        x = x * 2
+        torch._dynamo.graph_break()
+        return x - 3
+
+    x = torch.randn(4, requires_grad=True)
+    out = wrap(f, compile_graph)(x)
+    assert_close(out, (x + 1) * 2 - 3)
+    out.sum().backward()
+    assert_close(x.grad, torch.full((4,), 2.0))
+    assert compile_graph.count == 3
+    breaks = events.of("graph_break")
+    assert len(breaks) == 2 and all("test_dynamo.py" in e.message for e in breaks)
+
+
+def test_dropout_in_training_equals_eager_under_the_same_seed(compile_graph):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.4))
+    ref = copy.deepcopy(model)
+    x = torch.randn(16, 8)
+    torch.manual_seed(7)
+    out = wrap(model, compile_graph)(x)
+    torch.manual_seed(7)
+    expected = ref(x)
+    assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    assert_close(model[0].weight.grad, ref[0].weight.grad)
+
+
+def test_batchnorm_training_updates_running_stats(compile_graph):
+    model = torch.nn.BatchNorm1d(4)
+    ref = copy.deepcopy(model)
+    compiled = wrap(model, compile_graph)
+    for _ in range(2):
+        x = torch.randn(8, 4, requires_grad=True)
+        out = compiled(x)
+        assert_close(out, ref(x))
+        out.sum().backward()
+    assert_close(model.running_mean, ref.running_mean)
+    assert_close(model.running_var, ref.running_var)
+    assert model.num_batches_tracked.item() == 2 and not model.running_mean.requires_grad
+
+
+def test_integer_bool_and_bfloat16(compile_graph):
+    def f(a, b, m, h):
+        return (a * b + 3) // 2, m & ~m.flip(0), h * 2 + 1
+
+    a, b = torch.randint(0, 9, (6,)), torch.randint(0, 9, (6,), dtype=torch.int32)
+    m, h = torch.tensor([True, False, True]), torch.randn(4, dtype=torch.bfloat16, requires_grad=True)
+    out, expected = wrap(f, compile_graph)(a, b, m, h), f(a, b, m, h)
+    for got, want in zip(out, expected):
+        assert got.dtype == want.dtype
+        assert_close(got, want)
+    out[2].float().sum().backward()
+    assert_close(h.grad, torch.full((4,), 2.0, dtype=torch.bfloat16))
+
+
+def test_backend_works_as_a_plain_dynamo_backend(compile_graph):
+    backend = DynamoFrontend().backend(compile_graph, {})
+    compiled = torch.compile(lambda x: torch.sin(x) * 2, backend=backend)
+    x = torch.randn(3)
+    assert_close(compiled(x), torch.sin(x) * 2)
+    assert compile_graph.count == 1
+
+
+def test_hook_registered_inside_the_graph_runs_that_graph_eagerly(compile_graph, events):
+    def f(x):
+        y = x * 3
+        y.register_hook(lambda g: g * 10)
+        return y.sum()
+
+    x = torch.randn(4, requires_grad=True)
+    wrap(f, compile_graph)(x).backward()
+    assert_close(x.grad, torch.full((4,), 30.0))
+    assert "tensor hook" in events.of("fallback")[0].message and compile_graph.count == 0

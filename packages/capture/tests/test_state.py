@@ -1,0 +1,46 @@
+"""Module state: which modules a function reads, their tensors lifted as inputs, and guards on them."""
+
+from __future__ import annotations
+
+import torch
+from ember_capture._guards import GuardBuilder
+from ember_capture._state import ModuleState, find_owners
+
+_MODEL = torch.nn.Linear(2, 2)
+
+
+def _reads_global(x):
+    return _MODEL(x)
+
+
+def test_owners_are_the_module_its_self_or_its_closure_and_globals():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    assert [o.module for o in find_owners(model)] == [model]
+    assert [o.module for o in find_owners(model.forward)] == [model]
+    assert [(o.prefix, o.module) for o in find_owners(lambda x: model(x))] == [("model", model)]
+    assert [(o.prefix, o.module) for o in find_owners(_reads_global)] == [("_MODEL", _MODEL)]
+    assert find_owners(torch.relu) == []
+
+
+def test_state_lists_params_then_buffers_and_substitutes_them():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    state = ModuleState(find_owners(model))
+    assert state.names[:4] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert state.kinds == ["param"] * 4 + ["buffer"] * 3
+    zeros = [torch.zeros_like(t) for t in state.tensors]
+    with state.substituted(zeros):
+        assert model[0].weight is zeros[0]
+    assert model[0].weight is state.tensors[0]
+
+
+def test_guard_fails_when_a_parameter_is_replaced_or_mode_changes():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    g = GuardBuilder()
+    ModuleState(find_owners(model)).add_checks(g)
+    check, explain, _ = g.build()
+    assert check([], None)
+    model.eval()
+    assert explain([], None) == "module Sequential: training changed from True to False"
+    model.train()
+    model[0].bias = torch.nn.Parameter(torch.zeros(2))
+    assert not check([], None) and explain([], None) == "parameter 0.bias was replaced by another tensor"

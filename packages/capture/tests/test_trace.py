@@ -1,0 +1,336 @@
+"""The `trace` frontend: guards, recompiles, dynamic sizes, fallbacks, module state; results equal eager's."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+from ember_capture import CaptureError, TraceFrontend
+from torch.testing import assert_close
+
+
+def wrap(fn, compile_graph, **options):
+    return TraceFrontend().wrap(fn, compile_graph, options)
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+
+
+def test_mlp_forward_and_backward_match_eager(compile_graph):
+    model, ref = mlp(), mlp()
+    compiled = wrap(model, compile_graph)
+    x = torch.randn(5, 6, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out, expected = compiled(x), ref(x_ref)
+    assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    assert_close(x.grad, x_ref.grad)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad)
+    assert [i.kind for i in compile_graph.graphs[0].inputs] == ["param"] * 4 + ["user"]
+
+
+def test_input_mutation_changes_the_callers_tensor(compile_graph):
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.zeros(3)
+    out = wrap(f, compile_graph)(x)
+    assert_close(x, torch.ones(3))
+    assert_close(out, torch.full((3,), 2.0))
+    graph = compile_graph.graphs[0]
+    assert graph.inputs[0].mutated and [o.kind for o in graph.outputs] == ["user", "mutation"]
+
+
+def test_mutation_of_a_non_leaf_keeps_autograd(compile_graph):
+    def f(y):
+        y.mul_(3)
+        return y.sum()
+
+    w = torch.randn(4, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
+    wrap(f, compile_graph)(w * 1).backward()
+    f(w_ref * 1).backward()
+    assert_close(w.grad, w_ref.grad)
+
+
+def test_returned_view_of_input_is_a_real_view(compile_graph):
+    def f(x):
+        return x.t()[1:]
+
+    x = torch.zeros(3, 4)
+    out = wrap(f, compile_graph)(x)
+    assert out._base is x and out.shape == (3, 3)
+    x[2, 1] = 7.0
+    assert out[0, 2] == 7.0
+    assert compile_graph.graphs[0].outputs[0].kind == "alias"
+
+
+def test_returning_the_mutated_input_returns_it_itself(compile_graph):
+    def f(x):
+        return x.add_(1)
+
+    x = torch.zeros(2)
+    assert wrap(f, compile_graph)(x) is x
+    assert_close(x, torch.ones(2))
+
+
+def test_mutating_a_view_input_writes_through_to_its_base(compile_graph):
+    def f(v):
+        return v.mul_(2).add_(1)
+
+    base, expected_base = torch.ones(4, 4), torch.ones(4, 4)
+    view = base.t()[1:]
+    out = wrap(f, compile_graph)(view)
+    expected = f(expected_base.t()[1:])
+    assert_close(base, expected_base)
+    assert out is view and out.stride() == expected.stride()
+
+
+def test_automatic_dynamic_one_static_one_dynamic_compile_then_hits(compile_graph, events):
+    compiled = wrap(lambda x: (x * 2).sum(0), compile_graph)
+    for n in (10, 8, 10, 5):
+        assert_close(compiled(torch.ones(n)), torch.tensor(2.0 * n))
+    assert compile_graph.count == 2 and compiled.compiles == 2
+    assert compile_graph.graphs[0].symbols == () and len(compile_graph.graphs[1].symbols) == 1
+    assert [e.message for e in events.of("recompiled")] == ["<lambda>: x: size of dim 0 changed from 10 to 8"]
+
+
+def test_dynamic_false_recompiles_for_each_shape(compile_graph):
+    compiled = wrap(lambda x: x + 1, compile_graph, dynamic=False)
+    for n in (10, 8, 10, 6):
+        compiled(torch.ones(n))
+    assert compile_graph.count == 3 and all(g.symbols == () for g in compile_graph.graphs)
+
+
+def test_dynamic_true_compiles_once_with_symbols(compile_graph):
+    compiled = wrap(lambda x, y: x @ y, compile_graph, dynamic=True)
+    for n in (3, 5, 9):
+        a, b = torch.randn(n, 4), torch.randn(4, n + 1)
+        assert_close(compiled(a, b), a @ b)
+    assert compile_graph.count == 1 and len(compile_graph.graphs[0].symbols) == 3
+
+
+def test_symbolic_range_guard_recompiles_for_size_one(compile_graph, events):
+    compiled = wrap(lambda x: x.sum(), compile_graph, dynamic=True)
+    compiled(torch.ones(4))
+    compiled(torch.ones(1))
+    assert compile_graph.count == 2
+    assert "shape guard failed: 2 <= x.size()[0]" in events.of("recompiled")[0].message
+
+
+def test_guards_cover_dtype_requires_grad_grad_mode_and_scalars(compile_graph, events):
+    compiled = wrap(lambda x, k: x * k, compile_graph)
+    x = torch.ones(3)
+    compiled(x, 2)
+    compiled(x, 2)
+    compiled(x.double(), 2)
+    compiled(x, 3)
+    compiled(x.requires_grad_(), 3)
+    with torch.no_grad():
+        compiled(x, 3)
+    reasons = [e.message for e in events.of("recompiled")]
+    expected = ["x: dtype changed from torch.float32 to torch.float64", "k: changed from 2 to 3",
+                "x: requires_grad changed from False to True", "grad mode changed from True to False"]
+    assert all(want in got for want, got in zip(expected, reasons, strict=True))
+    assert compile_graph.count == 5
+
+
+def test_python_scalars_are_specialized_by_value(compile_graph, events):
+    compiled = wrap(lambda x, k: x * k, compile_graph)
+    x = torch.ones(2)
+    assert_close(compiled(x, 2), x * 2)
+    assert_close(compiled(x, 3), x * 3)
+    assert events.of("recompiled")[0].message.endswith("k: changed from 2 to 3")
+
+
+def test_kwargs_and_nested_containers(compile_graph):
+    def f(xs, *, scale):
+        return {"sum": xs[0] + xs[1]["b"], "scaled": xs[0] * scale}
+
+    a, b = torch.randn(3), torch.randn(3)
+    out = wrap(f, compile_graph)([a, {"b": b}], scale=0.5)
+    assert_close(out["sum"], a + b)
+    assert_close(out["scaled"], a * 0.5)
+
+
+def test_branch_on_tensor_value_falls_back_to_eager(compile_graph, events):
+    def f(x):
+        if x.mean() > 0.5:
+            return x * 2
+        return x - 1
+
+    compiled = wrap(f, compile_graph)
+    hi, lo = torch.ones(4), torch.zeros(4)
+    assert_close(compiled(hi), hi * 2)
+    assert_close(compiled(lo), lo - 1)
+    assert compiled.fallback_reason is not None and compile_graph.count == 0
+    assert "test_trace.py" in events.of("fallback")[0].message
+
+
+def test_branch_on_tensor_value_raises_naming_the_line_under_fullgraph(compile_graph):
+    def f(x):
+        if x.mean() > 0.5:
+            return x * 2
+        return x
+
+    with pytest.raises(CaptureError, match=r"test_trace\.py:\d+") as info:
+        wrap(f, compile_graph, fullgraph=True)(torch.ones(2))
+    assert info.value.code == "if x.mean() > 0.5:"
+
+
+def test_item_and_print_are_not_captured(compile_graph, capsys):
+    def uses_item(x):
+        return x * x.sum().item()
+
+    def prints(x):
+        print("hello")
+        return x + 1
+
+    with pytest.raises(CaptureError, match="item"):
+        wrap(uses_item, compile_graph, fullgraph=True)(torch.ones(2))
+    with pytest.raises(CaptureError, match="print") as info:
+        wrap(prints, compile_graph, fullgraph=True)(torch.ones(2))
+    assert info.value.code == 'print("hello")'
+    compiled = wrap(prints, compile_graph)
+    assert_close(compiled(torch.ones(2)), torch.full((2,), 2.0))
+    assert capsys.readouterr().out == "hello\n"
+
+
+def test_recompile_limit_warns_and_runs_eagerly(compile_graph, events):
+    compiled = wrap(lambda x, k: x + k, compile_graph, recompile_limit=2)
+    x = torch.zeros(2)
+    compiled(x, 1)
+    compiled(x, 2)
+    with pytest.warns(UserWarning, match=r"<lambda> reached recompile_limit \(2\).*k: changed from 2 to 3"):
+        assert_close(compiled(x, 3), x + 3)
+    assert compile_graph.count == 2 and events.of("fallback")
+
+
+def test_dropout_in_training_equals_eager_under_the_same_seed(compile_graph):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.4))
+    ref = copy.deepcopy(model)
+    compiled = wrap(model, compile_graph)
+    x = torch.randn(16, 8)
+    torch.manual_seed(123)
+    out = compiled(x)
+    torch.manual_seed(123)
+    expected = ref(x)
+    assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    assert_close(model[0].weight.grad, ref[0].weight.grad)
+
+
+def test_batchnorm_training_updates_running_stats(compile_graph):
+    model = torch.nn.BatchNorm1d(4)
+    ref = copy.deepcopy(model)
+    compiled = wrap(model, compile_graph)
+    for _ in range(2):
+        x = torch.randn(8, 4)
+        assert_close(compiled(x), ref(x))
+    assert_close(model.running_mean, ref.running_mean)
+    assert_close(model.running_var, ref.running_var)
+    assert model.num_batches_tracked.item() == 2 and not model.running_mean.requires_grad
+    kinds = {i.name: (i.kind, i.mutated) for i in compile_graph.graphs[0].inputs}
+    assert kinds["running_mean"] == ("buffer", True)
+
+
+def test_eval_mode_is_guarded(compile_graph, events):
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5))
+    compiled = wrap(model, compile_graph)
+    x = torch.ones(50)
+    compiled(x)
+    model.eval()
+    assert_close(compiled(x), x)
+    assert "module Sequential: training changed from True to False" in events.of("recompiled")[0].message
+
+
+def test_replaced_parameter_is_guarded(compile_graph):
+    model = torch.nn.Linear(2, 2)
+    compiled = wrap(model, compile_graph)
+    x = torch.ones(1, 2)
+    compiled(x)
+    model.weight = torch.nn.Parameter(torch.zeros(2, 2))
+    assert_close(compiled(x), model(x))
+    assert compile_graph.count == 2
+
+
+def test_global_module_state_is_lifted(compile_graph):
+    compiled = wrap(_uses_global_model, compile_graph)
+    x = torch.randn(2, 3)
+    compiled(x).sum().backward()
+    assert _GLOBAL_MODEL.weight.grad is not None
+    assert {i.kind for i in compile_graph.graphs[0].inputs} == {"param", "user"}
+
+
+_GLOBAL_MODEL = torch.nn.Linear(3, 1)
+
+
+def _uses_global_model(x):
+    return _GLOBAL_MODEL(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_and_bool_tensors(compile_graph, dtype):
+    def f(a, b):
+        return (a & b) if dtype is torch.bool else (a * b + 3) // 2
+
+    a, b = torch.randint(0, 5, (6,)).to(dtype), torch.randint(0, 5, (6,)).to(dtype)
+    assert_close(wrap(f, compile_graph)(a, b), f(a, b))
+
+
+def test_bfloat16_forward_and_backward(compile_graph):
+    model = torch.nn.Linear(4, 4).to(torch.bfloat16)
+    ref = copy.deepcopy(model)
+    x = torch.randn(3, 4, dtype=torch.bfloat16)
+    out, expected = wrap(model, compile_graph)(x), ref(x)
+    assert out.dtype == torch.bfloat16
+    assert_close(out, expected)
+    out.float().sum().backward()
+    expected.float().sum().backward()
+    assert_close(model.weight.grad, ref.weight.grad)
+
+
+def test_no_grad_region_blocks_gradients_like_eager(compile_graph):
+    def f(x):
+        with torch.no_grad():
+            scale = x * 3
+        return (x * scale).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    wrap(f, compile_graph)(x).backward()
+    f(x_ref).backward()
+    assert_close(x.grad, x_ref.grad)
+
+
+def test_hit_path_emits_no_events(compile_graph, events):
+    compiled = wrap(lambda x: x + 1, compile_graph)
+    x = torch.ones(2)
+    compiled(x)
+    before = len(events.events)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            compiled(x)
+    assert len(events.events) == before
+    assert events.of("guards_built")[0].source.startswith("def guard(flat, spec):")
+
+
+def test_hook_registered_inside_the_function_runs_eagerly(compile_graph, events):
+    def f(x):
+        y = x * 3
+        y.register_hook(lambda g: g * 10)
+        return y.sum()
+
+    x = torch.randn(4, requires_grad=True)
+    wrap(f, compile_graph)(x).backward()
+    assert_close(x.grad, torch.full((4,), 30.0))
+    assert "register_hook" in events.of("fallback")[0].message
