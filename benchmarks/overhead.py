@@ -18,16 +18,20 @@ def tiny(x, y):
     return x * y + 1
 
 
-def per_call_us(fn, args, calls: int, repeats: int) -> float:
-    for _ in range(200):
-        fn(*args)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
+def per_call_us(variants: dict, args, calls: int, repeats: int) -> dict[str, float]:
+    """Median over repeats of the mean time per call; the variants take turns within each repeat, so a noisy
+    neighbour slows them all alike."""
+    for fn in variants.values():
+        for _ in range(200):
             fn(*args)
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(*args)
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def main() -> None:
@@ -40,6 +44,7 @@ def main() -> None:
     variants = {
         "eager": tiny,
         "torch.compile (inductor)": torch.compile(tiny, backend="inductor"),
+        "torch.compile (backend=eager)": torch.compile(tiny, backend="eager"),
         "ember (dynamo frontend)": ember.compile(tiny),
         "ember (trace frontend)": ember.compile(tiny, options={"frontend": "trace"}),
     }
@@ -49,7 +54,7 @@ def main() -> None:
         fn(*inputs)
         compile_s[name] = time.perf_counter() - start
     with torch.no_grad():
-        times = {name: per_call_us(fn, inputs, args.calls, args.repeats) for name, fn in variants.items()}
+        times = per_call_us(variants, inputs, args.calls, args.repeats)
     eager, inductor = times["eager"], times["torch.compile (inductor)"]
     print(f"per-call time of x * y + 1 on 1-element tensors; median of {args.repeats} x {args.calls} calls, 1 thread")
     print(f"{'variant':28} {'us/call':>9} {'x eager':>8} {'x inductor':>11} {'first call s':>13}")
@@ -57,6 +62,9 @@ def main() -> None:
         print(f"{name:28} {t:9.2f} {t / eager:8.2f} {t / inductor:11.2f} {compile_s[name]:13.3f}")
     print(f"added over eager: inductor {inductor - eager:.2f} us, "
           + ", ".join(f"{n.split('(')[1][:-1]} {times[n] - eager:.2f} us" for n in times if n.startswith("ember")))
+    floor = times["torch.compile (backend=eager)"]
+    print(f"Dynamo alone (backend=eager) adds {floor - eager:.2f} us; ember's layers on top of Dynamo add "
+          f"{times['ember (dynamo frontend)'] - floor:.2f} us")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ def test_interpreter_codegen_compiles_to_a_runnable_graph():
     case = battery_case("pointwise_chain")
     compiled = _builtin.InterpreterCodegen().compile(case.graph, case.inputs, {})
     assert isinstance(compiled, CompiledGraph) and compiled.codegen == "interpreter"
-    assert compiled.source == str(case.graph)
+    assert compiled.source.startswith("def graph_pointwise_chain(inputs):")
+    assert "# aten.mul.Tensor" in compiled.source
     torch.testing.assert_close(compiled(case.inputs), list(case.reference(*case.inputs)))
 
 

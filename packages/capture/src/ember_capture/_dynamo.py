@@ -87,9 +87,13 @@ class DynamoBackend:
             return gm.forward
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
-
-        def run(*args: Any) -> list:
-            return runner(list(args))
+        direct = runner.passthrough
+        if direct is not None:
+            def run(*args: Any) -> list:
+                return direct(args)
+        else:
+            def run(*args: Any) -> list:
+                return runner(list(args))
 
         run.graph = graph  # type: ignore[attr-defined]
         return run

@@ -86,6 +86,13 @@ class GraphRunner:
         self._detach = [j for j, o in enumerate(graph.outputs) if any_grad and o.kind == "user"
                         and values[o.name].type == "tensor" and not values[o.name].requires_grad]
 
+    @property
+    def passthrough(self) -> Callable[[Sequence[Any]], list] | None:
+        """The compiled callable itself, when there is nothing to apply around it (the per-call fast path)."""
+        if self._mutations or self._detach or self._aliases or len(self._user) != len(self.graph.outputs):
+            return None
+        return getattr(self.compiled, "fn", self.compiled)
+
     def __call__(self, inputs: list) -> list:
         outs = self.compiled(inputs)
         for j, k, grad in self._mutations:

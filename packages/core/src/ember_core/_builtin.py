@@ -6,21 +6,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._events import Event
-from ._interpreter import Interpreter
 from ._logging import EventLogger
+from ._pycode import python_function
 from ._schema import Graph
 from ._stages import CompiledGraph
 from .hookspecs import hookimpl
 
 
 class InterpreterCodegen:
-    """Runs graphs node by node with torch.ops: every device, lowest priority, and the oracle in tests."""
+    """Runs graphs op by op with torch.ops, as straight-line Python: every device, lowest priority.
+
+    The same calls as the reference `Interpreter` (the oracle in tests), without its per-node dispatch."""
 
     name = "interpreter"
 
     def compile(self, graph: Graph, example_inputs: Sequence[Any], options: Mapping[str, Any]) -> CompiledGraph:
-        interp = Interpreter(graph)
-        return CompiledGraph(interp.run, graph, self.name, source=str(graph))
+        fn, source = python_function(graph)
+        return CompiledGraph(fn, graph, self.name, source=source)
 
 
 _logger = EventLogger()
