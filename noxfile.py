@@ -24,7 +24,7 @@ PACKAGES = {
     "ember": ["core", "capture", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
-TEST_TOOLS = ["pytest>=8", "jsonschema>=4"]
+TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy"]
 
 
 def install_siblings(session: nox.Session, folders: list[str], torch: str = TORCH_DEFAULT) -> None:
