@@ -20,8 +20,10 @@ TORCH_VERSIONS = os.environ.get("EMBER_TORCH", TORCH_DEFAULT).split(",")
 PACKAGES = {
     "core": [],
     "capture": ["core"],
+    "autograd": ["core"],
+    "partition": ["core"],
     "runtime": ["core"],
-    "ember": ["core", "capture", "runtime"],
+    "ember": ["core", "capture", "autograd", "partition", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
 TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy"]

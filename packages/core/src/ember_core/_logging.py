@@ -44,7 +44,7 @@ class EventLogger:
             text = event.message
             if event.graph is not None and event.artifact in ("graphs", "joint", "partition", "kernels"):
                 text += "\n" + str(event.graph)
-            if event.source and event.artifact in ("guards", "kernels"):
+            if event.source and event.artifact in ("guards", "kernels", "partition"):
                 text += "\n" + event.source
             log.getChild(event.artifact).info(text)
         if self.dump_dir is not None:
