@@ -53,12 +53,3 @@ def observer():
     ember_core.get_plugin_manager().register(seen, "test-observer")
     yield seen
     ember_core.reset_plugin_manager()
-
-
-def test_partition_is_announced_as_an_event(block, observer):
-    part = MinCutPartitioner().partition(block("cos_cos").joint)
-    (event,) = [e for e in observer.events if e.kind == "partitioned"]
-    assert (event.stage, event.artifact) == ("partition", "partition")
-    assert event.graph is part.forward and event.source == str(part.report)
-    assert event.message == part.report.summary()
-    assert event.data["backward"] is part.backward

@@ -1,4 +1,6 @@
-"""The last steps every partitioner shares: split along the saved values, report, verify both graphs, emit."""
+"""The last steps every partitioner shares: split along the saved values, report, verify both graphs.
+
+The runtime announces the result (event `partitioned`); a partitioner used alone just returns it."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections.abc import Callable, Iterable
 from ember_core import Partition, verify
 
 from ._joint import JointInfo
-from ._report import emit_partitioned, make_report
+from ._report import make_report
 from ._split import Split, split
 
 VERSION = "0.1.0"
@@ -22,5 +24,4 @@ def assemble(info: JointInfo, saved: Iterable[str], partitioner: str, memory_bud
     report = make_report(info, cut, partitioner, memory_budget, notes)
     partition = Partition(verify(cut.forward), verify(cut.backward), cut.saved, report,
                           extra={"recomputed": tuple(o for i in cut.recomputed for o in info.graph.nodes[i].outputs)})
-    emit_partitioned(partition)
     return partition

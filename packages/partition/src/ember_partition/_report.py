@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ember_core import Event, Partition, emit
-
 from ._cost_model import recompute_flops
 from ._joint import JointInfo
 from ._sizes import hints, nbytes
@@ -91,10 +89,3 @@ def make_report(info: JointInfo, cut: Split, partitioner: str, memory_budget: fl
     nodes = [graph.nodes[i] for i in cut.recomputed]
     recomputed = tuple(RecomputedOp(n.outputs, n.op, recompute_flops(n, graph, sizes)) for n in nodes)
     return PartitionReport(partitioner, tuple(saved), recomputed, memory_budget, notes)
-
-
-def emit_partitioned(partition: Partition) -> None:
-    """Tell observers (`EMBER_LOGS=partition`, dumps) about a partition: the forward graph, the report as source."""
-    report = partition.report
-    emit(Event("partitioned", "partition", message=report.summary(), graph=partition.forward, source=str(report),
-               data={"report": report, "backward": partition.backward, "saved": partition.saved}))

@@ -109,9 +109,11 @@ class Pipeline:
         forward = self.run_passes(part.forward, "post_partition")
         backward = self.run_passes(part.backward, "post_partition")
         part = part.__class__(forward, backward, part.saved, part.report, part.extra)
-        self.manager.emit(Event("partitioned", "partition", f"{graph.name!r} split by {partitioner.name}: "
-                                f"{len(part.saved)} saved values", graph=forward,
-                                source=str(part.report) if part.report is not None else None))
+        summary = getattr(part.report, "summary", None)
+        summary = summary() if callable(summary) else f"{len(part.saved)} saved values"
+        self.manager.emit(Event("partitioned", "partition", f"{graph.name!r} split by {partitioner.name}: {summary}",
+                                graph=forward, source=str(part.report) if part.report is not None else None,
+                                data={"report": part.report, "backward": backward, "saved": part.saved}))
         compiled_forward = self.codegen_graph(forward, example_inputs)
         return autograd.impl.wrap(part, compiled_forward, lambda: self.codegen_graph(backward, None))
 

@@ -1,0 +1,170 @@
+"""Training through ember's own AOT autograd and each partitioner, against eager (outputs and gradients)."""
+
+from __future__ import annotations
+
+import copy
+
+import ember
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same_training_step, grads_of
+from models import MLP, Block, SmallCNN, TinyGPT
+from torch import nn
+
+PARTITIONERS = ["default", "mincut"]
+
+
+@pytest.fixture(params=PARTITIONERS)
+def partition(request):
+    return request.param
+
+
+def compile_for_training(model, frontend, partition, **extra):
+    return ember.compile(model, options={"frontend": frontend, "partition": partition, **extra})
+
+
+class ConvBNReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: two 3x3 conv-BN, a ReLU between, the identity added before the last ReLU."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + x)
+
+
+class GeluMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(32, 128), nn.Linear(128, 32)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class LayerNormAttention(nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x):
+        h = self.ln(x)
+        return x + self.attn(h, h, h, need_weights=False)[0]
+
+
+BLOCKS = {
+    "gelu_mlp": (GeluMLP, (4, 32)),
+    "layernorm_attention": (LayerNormAttention, (2, 8, 32)),
+    "conv_bn_relu": (ConvBNReLU, (2, 4, 8, 8)),
+    "resnet_basic_block": (BasicBlock, (2, 8, 8, 8)),
+    "gpt_block": (Block, (2, 8, 32)),
+    "mlp": (MLP, (4, 16)),
+}
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_block_grads_match_eager(block, frontend, partition):
+    cls, shape = BLOCKS[block]
+    model = cls()
+    twin = copy.deepcopy(model)
+    compiled = compile_for_training(twin, frontend, partition)
+    x = torch.randn(*shape)
+    with ember.record_events() as rec:
+        out = compiled(x.clone().requires_grad_())
+    out.float().pow(2).mean().backward()
+    model(x.clone().requires_grad_()).float().pow(2).mean().backward()
+    assert any(e.kind == "joint_traced" for e in rec.events), "training must go through ember's AOT autograd"
+    assert any(e.kind == "partitioned" and partition in e.message for e in rec.events)
+    for e, c in zip(grads_of(model.parameters()), grads_of(twin.parameters())):
+        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
+
+
+def test_cnn_and_gpt_train_with_each_partitioner(frontend, partition):
+    cnn = SmallCNN()
+    assert_same_training_step(cnn, compile_for_training(cnn, frontend, partition),
+                              [torch.randn(2, 3, 8, 8, requires_grad=True)], loss_fn=lambda o: o.sum())
+    gpt = TinyGPT()
+    twin = copy.deepcopy(gpt)
+    idx, targets = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+    compile_for_training(twin, frontend, partition)(idx, targets).backward()
+    gpt(idx, targets).backward()
+    for e, c in zip(grads_of(gpt.parameters()), grads_of(twin.parameters())):
+        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_function_grads_match_eager_under_the_same_seed(frontend, partition):
+    def f(x, w):
+        return F.dropout(x @ w, p=0.3, training=True).relu().sum()
+
+    x, w = torch.randn(8, 16), torch.randn(16, 16, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
+    torch.manual_seed(3)
+    out = compile_for_training(f, frontend, partition)(x, w)
+    out.backward()
+    torch.manual_seed(3)
+    ref = f(x, w_ref)
+    ref.backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+def test_in_place_op_on_an_intermediate(frontend, partition):
+    def f(x, w):
+        h = x @ w
+        h.mul_(2).add_(1)
+        h.relu_()
+        return (h * h).sum()
+
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    compile_for_training(f, frontend, partition)(x, w).backward()
+    f(xr, wr).backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(w.grad, wr.grad)
+
+
+def test_retain_graph_backward_twice(frontend, partition):
+    def f(x):
+        return (x.sin() * x).sum()
+
+    x = torch.randn(5, requires_grad=True)
+    out = compile_for_training(f, frontend, partition)(x)
+    out.backward(retain_graph=True)
+    out.backward()
+    xr = x.detach().clone().requires_grad_()
+    ref = f(xr)
+    ref.backward(retain_graph=True)
+    ref.backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_double_backward_is_a_clear_error_not_a_wrong_answer(frontend):
+    def f(x):
+        return (x ** 3).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    (g,) = torch.autograd.grad(ember.compile(f, options={"frontend": frontend})(x), x, create_graph=True)
+    torch.testing.assert_close(g, 3 * x.detach() ** 2)
+    with pytest.raises(RuntimeError, match="ember"):
+        g.sum().backward()
+
+
+def test_partition_report_is_logged(frontend):
+    with ember.record_events() as rec:
+        ember.compile(GeluMLP(), options={"frontend": frontend})(torch.randn(4, 32)).sum().backward()
+    (event,) = [e for e in rec.events if e.kind == "partitioned"]
+    assert "mincut" in event.message and event.source and "saved" in event.source.lower()
