@@ -15,10 +15,11 @@ def graph_file(tmp_path):
 
 def test_plugins_lists_every_stage_with_distribution_versions(capsys):
     assert main(["plugins"]) == 0
-    out = capsys.readouterr().out
-    assert "codegen   interpreter" in out
-    assert "ember-core 0.1.0" in out
-    assert "frontend  dynamo" in out and "frontend  trace" in out
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == ["stage", "name", "priority", "devices", "plugin", "distribution"]
+    stages = {tuple(r[:2]): r for r in rows[1:]}
+    assert stages["codegen", "interpreter"][-2:] == ["ember-core", "0.1.0"]
+    assert ("frontend", "dynamo") in stages and ("frontend", "trace") in stages
 
 
 def test_plugins_options_lists_option_docs(capsys):
