@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _support import Compiled, capture, check_against_eager, leaves
-from ember_autograd import is_random, joint
-from ember_core import Output, Sym, resolve_op, verify
+from ember_autograd import joint
+from ember_core import Output, Sym, is_random, resolve_op, verify
 from ember_core.testing import assert_golden
 
 

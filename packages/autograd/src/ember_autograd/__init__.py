@@ -1,7 +1,6 @@
 """ember-autograd: AOT autograd. `joint` traces an ATen graph's forward and backward as one graph; `wrap` runs the
 compiled halves of its partition as an autograd.Function."""
 
-from ._decompositions import decompositions, is_random
 from ._grad_boundaries import insert_grad_boundaries
 from ._joint import joint
 from ._plugin import AOTAutograd
@@ -10,6 +9,6 @@ from ._wrapper import DOUBLE_BACKWARD, CompiledFunction, wrap
 __version__ = "0.1.0"
 
 __all__ = [
-    "DOUBLE_BACKWARD", "AOTAutograd", "CompiledFunction", "__version__", "decompositions", "insert_grad_boundaries",
-    "is_random", "joint", "wrap",
+    "DOUBLE_BACKWARD", "AOTAutograd", "CompiledFunction", "__version__", "insert_grad_boundaries",
+    "joint", "wrap",
 ]

@@ -3,7 +3,7 @@
 How: the graph is replayed with ember-core's Interpreter on fake primals under autograd, then
 `torch.autograd.grad` runs on its differentiable outputs with one tangent each. make_fx records both halves,
 functionalized (backward formulas may write in place) and decomposed to core ATen (random ops excepted, see
-`_decompositions`). Nodes recorded while the forward ran are tagged `region=forward`, the rest `backward`.
+`ember_core.decompositions`). Nodes recorded while the forward ran are tagged `region=forward`, the rest `backward`.
 Random ops run in the forward only: the backward reads the masks the forward made (`native_dropout`'s second
 output), so no partitioner has to run a random op twice.
 
@@ -20,12 +20,11 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import Graph, Input, Interpreter, JointGraph, Output, from_fx, verify
+from ember_core import Graph, Input, Interpreter, JointGraph, Output, decompositions, from_fx, verify
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
-from ._decompositions import decompositions
 from ._grad_boundaries import insert_grad_boundaries
 from ._primals import FakePrimals, differentiable_dtype, requires_grad
 

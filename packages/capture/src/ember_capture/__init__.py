@@ -1,6 +1,6 @@
 """ember-capture: frontends that turn Python functions into guarded calls of functional ATen graphs."""
 
-from ._aten import RNG_KEPT_OPS, capture_graph, decomposition_table
+from ._aten import capture_graph
 from ._dynamo import DynamoBackend, DynamoFrontend
 from ._errors import CaptureError
 from ._runner import GraphRunner
@@ -9,6 +9,6 @@ from ._trace import Entry, TracedFunction, TraceFrontend
 __version__ = "0.1.0"
 
 __all__ = [
-    "RNG_KEPT_OPS", "CaptureError", "DynamoBackend", "DynamoFrontend", "Entry", "GraphRunner", "TraceFrontend",
-    "TracedFunction", "__version__", "capture_graph", "decomposition_table",
+    "CaptureError", "DynamoBackend", "DynamoFrontend", "Entry", "GraphRunner", "TraceFrontend",
+    "TracedFunction", "__version__", "capture_graph",
 ]

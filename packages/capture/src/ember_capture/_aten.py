@@ -2,7 +2,7 @@
 
 `capture_graph(fn, fake_inputs)` traces `fn` with make_fx under the fake mode of its inputs (Dynamo's own, when
 the inputs come from Dynamo, so symbolic sizes and guards stay one story), functionalizes it, decomposes it to
-`decomposition_table()`, and reads the result with `ember_core.from_fx`. Input mutations become
+`ember_core.decompositions()`, and reads the result with `ember_core.from_fx`. Input mutations become
 `Input(mutated=True)` + `Output(kind="mutation")`; outputs that share storage with an input become
 `Output(kind="alias")`. Gradient facts that only eager autograd knows are written into `Value.requires_grad`, and
 no_grad regions inside the function become `aten.detach` at their boundary.
@@ -11,7 +11,6 @@ no_grad regions inside the function become `aten.detach` at their boundary.
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,26 +18,13 @@ from typing import Any
 import ember_core
 import torch
 import torch.fx as fx
-from ember_core import Graph, Input, Output
-from torch._decomp import core_aten_decompositions
+from ember_core import Graph, Input, Output, decompositions
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ._errors import CaptureError, is_torch_file
 from ._functionalize import TraceFacts, functionalized
-
-# Ops whose decomposition would draw random numbers differently from eager (so dropout under a seed would differ).
-RNG_KEPT_OPS = ("aten.bernoulli", "aten.native_dropout", "aten.rand", "aten.randn", "aten.randint", "aten.uniform",
-                "aten.normal", "aten.exponential", "aten.geometric", "aten.cauchy", "aten.log_normal",
-                "aten.random", "aten.multinomial", "aten.randperm")
-
-
-@functools.cache
-def decomposition_table() -> dict:
-    """torch's core ATen decompositions minus those of random ops: the op set every ember graph is in."""
-    table = core_aten_decompositions()
-    return {op: fn for op, fn in table.items() if not str(op).startswith(RNG_KEPT_OPS)}
 
 
 def _kind_from_name(name: str) -> str:
@@ -83,7 +69,7 @@ def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFact
     target = fx.Interpreter(fn).run if is_gm else fn
     keep_meta = fx.traceback.preserve_node_meta() if is_gm else contextlib.nullcontext()
     with fake_mode, enable_python_dispatcher(), keep_meta:
-        gm = make_fx(functionalized(target, facts), decomposition_table=decomposition_table(),
+        gm = make_fx(functionalized(target, facts), decomposition_table=decompositions(),
                      record_stack_traces=not is_gm)(*fake_inputs)
     return gm
 

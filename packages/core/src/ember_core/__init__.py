@@ -7,6 +7,7 @@ from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
 from ._interpreter import Interpreter, interpret
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
+from ._op_set import decompositions, is_random
 from ._ops import resolve_op
 from ._options import OptionSpec
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
@@ -19,11 +20,11 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "SCHEMA_VERSION", "CompiledGraph", "Constant", "EmberError", "Event", "Graph", "GraphError", "Implementation",
-    "Input", "Interpreter", "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError",
-    "PluginManager", "PluginRegistry", "Ref", "SchemaError", "Sym", "Symbol", "Value", "__version__", "canonical",
-    "dtype_name", "dumps", "emit", "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager",
-    "graph_from_json", "graph_to_json", "hookimpl", "interpret", "json_schema", "json_schema_path", "load", "loads",
-    "reset_plugin_manager",
-    "resolve_op", "save", "to_dtype", "to_fx", "value_of", "verify",
+    "CompiledGraph", "Constant", "EmberError", "Event", "Graph", "GraphError", "Implementation", "Input",
+    "Interpreter", "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError",
+    "PluginManager", "PluginRegistry", "Ref", "SCHEMA_VERSION", "SchemaError", "Sym", "Symbol", "Value",
+    "__version__", "canonical", "decompositions", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
+    "format_node", "from_fx", "get_plugin_manager", "graph_from_json", "graph_to_json", "hookimpl", "interpret",
+    "is_random", "json_schema", "json_schema_path", "load", "loads", "reset_plugin_manager", "resolve_op", "save",
+    "to_dtype", "to_fx", "value_of", "verify",
 ]

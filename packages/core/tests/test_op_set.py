@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from ember_autograd import decompositions, is_random
+from ember_core import decompositions, is_random
 
 aten = torch.ops.aten
 
@@ -22,3 +22,8 @@ def test_core_decompositions_are_kept():
 def test_is_random():
     assert is_random(aten.native_dropout.default) and is_random(aten.bernoulli.p)
     assert not is_random(aten.mul.Tensor) and not is_random(print)
+
+
+def test_is_random_takes_schema_names():
+    assert is_random("aten.native_dropout.default") and not is_random("aten.add.Tensor")
+    assert not is_random("aten.no_such_op.default")
