@@ -12,7 +12,7 @@ from ._ops import resolve_op
 from ._options import OptionSpec
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
-from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
+from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value, iter_refs, node_refs
 from ._stages import CompiledGraph, JointGraph, Partition
 from ._verify import verify
 from .hookspecs import hookimpl
@@ -25,6 +25,6 @@ __all__ = [
     "PluginManager", "PluginRegistry", "Ref", "SCHEMA_VERSION", "SchemaError", "Sym", "Symbol", "Value",
     "__version__", "canonical", "decompositions", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
     "format_node", "from_fx", "get_plugin_manager", "graph_from_json", "graph_to_json", "hookimpl", "interpret",
-    "is_random", "json_schema", "json_schema_path", "load", "loads", "reset_plugin_manager", "resolve_op", "save",
-    "to_dtype", "to_fx", "value_of", "verify",
+    "is_random", "iter_refs", "json_schema", "json_schema_path", "load", "loads", "node_refs", "reset_plugin_manager",
+    "resolve_op", "save", "to_dtype", "to_fx", "value_of", "verify",
 ]
