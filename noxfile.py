@@ -22,6 +22,7 @@ PACKAGES = {
     "capture": ["core"],
     "autograd": ["core"],
     "partition": ["core"],
+    "lowering": ["core"],
     "runtime": ["core"],
     "ember": ["core", "capture", "autograd", "partition", "runtime"],
 }

@@ -1,0 +1,258 @@
+"""Index expressions: sympy over integer symbols (loop vars `i0`/`r0`, graph symbols `s0`, SSA values `t3`).
+
+Every symbol is `sympy.Symbol(name, integer=True)`, as ember-core parses sizes, so expressions built here and
+expressions parsed from text compare equal. `simplify` removes the `floor`/`Mod` that views introduce when the
+loop ranges prove them trivial; `flat_index` turns a logical index into a storage offset for codegens.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import sympy
+from torch.utils._sympy import functions as torch_sympy
+
+_FUNCTIONS = {
+    name: getattr(torch_sympy, name)
+    for name in dir(torch_sympy)
+    if isinstance(getattr(torch_sympy, name), type) and issubclass(getattr(torch_sympy, name), sympy.Basic)
+}
+_FUNCTIONS.update({"floor": sympy.floor, "ceiling": sympy.ceiling, "Mod": sympy.Mod, "Max": sympy.Max,
+                   "Min": sympy.Min, "Abs": sympy.Abs})
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+Expr = sympy.Expr
+ZERO = sympy.Integer(0)
+ONE = sympy.Integer(1)
+
+
+@functools.cache
+def sym(name: str) -> sympy.Symbol:
+    """The symbol for a loop var, graph symbol or SSA value."""
+    return sympy.Symbol(name, integer=True)
+
+
+def var(prefix: str, k: int) -> sympy.Symbol:
+    return sym(f"{prefix}{k}")
+
+
+@functools.lru_cache(maxsize=8192)
+def parse_expr(text: str) -> Expr:
+    """An expression from text; every name that is not a known function is an integer symbol."""
+    names = {n: sym(n) for n in _IDENT.findall(text) if n not in _FUNCTIONS}
+    return sympy.sympify(text, locals={**_FUNCTIONS, **names})
+
+
+def to_expr(x: int | str | Expr) -> Expr:
+    if isinstance(x, sympy.Basic):
+        return x
+    if isinstance(x, bool):
+        return sympy.Integer(int(x))
+    if isinstance(x, int):
+        return sympy.Integer(x)
+    if isinstance(x, str):
+        return parse_expr(x)
+    raise TypeError(f"not an index expression: {x!r}")
+
+
+def names_in(expr: Expr) -> set[str]:
+    return {s.name for s in expr.free_symbols}
+
+
+def numel(shape: Sequence[Expr]) -> Expr:
+    return sympy.Mul(*shape) if shape else ONE
+
+
+def contiguous_strides(shape: Sequence[Expr | int]) -> tuple[Expr, ...]:
+    strides, acc = [], ONE
+    for d in (to_expr(x) for x in reversed(shape)):
+        strides.append(acc)
+        acc = acc * (sympy.Integer(max(int(d), 1)) if d.is_number else d)  # as torch: size-0 dims count as 1
+    return tuple(reversed(strides))
+
+
+def storage_size(shape: Sequence[Expr], stride: Sequence[Expr], offset: Expr = ZERO) -> Expr:
+    """Elements a layout spans from the storage start: offset + 1 + sum((size - 1) * stride); 0 when empty."""
+    if any(d.is_number and d == 0 for d in shape):
+        return ZERO
+    return sympy.expand(offset + 1 + sum(((d - 1) * s for d, s in zip(shape, stride)), ZERO))
+
+
+def substitute(expr: Expr, mapping: Mapping[sympy.Symbol, Expr]) -> Expr:
+    return expr.xreplace(dict(mapping)) if mapping else expr
+
+
+# ---------------------------------------------------------------------------------------------- bounds
+
+
+class Ranges:
+    """What `simplify` knows: each loop var lies in [0, size), each graph symbol is at least its lower bound."""
+
+    def __init__(self, sizes: Mapping[str, Expr] = (), lowers: Mapping[str, int] = ()):
+        self.sizes = dict(sizes)
+        self.lowers = dict(lowers)
+
+    def with_sizes(self, sizes: Mapping[str, Expr]) -> Ranges:
+        return Ranges({**self.sizes, **sizes}, self.lowers)
+
+
+def is_nonneg(expr: Expr, ranges: Ranges) -> bool:
+    """True when `expr >= 0` holds for every value of its graph symbols (polynomials only, else False)."""
+    expr = sympy.expand(expr)
+    if expr.is_number:
+        return bool(expr >= 0)
+    names = names_in(expr)
+    if any(n in ranges.sizes for n in names):
+        lo, _ = bounds(expr, ranges)
+        return lo is not None and lo.is_number and bool(lo >= 0)
+    shift = {sym(n): sym(n) + ranges.lowers.get(n, 0) for n in names}
+    shifted = sympy.expand(expr.xreplace(shift))
+    try:
+        poly = sympy.Poly(shifted, *[sym(n) for n in sorted(names)])
+    except sympy.PolynomialError:
+        return False
+    return all(c.is_number and c >= 0 for c in poly.coeffs())
+
+
+def _positive(expr: Expr, ranges: Ranges) -> bool:
+    return is_nonneg(expr - 1, ranges)
+
+
+def bounds(expr: Expr, ranges: Ranges) -> tuple[Expr | None, Expr | None]:
+    """Lower and upper bounds of a linear expression over loop vars; None where unknown."""
+    if expr.is_number:
+        return expr, expr
+    if isinstance(expr, sympy.Symbol):
+        if expr.name in ranges.sizes:
+            return ZERO, ranges.sizes[expr.name] - 1
+        return (sympy.Integer(ranges.lowers[expr.name]) if expr.name in ranges.lowers else None), None
+    if isinstance(expr, sympy.Add):
+        lo, hi = ZERO, ZERO
+        for a in expr.args:
+            alo, ahi = bounds(a, ranges)
+            lo = None if lo is None or alo is None else lo + alo
+            hi = None if hi is None or ahi is None else hi + ahi
+        return lo, hi
+    if isinstance(expr, sympy.Mul):
+        coeff, rest = expr.as_independent(*[sym(n) for n in ranges.sizes])
+        if rest == expr or not _nonneg_coeff(coeff, ranges):
+            return None, None
+        lo, hi = bounds(rest, ranges)
+        return (None if lo is None else coeff * lo), (None if hi is None else coeff * hi)
+    if isinstance(expr, sympy.Mod) and _positive(expr.args[1], ranges):
+        return ZERO, expr.args[1] - 1
+    if isinstance(expr, sympy.floor):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        lo, hi = bounds(num, ranges)
+        if _positive(den, ranges):
+            return (None if lo is None else sympy.floor(lo / den)), (None if hi is None else sympy.floor(hi / den))
+    return None, None
+
+
+def _nonneg_coeff(coeff: Expr, ranges: Ranges) -> bool:
+    return is_nonneg(coeff, ranges)
+
+
+def _in_range(expr: Expr, den: Expr, ranges: Ranges) -> bool:
+    """0 <= expr < den for every value of the loop vars?"""
+    lo, hi = bounds(expr, ranges)
+    return lo is not None and hi is not None and is_nonneg(lo, ranges) and is_nonneg(den - 1 - hi, ranges)
+
+
+# ---------------------------------------------------------------------------------------------- simplify
+
+
+def simplify(expr: Expr, ranges: Ranges) -> Expr:
+    """Remove floor/Mod made trivial by the loop ranges; merge c*floor(x/c) + Mod(x, c) into x."""
+    if expr.is_Atom:
+        return expr
+    args = [simplify(a, ranges) for a in expr.args]
+    expr = expr.func(*args) if args != list(expr.args) else expr
+    if isinstance(expr, sympy.floor):
+        return _simplify_floor(expr, ranges)
+    if isinstance(expr, sympy.Mod):
+        return _simplify_mod(expr, ranges)
+    if isinstance(expr, sympy.Add):
+        return _merge_floor_mod(expr)
+    return expr
+
+
+def _split(num: Expr, den: Expr) -> tuple[Expr, Expr]:
+    """num = den * q + r, where q collects the terms of num that den divides."""
+    q, r = ZERO, ZERO
+    for t in sympy.Add.make_args(sympy.expand(num)):
+        part = sympy.cancel(t / den)
+        if sympy.fraction(part)[1] == 1:
+            q += part
+        else:
+            r += t
+    return q, r
+
+
+def _nested_floor(expr: Expr) -> Expr:
+    """floor(floor(a/b)/c) → floor(a/(b*c)), for positive integer b and c."""
+    num, den = sympy.fraction(sympy.together(expr.args[0]))
+    if isinstance(num, sympy.floor) and den != 1:
+        inner_num, inner_den = sympy.fraction(sympy.together(num.args[0]))
+        return sympy.floor(inner_num / (inner_den * den))
+    return expr
+
+
+def _simplify_floor(expr: Expr, ranges: Ranges) -> Expr:
+    expr = _nested_floor(expr)
+    if not isinstance(expr, sympy.floor):
+        return expr
+    num, den = sympy.fraction(sympy.together(expr.args[0]))
+    if den == 1 or not _positive(den, ranges):
+        return expr
+    q, r = _split(num, den)
+    if r == 0:
+        return q
+    if _in_range(r, den, ranges):
+        return q
+    return q + sympy.floor(r / den) if q != 0 else expr
+
+
+def _simplify_mod(expr: Expr, ranges: Ranges) -> Expr:
+    num, den = expr.args
+    if not _positive(den, ranges):
+        return expr
+    _, r = _split(num, den)
+    if _in_range(r, den, ranges):
+        return r
+    return sympy.Mod(r, den) if r != num else expr
+
+
+def _merge_floor_mod(expr: Expr) -> Expr:
+    """c*floor(x/c)*k + Mod(x, c)*k → x*k, repeatedly (the row-major flatten of an unflatten)."""
+    terms = list(sympy.Add.make_args(expr))
+    changed = True
+    while changed:
+        changed = False
+        for i, t in enumerate(terms):
+            k, m = t.as_coeff_Mul()
+            if not isinstance(m, sympy.Mod):
+                continue
+            x, c = m.args
+            want = sympy.expand(k * c * _nested_floor(sympy.floor(x / c)))
+            for j, u in enumerate(terms):
+                if j != i and sympy.expand(u - want) == 0:
+                    terms = [v for n, v in enumerate(terms) if n not in (i, j)] + [k * x]
+                    changed = True
+                    break
+            if changed:
+                break
+    return sympy.Add(*terms)
+
+
+def simplify_all(exprs: Iterable[Expr], ranges: Ranges) -> tuple[Expr, ...]:
+    return tuple(simplify(e, ranges) for e in exprs)
+
+
+def flat_index(index: Sequence[Expr], stride: Sequence[Expr], offset: Expr = ZERO,
+               ranges: Ranges | None = None) -> Expr:
+    """The storage offset (in elements) of a logical index under a layout; what a codegen addresses memory with."""
+    flat = offset + sum((i * s for i, s in zip(index, stride)), ZERO)
+    return simplify(sympy.expand(flat), ranges or Ranges())

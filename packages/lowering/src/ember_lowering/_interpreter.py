@@ -1,0 +1,355 @@
+"""The reference interpreter of the loop IR: slow-ish, vectorized with torch, obviously correct.
+
+A kernel runs as whole tensors over its iteration space: dim k of every value is the kernel's dim k, outer
+values have size 1 in the r-dims, and a reduction reduces the r-dims of a loop value. Buffers that the plan
+allocates are filled with NaN (or a sentinel) first, so reading memory nobody wrote shows up in tests;
+a `temp` that reuses another buffer's storage really shares it, so a wrong reuse plan corrupts results.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import sympy
+import torch
+from ember_core import Ref, Sym, resolve_op, to_dtype
+
+from ._errors import PlanError
+from ._indexing import parse_expr, storage_size
+from ._loop_ir import FLOAT_DTYPES, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
+from ._printer import format_instr
+
+_SENTINEL_INT = -7  # what unwritten integer memory holds
+
+# ---------------------------------------------------------------------------------------------- index exprs
+
+
+def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
+    """An index expression's value: a Python int, or an int64 tensor where the env holds tensors."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return env[expr.name]
+    if expr.is_Rational:
+        raise PlanError(f"index expression {expr} is not an integer")
+    args = [evaluate(a, env) for a in expr.args] if not isinstance(expr, (sympy.floor, sympy.ceiling)) else None
+    if isinstance(expr, sympy.Add):
+        return _fold(args, lambda a, b: a + b)
+    if isinstance(expr, sympy.Mul):
+        return _mul(expr, env)
+    if isinstance(expr, sympy.Pow) and expr.args[1].is_Integer and expr.args[1] >= 0:
+        return _fold([args[0]] * int(expr.args[1]) or [1], lambda a, b: a * b)
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        n, d = evaluate(num, env), evaluate(den, env)
+        return _floordiv(n, d) if isinstance(expr, sympy.floor) else -_floordiv(-n, d)
+    if isinstance(expr, sympy.Mod):
+        return _mod(*args)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        big = isinstance(expr, sympy.Max)
+        return _fold(args, lambda a, b: _maximum(a, b) if big else _minimum(a, b))
+    name = type(expr).__name__
+    if name == "FloorDiv":
+        return _floordiv(*args)
+    if name == "ModularIndexing":
+        return _mod(_floordiv(args[0], args[1]), args[2])
+    if name in ("CleanDiv", "IntTrueDiv"):
+        return _floordiv(*args)
+    raise PlanError(f"cannot evaluate index expression {expr} ({name})")
+
+
+def _mul(expr: sympy.Mul, env: Mapping[str, Any]) -> Any:
+    num, den = sympy.fraction(expr)
+    if den != 1:
+        raise PlanError(f"index expression {expr} is not an integer")
+    return _fold([evaluate(a, env) for a in expr.args], lambda a, b: a * b)
+
+
+def _fold(xs: list, fn: Callable) -> Any:
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = fn(acc, x)
+    return acc
+
+
+def _floordiv(a: Any, b: Any) -> Any:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return torch.div(torch.as_tensor(a), b, rounding_mode="floor")
+    return a // b
+
+
+def _mod(a: Any, b: Any) -> Any:
+    return torch.remainder(torch.as_tensor(a), b) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) \
+        else a % b
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
+    return max(a, b)
+
+
+def _minimum(a: Any, b: Any) -> Any:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return torch.minimum(torch.as_tensor(a), torch.as_tensor(b))
+    return min(a, b)
+
+
+def size_of(expr: Any, syms: Mapping[str, int]) -> int:
+    return int(evaluate(expr if isinstance(expr, sympy.Basic) else sympy.sympify(expr), syms))
+
+
+# ---------------------------------------------------------------------------------------------- op rules
+
+
+def _bool(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype == torch.bool else x != 0
+
+
+interpreter_rules: dict[Op, Callable[..., torch.Tensor]] = {
+    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.RECIPROCAL: torch.reciprocal, Op.SIGN: torch.sign,
+    Op.FLOOR: torch.floor, Op.CEIL: torch.ceil, Op.ROUND: torch.round, Op.TRUNC: torch.trunc,
+    Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.EXPM1: torch.expm1, Op.LOG: torch.log, Op.LOG2: torch.log2,
+    Op.LOG10: torch.log10, Op.LOG1P: torch.log1p, Op.SQRT: torch.sqrt, Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin,
+    Op.COS: torch.cos, Op.TAN: torch.tan, Op.ASIN: torch.asin, Op.ACOS: torch.acos, Op.ATAN: torch.atan,
+    Op.SINH: torch.sinh, Op.COSH: torch.cosh, Op.TANH: torch.tanh, Op.ASINH: torch.asinh, Op.ACOSH: torch.acosh,
+    Op.ATANH: torch.atanh, Op.ERF: torch.erf, Op.ERFC: torch.erfc, Op.ERFINV: torch.erfinv, Op.LGAMMA: torch.lgamma,
+    Op.SIGMOID: torch.sigmoid, Op.ISNAN: torch.isnan, Op.ISINF: torch.isinf, Op.SIGNBIT: torch.signbit,
+    Op.NOT: torch.logical_not, Op.BITNOT: torch.bitwise_not,
+    Op.ADD: torch.add, Op.SUB: torch.sub, Op.MUL: torch.mul, Op.DIV: torch.div,
+    Op.FLOORDIV: lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    Op.TRUNCDIV: lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    Op.MOD: torch.remainder, Op.FMOD: torch.fmod, Op.POW: torch.pow, Op.MAXIMUM: torch.maximum,
+    Op.MINIMUM: torch.minimum, Op.ATAN2: torch.atan2, Op.COPYSIGN: torch.copysign,
+    Op.AND: torch.logical_and, Op.OR: torch.logical_or, Op.XOR: torch.logical_xor,
+    Op.BITAND: torch.bitwise_and, Op.BITOR: torch.bitwise_or, Op.BITXOR: torch.bitwise_xor,
+    Op.LSHIFT: torch.bitwise_left_shift, Op.RSHIFT: torch.bitwise_right_shift,
+    Op.EQ: torch.eq, Op.NE: torch.ne, Op.LT: torch.lt, Op.LE: torch.le, Op.GT: torch.gt, Op.GE: torch.ge,
+    Op.WHERE: torch.where,
+}
+
+
+def _reduce_last(op: Op, x: torch.Tensor, idx: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """Reduce the last dim of x (the flattened r-dims), keeping it as size 1."""
+    n = x.shape[-1]
+    if n == 0:
+        return _identity(op, x)
+    if op is Op.REDUCE_SUM:
+        return (x.sum(-1, keepdim=True, dtype=x.dtype),)
+    if op is Op.REDUCE_PROD:
+        return (x.prod(-1, keepdim=True, dtype=x.dtype),)
+    if op is Op.REDUCE_MAX:
+        return (x.amax(-1, keepdim=True),)
+    if op is Op.REDUCE_MIN:
+        return (x.amin(-1, keepdim=True),)
+    if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
+        pos = (x.argmax if op is Op.REDUCE_ARGMAX else x.argmin)(-1, keepdim=True)
+        return (torch.gather(idx.expand(x.shape), -1, pos),)
+    if op is Op.REDUCE_ANY:
+        return (_bool(x).any(-1, keepdim=True),)
+    if op is Op.REDUCE_ALL:
+        return (_bool(x).all(-1, keepdim=True),)
+    mean = x.mean(-1, keepdim=True)
+    return mean, ((x - mean) ** 2).sum(-1, keepdim=True)
+
+
+def _identity(op: Op, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    shape = (*x.shape[:-1], 1)
+    lowest = -math.inf if x.is_floating_point() else (torch.iinfo(x.dtype).min if x.dtype != torch.bool else 0)
+    highest = math.inf if x.is_floating_point() else (torch.iinfo(x.dtype).max if x.dtype != torch.bool else 1)
+    value = {Op.REDUCE_SUM: 0, Op.REDUCE_PROD: 1, Op.REDUCE_MAX: lowest, Op.REDUCE_MIN: highest,
+             Op.REDUCE_ANY: False, Op.REDUCE_ALL: True}.get(op)
+    if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
+        return (torch.zeros(shape, dtype=torch.int64, device=x.device),)
+    if op is Op.REDUCE_WELFORD:
+        return x.new_full(shape, math.nan), x.new_zeros(shape)
+    dtype = torch.bool if op in (Op.REDUCE_ANY, Op.REDUCE_ALL) else x.dtype
+    return (torch.full(shape, value, dtype=dtype, device=x.device),)
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+
+
+class _KernelRun:
+    """One kernel executed as tensors over its iteration space."""
+
+    def __init__(self, kernel: Kernel, buffers: dict[str, torch.Tensor], syms: dict[str, int],
+                 device: torch.device | str = "cpu"):
+        self.kernel, self.buffers, self.syms, self.device = kernel, buffers, syms, torch.device(device)
+        self.sizes = [size_of(d.size, syms) for d in kernel.dims]
+        self.rdims = [k for k, d in enumerate(kernel.dims) if d.reduce]
+        n = len(self.sizes)
+        self.env: dict[str, Any] = dict(syms)
+        for k, (d, size) in enumerate(zip(kernel.dims, self.sizes)):
+            self.env[d.var] = torch.arange(size, device=self.device).view([-1 if j == k else 1 for j in range(n)])
+        self.full = torch.Size(self.sizes)
+
+    def run(self) -> None:
+        for stmt in self.kernel.body:
+            for instr in (stmt.body if isinstance(stmt, Loop) else (stmt,)):
+                try:
+                    self.step(instr)
+                except PlanError:
+                    raise
+                except Exception as e:
+                    e.add_note(f"While running kernel {self.kernel.name!r}: {format_instr(instr)}")
+                    raise
+
+    def value(self, name: str) -> torch.Tensor:
+        return self.env[name]
+
+    def index(self, instr: Instr) -> list[torch.Tensor]:
+        return [torch.as_tensor(evaluate(e, self.env), dtype=torch.int64, device=self.device) for e in instr.index]
+
+    def step(self, i: Instr) -> None:
+        op = i.op
+        if op is Op.CONST:
+            self.env[i.out] = torch.tensor(i.value, dtype=to_dtype(i.dtype), device=self.device)
+        elif op is Op.INDEX:
+            value = evaluate(i.index[0], self.env)
+            self.env[i.out] = torch.as_tensor(value, device=self.device).to(to_dtype(i.dtype))
+        elif op is Op.LOAD:
+            self.env[i.out] = self.load(i)
+        elif op is Op.STORE:
+            self.store(i)
+        elif op is Op.CAST:
+            self.env[i.out] = self.value(i.srcs[0]).to(to_dtype(i.dtype))
+        elif op.value.startswith("reduce_"):
+            self.reduce(i)
+        else:
+            result = interpreter_rules[op](*(self.value(s) for s in i.srcs))
+            self.env[i.out] = result.to(to_dtype(i.dtype))
+
+    def load(self, i: Instr) -> torch.Tensor:
+        buf = self.buffers[i.buffer]
+        idx = self.index(i)
+        if not i.srcs:
+            return buf[tuple(idx)] if idx else buf[()]
+        mask = self.value(i.srcs[0])
+        other = torch.tensor(i.value, dtype=buf.dtype, device=buf.device)
+        if buf.numel() == 0:
+            return torch.broadcast_to(other, torch.broadcast_shapes(mask.shape, *(t.shape for t in idx)))
+        safe = [torch.where(mask, t, 0) for t in idx]
+        return torch.where(mask, buf[tuple(safe)] if safe else buf[()], other)
+
+    def store(self, i: Instr) -> None:
+        buf = self.buffers[i.buffer]
+        value = self.value(i.srcs[0])
+        idx = self.index(i)
+        shapes = [value.shape, *(t.shape for t in idx)]
+        if len(i.srcs) > 1:
+            shapes.append(self.value(i.srcs[1]).shape)
+        shape = torch.broadcast_shapes(*shapes)
+        idx = [t.expand(shape) for t in idx]
+        value = value.expand(shape)
+        if len(i.srcs) > 1:
+            mask = self.value(i.srcs[1]).expand(shape)
+            idx, value = [t[mask] for t in idx], value[mask]
+        if not idx:
+            buf.copy_(value.reshape(()))
+        else:
+            buf.index_put_(tuple(idx), value)
+
+    def reduce(self, i: Instr) -> None:
+        srcs = [self.value(s).expand(self.full) for s in i.srcs]
+        keep = [k for k in range(len(self.sizes)) if k not in self.rdims]
+        outer = [self.sizes[k] if k in keep else 1 for k in range(len(self.sizes))]
+        n = math.prod(self.sizes[k] for k in self.rdims)
+        flat = [s.permute(*keep, *self.rdims).reshape(*(self.sizes[k] for k in keep), n) for s in srcs]
+        results = _reduce_last(i.op, flat[0], flat[1] if len(flat) > 1 else None)
+        for name, r in zip(i.outs, results):
+            self.env[name] = r.to(to_dtype(i.dtype)).reshape(outer)  # kept dims are in order: a reshape
+
+
+# ---------------------------------------------------------------------------------------------- plans
+
+
+class PlanInterpreter:
+    """Runs a KernelPlan on concrete inputs. `constants` gives the tensors of the graph's constants."""
+
+    def __init__(self, plan: KernelPlan, constants: Mapping[str, torch.Tensor] | None = None):
+        self.plan = plan
+        self.constants = dict(constants or {})
+        self.buffers = plan.buffer_map
+        self.extern_outs = {o for s in plan.externs for o in s.outs}
+
+    def bindings(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """The symbols' values, read off the inputs' shapes and strides and the symbolic-int inputs."""
+        env: dict[str, int] = {}
+        for name, x in zip(self.plan.inputs, inputs):
+            b = self.buffers.get(name)
+            if b is None:
+                env[name] = int(x)
+                continue
+            for d, n in (*zip(b.shape, x.shape), *zip(b.stride, x.stride())):
+                if d.is_Symbol:
+                    env.setdefault(d.name, int(n))
+        return env
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        plan = self.plan
+        if len(inputs) != len(plan.inputs):
+            raise PlanError(f"plan {plan.name!r} takes {len(plan.inputs)} inputs, got {len(inputs)}")
+        syms = self.bindings(inputs)
+        tensors: dict[str, torch.Tensor] = {n: x for n, x in zip(plan.inputs, inputs) if n in self.buffers}
+        tensors.update({n: c for n, c in self.constants.items() if n in self.buffers})
+        storage: dict[str, torch.Tensor] = {}
+        for b in plan.buffers:
+            if b.kind in ("temp", "output") and b.name not in self.extern_outs:
+                tensors[b.name] = self.allocate(b, storage, syms)
+        for step in plan.steps:
+            if isinstance(step, Kernel):
+                self.make_views(tensors, syms)
+                _KernelRun(step, tensors, syms, plan.device).run()
+            else:
+                self.make_views(tensors, syms)
+                self.call(step, tensors, syms)
+        self.make_views(tensors, syms)
+        return [tensors[o] if isinstance(o, str) else size_of(parse_expr(o.expr), syms) for o in plan.outputs]
+
+    __call__ = run
+
+    def allocate(self, b: Buffer, storage: dict[str, torch.Tensor], syms: dict[str, int]) -> torch.Tensor:
+        shape = [size_of(d, syms) for d in b.shape]
+        stride = [size_of(s, syms) for s in b.stride]
+        n = size_of(storage_size(b.shape, b.stride, b.offset), syms)
+        owner = b.base or b.name
+        if owner not in storage:
+            dtype = to_dtype(b.dtype)
+            fill = math.nan if b.dtype in FLOAT_DTYPES else (True if b.dtype == "bool" else _SENTINEL_INT)
+            storage[owner] = torch.full((max(n, 1),), fill, dtype=dtype, device=self.plan.device)
+        st = storage[owner]
+        if st.numel() < n:
+            raise PlanError(f"buffer {b.name!r} needs {n} elements but reuses {owner!r} of {st.numel()}")
+        return st.as_strided(shape, stride, size_of(b.offset, syms))
+
+    def make_views(self, tensors: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
+        for b in self.plan.buffers:
+            if b.kind == "view" and b.name not in tensors and b.base in tensors:
+                root = tensors[b.base]
+                tensors[b.name] = root.as_strided([size_of(d, syms) for d in b.shape],
+                                                  [size_of(s, syms) for s in b.stride],
+                                                  root.storage_offset() + size_of(b.offset, syms))
+
+    def call(self, ext: Extern, tensors: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
+        def read(a: Any) -> Any:
+            if isinstance(a, Ref):
+                return tensors[a.name]
+            if isinstance(a, Sym):
+                return size_of(parse_expr(a.expr), syms)
+            if isinstance(a, tuple):
+                return [read(x) for x in a]
+            return a
+
+        result = resolve_op(ext.op)(*(read(a) for a in ext.args), **{k: read(v) for k, v in ext.kwargs.items()})
+        results = result if isinstance(result, (tuple, list)) and len(ext.outs) > 1 else (result,)
+        for name, r in zip(ext.outs, results):
+            if name != "_":
+                tensors[name] = r
+
+
+def run_plan(plan: KernelPlan, inputs: Sequence[Any], constants: Mapping[str, torch.Tensor] | None = None) -> list:
+    """Run a plan once on concrete inputs; returns its outputs in order."""
+    return PlanInterpreter(plan, constants).run(inputs)

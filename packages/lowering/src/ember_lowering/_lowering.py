@@ -1,0 +1,287 @@
+"""Lowering: an ATen `Graph` → an unfused `KernelPlan`, one walk over the nodes driven by `lowering_rules`.
+
+Each rule takes `(ctx, node, a)` (`a`: the node's arguments by schema name, defaults filled in) and returns
+one `TensorRef` per node output (or `None` for an output it does not produce). A node whose op has no rule,
+whose rule raises `Unsupported`, or that touches a dtype or device kernels do not handle becomes an `Extern`
+call of the ATen op: a missing lowering is never an error. `lower()` then runs the scheduler.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+from ember_core import Event, Graph, Node, Ref, Sym, dtype_name, emit, resolve_op
+
+from ._context import LoweringContext, TensorRef
+from ._errors import LoweringError, Unsupported
+from ._indexing import sym, to_expr
+from ._loop_ir import KERNEL_DTYPES, NAN, Extern, KernelPlan
+from ._rewrite import rename_buffers
+from ._rules_index import index_rules
+from ._rules_norm import norm_rules
+from ._rules_pointwise import pointwise_rules
+from ._rules_reduction import reduction_rules
+from ._rules_view import view_rules
+from ._scheduler import drop_unused_buffers, name_kernels, order_buffers, schedule
+
+log = logging.getLogger("ember.kernels")
+
+Rule = Callable[[LoweringContext, Node, dict], Any]
+
+# ATen op name → rule. Add an op here (or in its _rules_*.py table) to lower it; without one it runs extern.
+lowering_rules: dict[str, Rule] = {**pointwise_rules, **reduction_rules, **norm_rules, **view_rules, **index_rules}
+
+
+def _size_rule(fn: Callable) -> Callable:
+    return lambda ctx, node, args: fn(ctx, *args)
+
+
+# Ops on symbolic ints → their sympy value. A symbolic value no rule covers becomes a fresh symbol.
+sym_rules: dict[str, Callable[..., Any]] = {
+    "aten.sym_size.int": _size_rule(lambda ctx, x, d: ctx.tensor(x).shape[d]),
+    "aten.sym_numel.default": _size_rule(lambda ctx, x: sympy.Mul(*ctx.tensor(x).shape)),
+    "aten.sym_stride.int": _size_rule(lambda ctx, x, d: to_expr(ctx.values[x.name].stride[d])),
+    "aten.sym_storage_offset.default": _size_rule(lambda ctx, x: to_expr(ctx.values[x.name].storage_offset)),
+    "operator.add": _size_rule(lambda ctx, a, b: ctx.scalar(a) + ctx.scalar(b)),
+    "operator.sub": _size_rule(lambda ctx, a, b: ctx.scalar(a) - ctx.scalar(b)),
+    "operator.mul": _size_rule(lambda ctx, a, b: ctx.scalar(a) * ctx.scalar(b)),
+    "operator.floordiv": _size_rule(lambda ctx, a, b: sympy.floor(sympy.sympify(ctx.scalar(a)) / ctx.scalar(b))),
+    "operator.mod": _size_rule(lambda ctx, a, b: sympy.Mod(ctx.scalar(a), ctx.scalar(b))),
+    "operator.neg": _size_rule(lambda ctx, a: -ctx.scalar(a)),
+    "operator.truediv": _size_rule(lambda ctx, a, b: sympy.sympify(ctx.scalar(a)) / ctx.scalar(b)),
+    "math.ceil": _size_rule(lambda ctx, a: sympy.ceiling(ctx.scalar(a))),
+    "math.floor": _size_rule(lambda ctx, a: sympy.floor(ctx.scalar(a))),
+    "torch.sym_max": _size_rule(lambda ctx, a, b: sympy.Max(ctx.scalar(a), ctx.scalar(b))),
+    "torch.sym_min": _size_rule(lambda ctx, a, b: sympy.Min(ctx.scalar(a), ctx.scalar(b))),
+    "torch.sym_int": _size_rule(lambda ctx, a: sympy.floor(ctx.scalar(a))),
+    "torch.sym_float": _size_rule(lambda ctx, a: ctx.scalar(a)),
+}
+
+
+@functools.cache
+def _schema_args(op: str) -> tuple[tuple[str, bool, Any], ...]:
+    schema = resolve_op(op)._schema
+    return tuple((a.name, a.kwarg_only, a.default_value) for a in schema.arguments)
+
+
+def bind_args(node: Node) -> dict[str, Any]:
+    """The node's arguments by schema name, with the schema's defaults for those it leaves out."""
+    spec = _schema_args(node.op)
+    out = {name: default for name, _, default in spec}
+    out.update(zip((name for name, _, _ in spec), node.args))
+    out.update(node.kwargs)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the walk
+
+
+def lower_graph(graph: Graph) -> KernelPlan:
+    """The unfused plan: one kernel per lowered op (views are index arithmetic), externs for the rest."""
+    ctx = LoweringContext(graph)
+    device = next((v.device for v in graph.values.values() if v.type == "tensor"), "cpu")
+    for inp in graph.inputs:
+        v = graph.values[inp.name]
+        if v.type == "tensor":
+            ctx.new_buffer(v.shape, v.dtype, kind="input", stride=v.stride, name=inp.name)
+            ctx.env[inp.name] = ctx.identity(inp.name)
+        else:
+            ctx.env[inp.name] = sym(inp.name)
+    for name, c in sorted(graph.constants.items()):
+        ctx.new_buffer(tuple(c.tensor.shape), dtype_name(c.tensor.dtype), kind="constant", stride=c.tensor.stride(),
+                       name=name)
+        ctx.env[name] = ctx.identity(name)
+    needed = _needed(graph)
+    for node in graph.nodes:
+        if any(o in needed for o in node.outputs):
+            lower_node(ctx, node, device)
+    outputs = tuple(_output(ctx, o.name) for o in graph.outputs)
+    plan = KernelPlan(graph.name, tuple(ctx.buffers.values()), tuple(ctx.steps), graph.input_names, outputs,
+                      graph.symbols, ("lower",), device)
+    return name_kernels(drop_unused_buffers(order_buffers(plan)))
+
+
+def node_refs(node: Node):
+    """The value names a node reads."""
+    stack = [*node.args, *node.kwargs.values()]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, Ref):
+            yield a.name
+        elif isinstance(a, (list, tuple)):
+            stack.extend(a)
+
+
+def _needed(graph: Graph) -> set[str]:
+    needed = {o.name for o in graph.outputs}
+    for node in reversed(graph.nodes):
+        if any(o in needed for o in node.outputs):
+            needed.update(node_refs(node))
+    return needed
+
+
+def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
+    ctx.origin = (node.outputs[0],)
+    values = [ctx.values.get(o) for o in node.outputs]
+    if values and all(v is not None and v.type == "sym" for v in values):
+        for o in node.outputs:
+            ctx.env[o] = _sym_value(ctx, node) if len(node.outputs) == 1 else sym(o)
+        return
+    reason = _cannot_lower(ctx, node, device)
+    if reason is None:
+        steps, buffers = len(ctx.steps), dict(ctx.buffers)
+        try:
+            results = lowering_rules[node.op](ctx, node, bind_args(node))
+        except Unsupported as e:
+            ctx.steps[steps:] = []
+            ctx.buffers = buffers
+            reason = str(e) or "unsupported arguments"
+        else:
+            _bind(ctx, node, results, steps, set(buffers))
+            return
+    log.debug("extern %s (%s): %s", node.op, node.outputs[0], reason)
+    extern(ctx, node)
+
+
+def _sym_value(ctx: LoweringContext, node: Node) -> Any:
+    """The sympy value of a symbolic-int node; a fresh symbol named after it when no rule can tell."""
+    rule = sym_rules.get(node.op)
+    try:
+        return rule(ctx, node, node.args) if rule is not None else sym(node.outputs[0])
+    except (LoweringError, KeyError, IndexError, TypeError):
+        return sym(node.outputs[0])
+
+
+def _cannot_lower(ctx: LoweringContext, node: Node, device: str) -> str | None:
+    if node.op not in lowering_rules:
+        return "no lowering rule"
+    for name in (*node.outputs, *node_refs(node)):
+        v = ctx.values.get(name)
+        if v is not None and v.type == "tensor":
+            if v.dtype not in KERNEL_DTYPES:
+                return f"dtype {v.dtype} is not computed by kernels"
+            if v.device != device:
+                return f"value {name!r} is on {v.device}, the plan on {device}"
+    return None
+
+
+def _bind(ctx: LoweringContext, node: Node, results: Any, first_step: int, old: set[str]) -> None:
+    """Record each output's TensorRef; a buffer the rule made for an output takes the output's name."""
+    results = results if isinstance(results, (tuple, list)) else (results,)
+    renames: dict[str, str] = {}
+    for name, r in zip(node.outputs, results):
+        if r is None:
+            continue
+        if not isinstance(r, TensorRef):
+            ctx.env[name] = r
+            continue
+        buf = ctx.buffers[r.buffer]
+        if r.buffer not in old and buf.kind == "temp" and r.is_identity(buf) and r.buffer not in renames \
+                and name not in ctx.buffers:
+            renames[r.buffer] = name
+            v = ctx.values.get(name)
+            stride = v.stride if v is not None and _dense(ctx, buf.shape, v.stride) else buf.stride
+            del ctx.buffers[r.buffer]
+            ctx.new_buffer(buf.shape, buf.dtype, stride=stride, name=name)
+            r = ctx.identity(name)
+        ctx.env[name] = r
+    if renames:
+        ctx.steps[first_step:] = [rename_buffers(s, renames) for s in ctx.steps[first_step:]]
+        for name in node.outputs:
+            r = ctx.env.get(name)
+            if isinstance(r, TensorRef) and r.buffer in renames:
+                ctx.env[name] = TensorRef(renames[r.buffer], r.index, r.shape, r.dtype)
+
+
+def _dense(ctx: LoweringContext, shape: tuple, stride: tuple) -> bool:
+    """Does (shape, stride) cover its elements exactly once, like a permuted contiguous layout?"""
+    if len(stride) != len(shape):
+        return False
+    shape_h = [ctx.hint(d) for d in shape]
+    stride_h = [ctx.hint(s) for s in stride]
+    order = sorted((k for k in range(len(shape)) if shape_h[k] != 1), key=lambda k: (stride_h[k], -k))
+    expected = 1
+    for k in order:
+        if stride_h[k] != expected or sympy.expand(to_expr(stride[k]) - _product(shape, order, k)) != 0:
+            return False
+        expected *= shape_h[k]
+    return True
+
+
+def _product(shape: tuple, order: list[int], k: int) -> sympy.Expr:
+    out = sympy.Integer(1)
+    for j in order[:order.index(k)]:
+        out *= to_expr(shape[j])
+    return out
+
+
+def _output(ctx: LoweringContext, name: str) -> Any:
+    value = ctx.env[name]
+    if not isinstance(value, TensorRef):
+        return Sym(str(value))
+    buf = ctx.materialize(value, name=None if name in ctx.buffers else name)
+    if ctx.buffers[buf].kind == "temp":
+        ctx.buffers[buf] = ctx.buffers[buf].replace(kind="output")
+    return buf
+
+
+# ---------------------------------------------------------------------------------------------- externs
+
+
+def extern(ctx: LoweringContext, node: Node) -> None:
+    """Call the ATen op. Tensor arguments are materialized; outputs get the layout the graph records."""
+    args = tuple(_extern_arg(ctx, a) for a in node.args)
+    kwargs = {k: _extern_arg(ctx, v) for k, v in node.kwargs.items()}
+    outs = []
+    for name in node.outputs:
+        v = ctx.values.get(name)
+        if v is None or v.type != "tensor":
+            outs.append("_")
+            ctx.env[name] = sym(name)
+            continue
+        ctx.new_buffer(v.shape, v.dtype, stride=v.stride, name=name)
+        ctx.env[name] = ctx.identity(name)
+        outs.append(name)
+    ctx.steps.append(Extern(tuple(outs), node.op, args, kwargs, ctx.origin))
+
+
+def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
+    if isinstance(a, Ref):
+        value = ctx.env.get(a.name)
+        if isinstance(value, TensorRef):
+            return Ref(ctx.materialize(value))
+        if isinstance(value, sympy.Basic):
+            return Sym(str(value))
+        raise LoweringError(f"extern argument {a.name!r} has no value")
+    if isinstance(a, (list, tuple)):
+        return tuple(_extern_arg(ctx, x) for x in a)
+    if isinstance(a, float) and math.isnan(a):
+        return NAN
+    return a
+
+
+# ---------------------------------------------------------------------------------------------- entry
+
+
+def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: bool = True) -> KernelPlan:
+    """Lower a graph and schedule it: the KernelPlan a codegen builds from.
+
+    passes: the scheduler passes to run (default `DEFAULT_PASSES`); check: verify the plan and its text round
+    trip after every pass (tests turn this on); emit_event: send `kernels_generated` (stage `lowering`, the
+    plan's text as source) to `ember_event` observers. Codegens emit their own event with their source.
+    """
+    plan = lower_graph(graph)
+    decisions: list[str] = []
+    plan = schedule(plan, passes=passes, check=check, decisions=decisions)
+    if emit_event:
+        emit(Event(kind="kernels_generated", stage="lowering",
+                   message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
+                           + "".join(f"\n  {d}" for d in decisions),
+                   source=str(plan), data={"decisions": decisions}))
+    return plan
+

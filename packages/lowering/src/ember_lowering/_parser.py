@@ -1,0 +1,247 @@
+"""Reads the text form back: `parse_plan(format_plan(plan)) == plan`. Errors name the line."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+import torch
+from ember_core import Ref, Sym, Symbol
+
+from ._errors import PlanError
+from ._indexing import contiguous_strides, parse_expr, to_expr
+from ._loop_ir import DTYPE_LONG, NAN, OPS_BY_NAME, Buffer, Dim, Extern, Instr, Kernel, KernelPlan, Loop, Op, scalar_of
+
+_HEADER = re.compile(r"# ember kernel plan '(?P<name>[^']*)' on (?P<device>\S+)$")
+_SYMBOL = re.compile(r"(\w+)=(-?\d+) in \[(-?\d+), (inf|-?\d+)\]")
+_BUFFER = re.compile(r"(?P<name>\w+): (?P<dtype>\w+)\[(?P<shape>[^\]]*)\](\{(?P<stride>[^}]*)\})? (?P<kind>\w+)"
+                     r"( (of|reuses) (?P<base>\w+))?( at (?P<offset>.+))?$")
+_KERNEL = re.compile(r"kernel (?P<name>\w+)\[(?P<dims>.*)\]:(  # from (?P<origins>.*))?$")
+_INSTR = re.compile(r"(?P<outs>\w+(, \w+)*): (?P<dtype>\w+) = (?P<op>\w+)( (?P<rest>.*))?$")
+_ACCESS = re.compile(r"(?P<buffer>\w+)(?P<index>\[.*\])(?P<tail>.*)$")
+
+
+def parse_plan(text: str) -> KernelPlan:
+    """The KernelPlan a text form describes."""
+    return _Parser(text.splitlines()).plan()
+
+
+class _Parser:
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.pos = 0
+
+    def fail(self, what: str) -> PlanError:
+        line = self.lines[self.pos - 1] if 0 < self.pos <= len(self.lines) else ""
+        return PlanError(f"line {self.pos}: {what}\n  {line}")
+
+    def next(self) -> tuple[int, str]:
+        while self.pos < len(self.lines):
+            line = self.lines[self.pos]
+            self.pos += 1
+            if line.strip():
+                return (len(line) - len(line.lstrip(" "))) // 2, line.strip()
+        raise self.fail("unexpected end of text")
+
+    def peek_depth(self) -> int:
+        for line in self.lines[self.pos:]:
+            if line.strip():
+                return (len(line) - len(line.lstrip(" "))) // 2
+        return -1
+
+    def plan(self) -> KernelPlan:
+        _, line = self.next()
+        m = _HEADER.match(line)
+        if not m:
+            raise self.fail("expected \"# ember kernel plan 'NAME' on DEVICE\"")
+        passes: tuple[str, ...] = ()
+        symbols: tuple[Symbol, ...] = ()
+        _, line = self.next()
+        while line.startswith("#"):
+            if line.startswith("# passes: "):
+                passes = tuple(line[len("# passes: "):].split(", "))
+            elif line.startswith("# symbols: "):
+                symbols = tuple(Symbol(n, int(h), int(lo), None if up == "inf" else int(up))
+                                for n, h, lo, up in _SYMBOL.findall(line))
+            _, line = self.next()
+        dm = re.match(r"def (\w+)\((.*)\):$", line)
+        if not dm or dm.group(1) != m.group("name"):
+            raise self.fail("expected 'def NAME(inputs):' naming the plan")
+        inputs = tuple(split_top(dm.group(2)))
+        buffers, steps, outputs = self.body()
+        return KernelPlan(m.group("name"), tuple(buffers), tuple(steps), inputs, outputs, symbols, passes,
+                          m.group("device"))
+
+    def body(self):
+        buffers, steps = [], []
+        while True:
+            depth, line = self.next()
+            if depth != 1:
+                raise self.fail("expected a statement of the plan (indent 2)")
+            if line.startswith("return ("):
+                outs = tuple(parse_output(o) for o in split_top(line[len("return ("):-1]))
+                return buffers, steps, outs
+            if line.startswith("kernel "):
+                steps.append(self.kernel(line))
+            elif line.startswith("extern "):
+                steps.append(self.extern(line))
+            else:
+                buffers.append(self.buffer(line))
+
+    def buffer(self, line: str) -> Buffer:
+        m = _BUFFER.match(line)
+        if not m:
+            raise self.fail("expected 'NAME: DTYPE[SHAPE] KIND'")
+        shape = tuple(to_expr(d) for d in split_top(m.group("shape")))
+        stride = tuple(to_expr(s) for s in split_top(m.group("stride"))) if m.group("stride") is not None \
+            else contiguous_strides(shape)
+        offset = to_expr(m.group("offset")) if m.group("offset") else to_expr(0)
+        return Buffer(m.group("name"), self.dtype(m.group("dtype")), shape, stride, m.group("kind"), offset,
+                      m.group("base"))
+
+    def dtype(self, short: str) -> str:
+        if short not in DTYPE_LONG:
+            raise self.fail(f"unknown dtype {short!r}")
+        return DTYPE_LONG[short]
+
+    def kernel(self, line: str) -> Kernel:
+        m = _KERNEL.match(line)
+        if not m:
+            raise self.fail("expected 'kernel NAME[DIMS]:'")
+        dims = []
+        for d in split_top(m.group("dims")):
+            v, _, size = d.partition(" < ")
+            dims.append(Dim(v, to_expr(size)))
+        origins = tuple(m.group("origins").split(", ")) if m.group("origins") else ()
+        body: list = []
+        while self.peek_depth() == 2:
+            _, text = self.next()
+            if text == "loop:":
+                inner = []
+                while self.peek_depth() == 3:
+                    inner.append(self.instr(self.next()[1]))
+                body.append(Loop(tuple(inner)))
+            else:
+                body.append(self.instr(text))
+        return Kernel(m.group("name"), tuple(dims), tuple(body), origins)
+
+    def instr(self, text: str) -> Instr:
+        if text.startswith("store "):
+            return self.store(text[len("store "):])
+        m = _INSTR.match(text)
+        if not m or m.group("op") not in OPS_BY_NAME:
+            raise self.fail("expected 'NAMES: DTYPE = OP ARGS' or 'store BUFFER[INDEX] = VALUE'")
+        op, dtype, outs, rest = OPS_BY_NAME[m.group("op")], self.dtype(m.group("dtype")), tuple(
+            m.group("outs").split(", ")), m.group("rest") or ""
+        if op is Op.LOAD:
+            buffer, index, tail = self.access(rest)
+            if not tail:
+                return Instr(op, outs, dtype, (), buffer, index)
+            mm = re.match(r" if (\w+) else (.+)$", tail)
+            if not mm:
+                raise self.fail("expected 'if MASK else VALUE' after a masked load")
+            return Instr(op, outs, dtype, (mm.group(1),), buffer, index, parse_scalar(mm.group(2), dtype))
+        if op is Op.CONST:
+            return Instr(op, outs, dtype, value=parse_scalar(rest, dtype))
+        if op is Op.INDEX:
+            return Instr(op, outs, dtype, index=(parse_expr(rest),))
+        return Instr(op, outs, dtype, tuple(rest.split(", ")) if rest else ())
+
+    def store(self, text: str) -> Instr:
+        buffer, index, tail = self.access(text)
+        mm = re.match(r" = (\w+)( if (\w+))?$", tail)
+        if not mm:
+            raise self.fail("expected 'store BUFFER[INDEX] = VALUE [if MASK]'")
+        srcs = (mm.group(1),) + ((mm.group(3),) if mm.group(3) else ())
+        return Instr(Op.STORE, (), "", srcs, buffer, index)
+
+    def access(self, text: str) -> tuple[str, tuple, str]:
+        m = _ACCESS.match(text)
+        if not m:
+            raise self.fail("expected BUFFER[INDEX]")
+        inner, tail = _bracket(m.group("index") + m.group("tail"))
+        return m.group("buffer"), tuple(parse_expr(e) for e in split_top(inner)), tail
+
+    def extern(self, line: str) -> Extern:
+        m = re.match(r"extern (?P<outs>[\w, ]+) = (?P<op>[\w.]+)\((?P<args>.*)\)(  # from (?P<origins>.*))?$", line)
+        if not m:
+            raise self.fail("expected 'extern OUTS = OP(ARGS)'")
+        try:
+            call = ast.parse(f"f({m.group('args')})", mode="eval").body
+            args = tuple(parse_arg(a) for a in call.args)
+            kwargs = {k.arg: parse_arg(k.value) for k in call.keywords}
+        except (SyntaxError, ValueError) as e:
+            raise self.fail(f"bad extern arguments: {e}") from None
+        origins = tuple(m.group("origins").split(", ")) if m.group("origins") else ()
+        return Extern(tuple(m.group("outs").split(", ")), m.group("op"), args, kwargs, origins)
+
+
+def _bracket(text: str) -> tuple[str, str]:
+    """'[a, b[c]] rest' → ('a, b[c]', ' rest')."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if depth == 0:
+            return text[1:i], text[i + 1:]
+    raise PlanError(f"unbalanced brackets in {text!r}")
+
+
+def split_top(text: str) -> list[str]:
+    """Split on commas outside brackets and parentheses."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return parts
+
+
+def parse_scalar(text: str, dtype: str) -> int | float | bool:
+    text = text.strip()
+    if dtype == "bool":
+        return text == "True"
+    return scalar_of(float(text) if dtype.startswith(("float", "bfloat")) else int(text), dtype)
+
+
+def parse_output(text: str) -> Any:
+    """A plan output: a buffer name, or `sym('EXPR')`."""
+    value = parse_arg(ast.parse(text, mode="eval").body)
+    return value.name if isinstance(value, Ref) else value
+
+
+_NAMED = {"inf": float("inf"), "nan": NAN, "None": None, "True": True, "False": False}
+
+
+def parse_arg(node: ast.AST) -> Any:
+    """One extern argument from its Python-like text (see `_printer.format_arg`)."""
+    if isinstance(node, ast.Constant):
+        return NAN if isinstance(node.value, float) and node.value != node.value else node.value
+    if isinstance(node, ast.Name):
+        return _NAMED[node.id] if node.id in _NAMED else Ref(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -parse_arg(node.operand)
+    if isinstance(node, ast.List):
+        return tuple(parse_arg(e) for e in node.elts)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        value = getattr(torch, node.attr, None)
+        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+            return value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
+        text = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
+        if node.func.id == "sym" and isinstance(text, str):
+            return Sym(text)
+        if node.func.id == "device" and isinstance(text, str):
+            return torch.device(text)
+    raise ValueError(f"cannot read argument {ast.unparse(node)!r}")

@@ -1,0 +1,189 @@
+"""Rewrites of kernel bodies shared by the builder and the passes: renaming, substitution, CSE, DCE.
+
+`canonicalize` is the normal form every kernel is kept in: duplicates merged, dead code removed, SSA values
+named t0, t1, ... in order of definition (index expressions that use them are renamed too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import sympy
+
+from ._indexing import sym
+from ._loop_ir import REDUCTIONS, Instr, Kernel, Loop, Op, Stmt
+
+
+def map_instrs(body: Iterable[Stmt], fn: Callable[[Instr], Instr]) -> tuple[Stmt, ...]:
+    """Apply `fn` to every instruction, keeping the loop structure."""
+    return tuple(Loop(tuple(fn(i) for i in s.body)) if isinstance(s, Loop) else fn(s) for s in body)
+
+
+def rename_values(body: Iterable[Stmt], mapping: Mapping[str, str]) -> tuple[Stmt, ...]:
+    """Rename SSA values: definitions, operands, and index expressions that use them."""
+    if not mapping:
+        return tuple(body)
+    subs = {sym(a): sym(b) for a, b in mapping.items()}
+
+    def fn(i: Instr) -> Instr:
+        return i.replace(
+            outs=tuple(mapping.get(o, o) for o in i.outs),
+            srcs=tuple(mapping.get(s, s) for s in i.srcs),
+            index=tuple(e.xreplace(subs) for e in i.index),
+        )
+    return map_instrs(body, fn)
+
+
+def substitute_vars(body: Iterable[Stmt], mapping: Mapping[sympy.Symbol, sympy.Expr]) -> tuple[Stmt, ...]:
+    """Substitute loop variables in every index expression."""
+    if not mapping:
+        return tuple(body)
+    return map_instrs(body, lambda i: i.replace(index=tuple(e.xreplace(dict(mapping)) for e in i.index)))
+
+
+def defined_names(body: Iterable[Stmt]) -> list[str]:
+    names: list[str] = []
+    for s in body:
+        for i in (s.body if isinstance(s, Loop) else (s,)):
+            names.extend(i.outs)
+    return names
+
+
+def used_names(instr: Instr, defined: set[str] | None = None) -> set[str]:
+    """SSA values an instruction reads: operands, and values its index expressions use."""
+    used = set(instr.srcs)
+    for e in instr.index:
+        for s in e.free_symbols:
+            if defined is None or s.name in defined:
+                used.add(s.name)
+    return used
+
+
+# ---------------------------------------------------------------------------------------------- normal form
+
+
+def canonicalize(kernel: Kernel) -> Kernel:
+    body = hoist(kernel.body, {d.var for d in kernel.reduce_dims})
+    body = cse(body)
+    body = dce(body)
+    return kernel.replace(body=renumber(body))
+
+
+def hoist(body: Iterable[Stmt], reduce_vars: set[str]) -> tuple[Stmt, ...]:
+    """Move what a loop computes the same in every iteration to just before the loop: instructions whose
+    operands come from outside it and whose index uses no r-var (loads only of buffers the kernel never
+    stores)."""
+    body = tuple(body)
+    stored = {i.buffer for s in body for i in (s.body if isinstance(s, Loop) else (s,)) if i.op is Op.STORE}
+    out: list[Stmt] = []
+    for s in body:
+        if not isinstance(s, Loop):
+            out.append(s)
+            continue
+        inner = set(defined_names(s.body))
+        moved, kept = [], []
+        for i in s.body:
+            if _invariant(i, inner, reduce_vars, stored):
+                moved.append(i)
+                inner -= set(i.outs)
+            else:
+                kept.append(i)
+        out.extend(moved)
+        if kept:
+            out.append(Loop(tuple(kept)))
+    return tuple(out)
+
+
+def _invariant(i: Instr, inner: set[str], reduce_vars: set[str], stored: set[str]) -> bool:
+    if i.op is Op.STORE or i.op in REDUCTIONS or (i.op is Op.LOAD and i.buffer in stored):
+        return False
+    if any(s.name in reduce_vars for e in i.index for s in e.free_symbols):
+        return False
+    return not (used_names(i) & inner)
+
+
+def _cse_key(i: Instr) -> tuple:
+    return (i.op, i.dtype, i.srcs, i.buffer, i.index, type(i.value).__name__, repr(i.value), len(i.outs))
+
+
+def cse(body: Iterable[Stmt]) -> tuple[Stmt, ...]:
+    """Merge identical instructions in scope (a store invalidates earlier loads of its buffer)."""
+    outer: dict = {}
+    mapping: dict[str, str] = {}
+    out: list[Stmt] = []
+
+    def visit(i: Instr, scopes: list[dict]) -> Instr | None:
+        i = rename_values((i,), mapping)[0] if mapping else i
+        if i.op is Op.STORE:
+            for sc in scopes:
+                for k in [k for k in sc if k[0] is Op.LOAD and k[3] == i.buffer]:
+                    del sc[k]
+            return i
+        key = _cse_key(i)
+        if key in scopes[-1]:
+            mapping.update(zip(i.outs, scopes[-1][key]))
+            return None
+        scopes[-1][key] = i.outs
+        if i.op in REDUCTIONS and len(scopes) > 1:
+            scopes[0][key] = i.outs
+        return i
+
+    for s in body:
+        if isinstance(s, Loop):
+            scopes = [outer, dict(outer)]
+            kept = [j for j in (visit(i, scopes) for i in s.body) if j is not None]
+            out.append(Loop(tuple(kept)))
+        else:
+            j = visit(s, [outer])
+            if j is not None:
+                out.append(j)
+    return tuple(out)
+
+
+def dce(body: Iterable[Stmt]) -> tuple[Stmt, ...]:
+    """Drop instructions whose results nothing uses (stores are always live), then empty loops."""
+    body = tuple(body)
+    defined = set(defined_names(body))
+    live: set[str] = set()
+
+    def keep(i: Instr) -> bool:
+        if i.op is Op.STORE or any(o in live for o in i.outs):
+            live.update(used_names(i, defined))
+            return True
+        return False
+
+    out: list[Stmt] = []
+    for s in reversed(body):
+        if isinstance(s, Loop):
+            kept = [i for i in reversed(s.body) if keep(i)]
+            if kept:
+                out.append(Loop(tuple(reversed(kept))))
+        elif keep(s):
+            out.append(s)
+    return tuple(reversed(out))
+
+
+def renumber(body: Iterable[Stmt], start: int = 0, prefix: str = "t") -> tuple[Stmt, ...]:
+    body = tuple(body)
+    names = defined_names(body)
+    mapping = {n: f"{prefix}{k + start}" for k, n in enumerate(names)}
+    return rename_values(body, {a: b for a, b in mapping.items() if a != b})
+
+
+def rename_buffers(step, mapping: Mapping[str, str]):
+    """Rename buffers in a kernel's loads and stores, or in an extern's arguments and outputs."""
+    from ember_core import Ref
+
+    from ._loop_ir import Extern
+
+    if not mapping:
+        return step
+    if isinstance(step, Extern):
+        def arg(a):
+            if isinstance(a, Ref):
+                return Ref(mapping.get(a.name, a.name))
+            return tuple(arg(x) for x in a) if isinstance(a, tuple) else a
+        return step.replace(outs=tuple(mapping.get(o, o) for o in step.outs), args=arg(step.args),
+                            kwargs={k: arg(v) for k, v in step.kwargs.items()})
+    return step.replace(body=map_instrs(step.body, lambda i: i.replace(buffer=mapping.get(i.buffer, i.buffer))
+                                        if i.buffer is not None else i))

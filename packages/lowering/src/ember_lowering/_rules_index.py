@@ -1,0 +1,271 @@
+"""Lowering rules of data movement and factories: cat, constant padding, gather / index_select / index /
+embedding (indirect loads: an index expression that uses a loaded value), slice_scatter / select_scatter,
+and full / zeros / ones / *_like / scalar_tensor / arange / iota.
+
+cat and padding are one pointwise kernel each, reading their inputs through masked loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+from ember_core import Node
+
+from ._builder import KernelBuilder, Val
+from ._context import LoweringContext, TensorRef
+from ._errors import Unsupported
+from ._indexing import ZERO, sym, to_expr
+from ._loop_ir import FLOAT_DTYPES
+
+Expr = sympy.Expr
+
+
+def _out(ctx: LoweringContext, node: Node, k: int = 0):
+    return ctx.shape_of(node.outputs[k]), ctx.values[node.outputs[k]].dtype
+
+
+def _kernel(ctx: LoweringContext, shape: Sequence[Expr], dtype: str, fn: Callable[[KernelBuilder, list], Val]):
+    """A pointwise kernel whose body `fn(b, idx)` sees the output index, for rules that index their inputs."""
+    dims, idx = ctx.dims_for(shape)
+    b = ctx.builder(dims)
+    result = b.cast(b.lift(fn(b, idx), dtype), dtype)
+    out = ctx.new_buffer(shape, dtype)
+    b.store(out, idx, result)
+    ctx.add_kernel(b)
+    return ctx.identity(out)
+
+
+def _and(b: KernelBuilder, masks: list[Val]) -> Val | None:
+    out = None
+    for m in masks:
+        out = m if out is None else b.and_(out, m)
+    return out
+
+
+def _index_value(ctx: LoweringContext, b: KernelBuilder, t: TensorRef, idx: Sequence[Expr], size: Expr,
+                 wrap: bool, mask: Val | None = None) -> Expr:
+    """An index read from tensor t (wrapped if negative), as an expression usable in a load."""
+    v = b.cast(ctx.load(b, t, idx, mask), "int64")
+    if wrap:
+        v = b.where(v.lt(0), v + b.lift(size, "int64"), v)
+    return sym(v.name)
+
+
+# ---------------------------------------------------------------------------------------------- cat, pad
+
+
+def _cat(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    shape, dtype = _out(ctx, node)
+    parts = [ctx.tensor(t) for t in a["tensors"]]
+    parts = [t for t in parts if not (t.rank == 1 and t.shape[0] == 0 and len(shape) != 1)]
+    d = a.get("dim", 0) % len(shape)
+    offsets, acc = [], ZERO
+    for t in parts:
+        offsets.append(acc)
+        acc = acc + t.shape[d]
+    parts = [(t, o) for t, o in zip(parts, offsets) if t.shape[d] != 0]
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        pos = b.index(idx[d])
+        result = None
+        for k, (t, o) in reversed(list(enumerate(parts))):
+            shifted = [e - o if j == d else e for j, e in enumerate(idx)]
+            lo = pos.ge(b.lift(o, "int64")) if k > 0 else None
+            hi = pos.lt(b.lift(o + t.shape[d], "int64")) if k < len(parts) - 1 else None
+            mask = _and(b, [m for m in (lo, hi) if m is not None])
+            v = b.cast(ctx.load(b, t, shifted, mask), dtype)
+            result = v if result is None else b.where(hi, v, result)
+        return result if result is not None else b.const(0, dtype)
+    return _kernel(ctx, shape, dtype, fn)
+
+
+def _constant_pad(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    x = ctx.tensor(a["self"])
+    shape, dtype = _out(ctx, node)
+    pad = [to_expr(ctx.scalar(p)) for p in a["pad"]]
+    value = a.get("value", 0)
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        src, masks = list(idx), []
+        for j in range(len(pad) // 2):
+            d = len(shape) - 1 - j
+            lo, hi = pad[2 * j], pad[2 * j + 1]
+            src[d] = idx[d] - lo
+            if not (lo.is_number and lo <= 0):
+                masks.append(b.index(src[d]).ge(b.const(0, "int64")))
+            if not (hi.is_number and hi <= 0):
+                masks.append(b.index(src[d]).lt(b.lift(x.shape[d], "int64")))
+        mask = _and(b, masks)
+        v = b.cast(ctx.load(b, x, src, mask), dtype)
+        return v if mask is None else b.where(mask, v, value)
+    return _kernel(ctx, shape, dtype, fn)
+
+
+# ---------------------------------------------------------------------------------------------- gathers
+
+
+def _gather(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    x, index = ctx.tensor(a["self"]), ctx.tensor(a["index"])
+    shape, dtype = _out(ctx, node)
+    d = a["dim"] % max(x.rank, 1)
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        src = list(idx)
+        if x.rank:
+            src[d] = _index_value(ctx, b, index, idx, x.shape[d], wrap=False)
+        return ctx.load(b, x, src)
+    return _kernel(ctx, shape, dtype, fn)
+
+
+def _index_select(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    x, index = ctx.tensor(a["self"]), ctx.tensor(a["index"])
+    shape, dtype = _out(ctx, node)
+    d = a["dim"] % max(x.rank, 1)
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        src = list(idx)
+        if x.rank:
+            src[d] = _index_value(ctx, b, index, [idx[d]] if index.rank else [], x.shape[d], wrap=False)
+        return ctx.load(b, x, src)
+    return _kernel(ctx, shape, dtype, fn)
+
+
+def _embedding(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    w, index = ctx.tensor(a["weight"]), ctx.tensor(a["indices"])
+    shape, dtype = _out(ctx, node)
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        row = _index_value(ctx, b, index, idx[:-1], w.shape[0], wrap=False)
+        return ctx.load(b, w, [row, idx[-1]])
+    return _kernel(ctx, shape, dtype, fn)
+
+
+def _index(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    """x[i0, None, i2 ...]: advanced indexing with integer index tensors (broadcast together)."""
+    x = ctx.tensor(a["self"])
+    shape, dtype = _out(ctx, node)
+    indices = list(a["indices"]) + [None] * (x.rank - len(a["indices"]))
+    used = [k for k, t in enumerate(indices) if t is not None]
+    tensors = {k: ctx.tensor(indices[k]) for k in used}
+    if any(t.dtype in ("bool", "uint8") for t in tensors.values()):
+        raise Unsupported("boolean mask indexing has a data-dependent shape")
+    nb = max(t.rank for t in tensors.values())
+    adjacent = used == list(range(used[0], used[-1] + 1))
+    start = used[0] if adjacent else 0
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        bidx = idx[start:start + nb]
+        rest = iter(idx[:start] + idx[start + nb:])
+        src = []
+        for k in range(x.rank):
+            if k in tensors:
+                src.append(_index_value(ctx, b, tensors[k], bidx, x.shape[k], wrap=True))
+            else:
+                src.append(next(rest))
+        return ctx.load(b, x, src)
+    return _kernel(ctx, shape, dtype, fn)
+
+
+# ---------------------------------------------------------------------------------------------- scatters
+
+
+def _slice_scatter(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    x, src = ctx.tensor(a["self"]), ctx.tensor(a["src"])
+    shape, dtype = _out(ctx, node)
+    d = a.get("dim", 0) % x.rank
+    start = to_expr(ctx.scalar(a.get("start")) or 0)
+    step = to_expr(ctx.scalar(a.get("step")) or 1)
+    if start.is_number and start < 0:
+        start = start + x.shape[d]
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        pos = b.index(idx[d] - start)
+        inside = b.and_(pos.ge(b.const(0, "int64")), pos.lt(b.lift(src.shape[d] * step, "int64")))
+        if step != 1:
+            inside = b.and_(inside, b.mod(pos, b.lift(step, "int64")).eq(b.const(0, "int64")))
+        inner = [sympy.floor((e - start) / step) if j == d else e for j, e in enumerate(idx)]
+        v = b.cast(ctx.load(b, src, inner, inside), dtype)
+        return b.where(inside, v, b.cast(ctx.load(b, x, idx), dtype))
+    return _kernel(ctx, shape, dtype, fn)
+
+
+def _select_scatter(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    x, src = ctx.tensor(a["self"]), ctx.tensor(a["src"])
+    shape, dtype = _out(ctx, node)
+    d = a["dim"] % x.rank
+    index = to_expr(ctx.scalar(a["index"]))
+    if index.is_number and index < 0:
+        index = index + x.shape[d]
+
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        hit = b.index(idx[d]).eq(b.lift(index, "int64"))
+        v = b.cast(ctx.load(b, src, idx[:d] + idx[d + 1:], hit), dtype)
+        return b.where(hit, v, b.cast(ctx.load(b, x, idx), dtype))
+    return _kernel(ctx, shape, dtype, fn)
+
+
+# ---------------------------------------------------------------------------------------------- factories
+
+
+def _fill(value_key: str) -> Callable:
+    def rule(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+        shape, dtype = _out(ctx, node)
+        value = a.get(value_key, 0) if value_key else 0
+        if isinstance(value, (int, float)) or value is None:
+            return ctx.pointwise(lambda b: b.const(value or 0, dtype), [], shape, dtype)
+        value = _input_or_scalar(ctx, value)
+        return ctx.pointwise(lambda b, v: v, [value], shape, dtype)
+    return rule
+
+
+def _input_or_scalar(ctx: LoweringContext, v: Any) -> Any:
+    try:
+        return ctx.tensor(v)
+    except Exception:
+        return ctx.scalar(v)
+
+
+def _ones(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    shape, dtype = _out(ctx, node)
+    return ctx.pointwise(lambda b: b.const(1, dtype), [], shape, dtype)
+
+
+def _arange(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    shape, dtype = _out(ctx, node)
+    start = ctx.scalar(a.get("start")) if a.get("start") is not None else 0
+    step = ctx.scalar(a.get("step")) if a.get("step") is not None else 1
+    return _iota(ctx, shape, dtype, start, step)
+
+
+def _prims_iota(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    shape, dtype = _out(ctx, node)
+    return _iota(ctx, shape, dtype, ctx.scalar(a["start"]), ctx.scalar(a["step"]))
+
+
+def _iota(ctx: LoweringContext, shape: Sequence[Expr], dtype: str, start: Any, step: Any) -> TensorRef:
+    def fn(b: KernelBuilder, idx: list) -> Val:
+        i = idx[0] if idx else ZERO
+        if dtype not in FLOAT_DTYPES and not isinstance(start, float) and not isinstance(step, float):
+            return b.index(to_expr(start) + to_expr(step) * i)
+        return b.lift(start, "float64") + b.cast(b.index(i), "float64") * b.lift(step, "float64")
+    return _kernel(ctx, shape, dtype, fn)
+
+
+index_rules: dict[str, Callable] = {
+    "aten.cat.default": _cat, "aten.constant_pad_nd.default": _constant_pad,
+    "aten.gather.default": _gather, "aten.index_select.default": _index_select,
+    "aten.embedding.default": _embedding, "aten.index.Tensor": _index,
+    "aten.slice_scatter.default": _slice_scatter, "aten.select_scatter.default": _select_scatter,
+    "aten.full.default": _fill("fill_value"), "aten.full_like.default": _fill("fill_value"),
+    "aten.fill.Scalar": _fill("value"), "aten.fill.Tensor": _fill("value"),
+    "aten.scalar_tensor.default": _fill("s"),
+    "aten.zeros.default": _fill(""), "aten.zeros_like.default": _fill(""),
+    "aten.empty.memory_format": _fill(""), "aten.empty_like.default": _fill(""),
+    "aten.empty_strided.default": _fill(""), "aten.new_zeros.default": _fill(""),
+    "aten.new_empty.default": _fill(""), "aten.new_full.default": _fill("fill_value"),
+    "aten.ones.default": _ones, "aten.ones_like.default": _ones, "aten.new_ones.default": _ones,
+    "aten.arange.start_step": _arange, "aten.arange.default": _arange, "aten.arange.start": _arange,
+    "prims.iota.default": _prims_iota,
+}

@@ -1,0 +1,169 @@
+"""Lowering rules of softmax, log_softmax and the norms, written as the decompositions they are.
+
+Each emits the kernels of its decomposition (a max, a sum of exps, a division; a Welford reduction and an
+epilogue) and leaves the fusing to the scheduler: softmax and layer norm end as one kernel each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+from ember_core import Node
+
+from ._builder import KernelBuilder, Val
+from ._context import LoweringContext, TensorRef
+from ._errors import Unsupported
+from ._loop_ir import Op, opmath
+from ._rules_reduction import count, welford
+from ._rules_view import reshape_index
+
+
+def _softmax(log: bool) -> Callable:
+    def rule(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+        x = ctx.tensor(a["self"])
+        out = ctx.values[node.outputs[0]].dtype
+        acc = opmath(out)
+        dims = [a["dim"] % x.rank] if x.rank else []
+        m = ctx.reduction(Op.REDUCE_MAX, x, dims, True, acc, acc=acc)
+        e = ctx.pointwise(lambda b, v, mm: b.exp(b.cast(v, acc) - mm), [x, m], x.shape, acc)
+        s = ctx.reduction(Op.REDUCE_SUM, e, dims, True, acc, acc=acc)
+        if log:
+            return ctx.pointwise(lambda b, v, mm, ss: b.cast(v, acc) - mm - b.log(ss), [x, m, s], x.shape, out)
+        return ctx.pointwise(lambda b, ee, ss: ee / ss, [e, s], x.shape, out)
+    return rule
+
+
+def _affine(b: KernelBuilder, y: Val, w: Val | None, bias: Val | None) -> Val:
+    if w is not None:
+        y = y * b.cast(w, y.dtype)
+    if bias is not None:
+        y = y + b.cast(bias, y.dtype)
+    return y
+
+
+def _optional(ctx: LoweringContext, arg: Any) -> TensorRef | None:
+    return None if arg is None else ctx.tensor(arg)
+
+
+def _stat(ctx: LoweringContext, node: Node, k: int, t: TensorRef) -> TensorRef:
+    """Output k (a mean or rstd) in the dtype the graph records."""
+    dtype = ctx.values[node.outputs[k]].dtype
+    return t if t.dtype == dtype else ctx.pointwise(lambda b, v: v, [t], t.shape, dtype)
+
+
+def _layer_norm(ctx: LoweringContext, node: Node, a: dict) -> list[TensorRef]:
+    x = ctx.tensor(a["input"])
+    acc = opmath(x.dtype)
+    dims = list(range(x.rank - len(a["normalized_shape"]), x.rank))
+    mean, m2 = welford(ctx, x, dims, True, acc)
+    n, eps = count(x, dims), a["eps"]
+    rstd = ctx.pointwise(lambda b, v: b.rsqrt(v / n + eps), [m2], m2.shape, acc)
+    w, bias = _optional(ctx, a["weight"]), _optional(ctx, a["bias"])
+    inputs = [x, mean, rstd] + [t for t in (w, bias) if t is not None]
+
+    def fn(b: KernelBuilder, v: Val, mu: Val, r: Val, *wb: Val) -> Val:
+        wv = wb[0] if w is not None else None
+        bv = wb[-1] if bias is not None else None
+        return _affine(b, (b.cast(v, acc) - mu) * r, wv, bv)
+    out = ctx.pointwise(fn, inputs, x.shape, ctx.values[node.outputs[0]].dtype)
+    return [out, _stat(ctx, node, 1, mean), _stat(ctx, node, 2, rstd)]
+
+
+def _group_norm(ctx: LoweringContext, node: Node, a: dict) -> list[TensorRef]:
+    x = ctx.tensor(a["input"])
+    acc = opmath(x.dtype)
+    n, c, hw, g = (sympy.sympify(ctx.scalar(a[k])) for k in ("N", "C", "HxW", "group"))
+    per_group = sympy.floor(c / g)
+    grouped_shape = [n, g, per_group * hw]
+    grouped = x.view(grouped_shape, lambda v: reshape_index(ctx, x.shape, grouped_shape, v))
+    mean, m2 = welford(ctx, grouped, [2], False, acc)
+    eps = a["eps"]
+    rstd = ctx.pointwise(lambda b, v: b.rsqrt(v / (per_group * hw) + eps), [m2], m2.shape, acc)
+
+    def by_channel(t: TensorRef) -> TensorRef:
+        return t.view(x.shape, lambda v: [v[0], sympy.floor(v[1] / per_group)])
+    w, bias = _optional(ctx, a["weight"]), _optional(ctx, a["bias"])
+    inputs = [x, by_channel(mean), by_channel(rstd)] + [t.view(x.shape, lambda v: [v[1]])
+                                                        for t in (w, bias) if t is not None]
+
+    def fn(b: KernelBuilder, v: Val, mu: Val, r: Val, *wb: Val) -> Val:
+        return _affine(b, (b.cast(v, acc) - mu) * r, wb[0] if w is not None else None,
+                       wb[-1] if bias is not None else None)
+    out = ctx.pointwise(fn, inputs, x.shape, ctx.values[node.outputs[0]].dtype)
+    return [out, _stat(ctx, node, 1, mean), _stat(ctx, node, 2, rstd)]
+
+
+def _batch_norm(ctx: LoweringContext, node: Node, a: dict, training: bool) -> list[TensorRef]:
+    """Normalize over every dim but 1; stats from the batch (training) or the running stats."""
+    x = ctx.tensor(a["input"])
+    acc = opmath(x.dtype)
+    eps = a["eps"]
+    if training:
+        dims = [0, *range(2, x.rank)]
+        mean, m2 = welford(ctx, x, dims, False, acc)
+        n = count(x, dims)
+        invstd = ctx.pointwise(lambda b, v: b.rsqrt(v / n + eps), [m2], m2.shape, acc)
+    else:
+        mean = ctx.tensor(a["running_mean"])
+        invstd = ctx.pointwise(lambda b, v: b.rsqrt(b.cast(v, acc) + eps), [ctx.tensor(a["running_var"])],
+                               ctx.tensor(a["running_var"]).shape, acc)
+    w, bias = _optional(ctx, a["weight"]), _optional(ctx, a["bias"])
+    per_channel = [t.view(x.shape, lambda v: [v[1]]) for t in (mean, invstd, w, bias) if t is not None]
+
+    def fn(b: KernelBuilder, v: Val, mu: Val, r: Val, *wb: Val) -> Val:
+        return _affine(b, (b.cast(v, acc) - b.cast(mu, acc)) * r, wb[0] if w is not None else None,
+                       wb[-1] if bias is not None else None)
+    out = ctx.pointwise(fn, [x, *per_channel], x.shape, ctx.values[node.outputs[0]].dtype)
+    if not training:
+        return [out, *(_empty(ctx, node, k) for k in (1, 2))]
+    results = [out, _stat(ctx, node, 1, mean), _stat(ctx, node, 2, invstd)]
+    if len(node.outputs) == 5:  # _native_batch_norm_legit_functional: updated running stats
+        results += _running_stats(ctx, a, mean, m2, count(x, [0, *range(2, x.rank)]))
+    return results
+
+
+def _running_stats(ctx: LoweringContext, a: dict, mean: TensorRef, m2: TensorRef, n: sympy.Expr) -> list:
+    momentum = a["momentum"]
+    rm, rv = ctx.tensor(a["running_mean"]), ctx.tensor(a["running_var"])
+    new_mean = ctx.pointwise(lambda b, r, m: r * (1 - momentum) + b.cast(m, r.dtype) * momentum, [rm, mean],
+                             rm.shape, rm.dtype)
+    new_var = ctx.pointwise(lambda b, r, s: r * (1 - momentum) + b.cast(s / (b.lift(n, s.dtype) - 1.0), r.dtype)
+                            * momentum, [rv, m2], rv.shape, rv.dtype)
+    return [new_mean, new_var]
+
+
+def _empty(ctx: LoweringContext, node: Node, k: int) -> TensorRef | None:
+    v = ctx.values.get(node.outputs[k]) if k < len(node.outputs) else None
+    if v is None or v.type != "tensor":
+        return None
+    return ctx.pointwise(lambda b: 0, [], ctx.shape_of(node.outputs[k]), v.dtype)
+
+
+def _native_batch_norm(ctx: LoweringContext, node: Node, a: dict) -> list:
+    if a["training"] and a["running_mean"] is not None:
+        raise Unsupported("training batch norm updates its running stats in place")
+    return _batch_norm(ctx, node, a, bool(a["training"]))
+
+
+def _legit_no_stats(ctx: LoweringContext, node: Node, a: dict) -> list:
+    return _batch_norm(ctx, node, a, bool(a["training"]))
+
+
+def _legit_functional(ctx: LoweringContext, node: Node, a: dict) -> list:
+    if not a["training"]:
+        raise Unsupported("eval-mode functional batch norm")
+    return _batch_norm(ctx, node, a, True)
+
+
+norm_rules: dict[str, Callable] = {
+    "aten._softmax.default": _softmax(log=False),
+    "aten._log_softmax.default": _softmax(log=True),
+    "aten.native_layer_norm.default": _layer_norm,
+    "aten.native_group_norm.default": _group_norm,
+    "aten.native_batch_norm.default": _native_batch_norm,
+    "aten._native_batch_norm_legit_no_training.default": lambda ctx, node, a: _batch_norm(ctx, node, a, False),
+    "aten._native_batch_norm_legit.no_stats": _legit_no_stats,
+    "aten._native_batch_norm_legit_functional.default": _legit_functional,
+}

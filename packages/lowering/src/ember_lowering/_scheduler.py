@@ -1,0 +1,138 @@
+"""The scheduler: runs the fusion passes and buffer planning over an unfused plan, in order.
+
+Each pass is a class with a kebab-case `id` (matching its file under `passes/`) and
+`run(plan, note) -> plan`; `note(text)` records a decision with its reason. After each pass the plan is put in
+normal form (kernels named by kind and shape, buffers in order of use, unused ones dropped) and its id is
+appended to `plan.passes`. Decisions go to the `ember.kernels` logger (DEBUG) and to `decisions`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from ember_core import Ref
+
+from ._loop_ir import Extern, Kernel, KernelPlan
+from ._rewrite import rename_buffers
+
+log = logging.getLogger("ember.kernels")
+
+
+class Pass(Protocol):
+    id: str
+
+    def run(self, plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan: ...
+
+
+def default_passes() -> tuple[Pass, ...]:
+    from .passes.fuse_inline import FuseInline
+    from .passes.fuse_siblings import FuseSiblings
+    from .passes.fuse_vertical import FuseVertical
+    from .passes.plan_buffers import PlanBuffers
+
+    return FuseInline(), FuseVertical(), FuseSiblings(), PlanBuffers()
+
+
+def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: bool = False,
+             decisions: list[str] | None = None) -> KernelPlan:
+    """Run `passes` (default: fuse-inline, fuse-vertical, fuse-siblings, plan-buffers) over a plan."""
+    from ._verify import check_round_trip, verify_plan
+
+    if check:
+        verify_plan(plan)
+        check_round_trip(plan)
+    for p in default_passes() if passes is None else passes:
+        def note(text: str, _id: str = p.id) -> None:
+            log.debug("%s: %s", _id, text)
+            if decisions is not None:
+                decisions.append(f"{_id}: {text}")
+        plan = p.run(plan, note)
+        plan = name_kernels(drop_unused_buffers(order_buffers(plan))).replace(passes=plan.passes + (p.id,))
+        if check:
+            verify_plan(plan)
+            check_round_trip(plan)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------- normal form
+
+
+def buffers_read(step) -> list[str]:
+    """Buffers a step reads, in order (extern arguments, kernel loads)."""
+    if isinstance(step, Extern):
+        out: list[str] = []
+        stack = [*step.args, *step.kwargs.values()]
+        while stack:
+            a = stack.pop(0)
+            if isinstance(a, Ref):
+                out.append(a.name)
+            elif isinstance(a, tuple):
+                stack[:0] = list(a)
+        return out
+    return [i.buffer for i in step.instrs() if i.buffer is not None and i.op.value == "load"]
+
+
+def buffers_written(step) -> list[str]:
+    if isinstance(step, Extern):
+        return [o for o in step.outs if o != "_"]
+    return [i.buffer for i in step.instrs() if i.buffer is not None and i.op.value == "store"]
+
+
+def order_buffers(plan: KernelPlan) -> KernelPlan:
+    """Inputs in input order, constants, then every other buffer in order of first use; views after bases."""
+    rank: dict[str, int] = {}
+    for n in plan.inputs:
+        rank.setdefault(n, len(rank))
+    for b in plan.buffers:
+        if b.kind == "constant":
+            rank.setdefault(b.name, len(rank))
+    for step in plan.steps:
+        for n in (*buffers_read(step), *buffers_written(step)):
+            rank.setdefault(n, len(rank))
+    for o in plan.outputs:
+        if isinstance(o, str):
+            rank.setdefault(o, len(rank))
+    by_name = plan.buffer_map
+    order = sorted(plan.buffers, key=lambda b: rank.get(b.name, len(rank)))
+    placed: list = []
+    for b in order:  # a view or reuse comes after the buffer it names
+        if b.base is not None and b.base in by_name and by_name[b.base] not in placed:
+            placed.append(by_name[b.base])
+        if b not in placed:
+            placed.append(b)
+    return plan.replace(buffers=tuple(placed))
+
+
+def drop_unused_buffers(plan: KernelPlan) -> KernelPlan:
+    used = set(plan.inputs) | {o for o in plan.outputs if isinstance(o, str)}
+    for step in plan.steps:
+        used.update(buffers_read(step), buffers_written(step))
+    used |= {b.base for b in plan.buffers if b.name in used and b.base is not None}
+    return plan.replace(buffers=tuple(b for b in plan.buffers if b.name in used))
+
+
+def kernel_name(kernel: Kernel) -> str:
+    kind = "reduce" if kernel.reduce_dims else "pointwise"
+    sizes = "x".join(re.sub(r"[^0-9A-Za-z]", "", str(d.size)) for d in kernel.dims) or "1"
+    return f"{kind}_{sizes}"
+
+
+def name_kernels(plan: KernelPlan) -> KernelPlan:
+    """Name each kernel by kind and iteration space (`reduce_8x16`); repeats get `_1`, `_2` ..."""
+    seen: dict[str, int] = {}
+    steps = []
+    for step in plan.steps:
+        if isinstance(step, Kernel):
+            base = kernel_name(step)
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            step = step.replace(name=base if n == 0 else f"{base}_{n}")
+        steps.append(step)
+    return plan.replace(steps=tuple(steps))
+
+
+__all__ = ["schedule", "default_passes", "name_kernels", "order_buffers", "drop_unused_buffers",
+           "buffers_read", "buffers_written", "rename_buffers"]

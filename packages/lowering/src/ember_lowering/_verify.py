@@ -1,0 +1,268 @@
+"""The loop-IR verifier. `verify_plan` runs after every pass in tests (`lower(..., check=True)`).
+
+An error names the kernel or buffer and the broken rule, and shows the plan text around it with the offending
+line marked `>`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+import sympy
+from ember_core import Ref
+
+from ._errors import PlanError
+from ._loop_ir import (
+    ARITY,
+    BITWISE,
+    BUFFER_KINDS,
+    COMPARISONS,
+    DTYPE_SHORT,
+    FLOAT_DTYPES,
+    FLOAT_ONLY,
+    INT_DTYPES,
+    KERNEL_DTYPES,
+    LOGICAL,
+    PREDICATES,
+    REDUCTIONS,
+    Buffer,
+    Extern,
+    Instr,
+    Kernel,
+    KernelPlan,
+    Loop,
+    Op,
+)
+from ._printer import format_plan
+
+_LOOP_VAR = re.compile(r"[ir]\d+$")
+_SSA = re.compile(r"t\d+$")
+
+
+class _Fail(Exception):
+    def __init__(self, key: tuple, what: str):
+        self.key, self.what = key, what
+
+
+def verify_plan(plan: KernelPlan) -> None:
+    """Raise `PlanError` if the plan breaks a rule of the loop IR."""
+    try:
+        _Checker(plan).run()
+    except _Fail as f:
+        raise PlanError(f"plan {plan.name!r}: {f.what}\n{format_plan(plan, mark=f.key, window=10)}") from None
+
+
+def check_round_trip(plan: KernelPlan) -> None:
+    """Raise `PlanError` unless `parse_plan(format_plan(plan)) == plan`."""
+    from ._parser import parse_plan
+
+    text = format_plan(plan)
+    back = parse_plan(text)
+    if back != plan:
+        diff = "\n".join(difflib.unified_diff(text.splitlines(), format_plan(back).splitlines(), lineterm=""))
+        raise PlanError(f"plan {plan.name!r} does not round-trip through its text form:\n{diff or text}")
+
+
+class _Checker:
+    def __init__(self, plan: KernelPlan):
+        self.plan = plan
+        self.buffers: dict[str, Buffer] = {}
+        self.symbols = {s.name for s in plan.symbols} | {n for n in plan.inputs}
+
+    def run(self) -> None:
+        for b in self.plan.buffers:
+            self.buffer(b)
+        for name in self.plan.inputs:
+            b = self.buffers.get(name)
+            if b is not None and b.kind != "input":
+                raise _Fail(("buffer", name), f"input {name!r} is a {b.kind} buffer")
+        for b in self.buffers.values():
+            if b.kind == "input" and b.name not in self.plan.inputs:
+                raise _Fail(("buffer", b.name), f"input buffer {b.name!r} is not among the plan's inputs")
+        ready = {b.name for b in self.buffers.values() if b.kind in ("input", "constant")}
+        for k, step in enumerate(self.plan.steps):
+            ready |= self.step(k, step, ready)
+        for o in self.plan.outputs:
+            if isinstance(o, str) and self.root(o) not in ready:
+                raise _Fail((), f"output {o!r} is never written")
+
+    # ------------------------------------------------------------------ buffers
+
+    def buffer(self, b: Buffer) -> None:
+        key = ("buffer", b.name)
+        if b.name in self.buffers:
+            raise _Fail(key, f"buffer {b.name!r} is declared twice")
+        if b.kind not in BUFFER_KINDS:
+            raise _Fail(key, f"buffer {b.name!r} has unknown kind {b.kind!r}")
+        if b.dtype not in DTYPE_SHORT:
+            raise _Fail(key, f"buffer {b.name!r} has unknown dtype {b.dtype!r}")
+        if len(b.stride) != len(b.shape):
+            raise _Fail(key, f"buffer {b.name!r} has {len(b.shape)} dims but {len(b.stride)} strides")
+        for e in (*b.shape, *b.stride, b.offset):
+            self.closed(e, key, f"buffer {b.name!r}")
+        if b.kind == "view" or b.base is not None:
+            base = self.buffers.get(b.base or "")
+            if base is None:
+                raise _Fail(key, f"buffer {b.name!r} names base {b.base!r}, not declared before it")
+            if base.kind == "view" or (b.kind != "view" and base.base is not None):
+                what = "must not be a view" if b.kind == "view" else "must own its storage"
+                raise _Fail(key, f"buffer {b.name!r}: its base {b.base!r} {what}")
+            if b.kind != "view" and (b.kind != "temp" or base.kind != "temp" or base.dtype != b.dtype):
+                raise _Fail(key, f"buffer {b.name!r}: only a temp reuses another temp of its dtype")
+        self.buffers[b.name] = b
+
+    def closed(self, expr: sympy.Expr, key: tuple, what: str, extra: frozenset = frozenset()) -> None:
+        unknown = {s.name for s in sympy.sympify(expr).free_symbols} - self.symbols - extra
+        if unknown:
+            raise _Fail(key, f"{what} uses unknown symbol(s) {', '.join(sorted(unknown))}")
+
+    def root(self, name: str) -> str:
+        b = self.buffers.get(name)
+        return b.base if b is not None and b.kind == "view" else name
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, k: int, step, ready: set[str]) -> set[str]:
+        writes = self.extern(k, step, ready) if isinstance(step, Extern) else _KernelChecker(self, k, step, ready).run()
+        for name in writes:
+            b = self.buffers.get(name)
+            if b is None:
+                raise _Fail(("step", k), f"step writes undeclared buffer {name!r}")
+            if b.kind not in ("temp", "output"):
+                raise _Fail(("step", k), f"step writes {b.kind} buffer {name!r}")
+            if name in ready:
+                raise _Fail(("step", k), f"buffer {name!r} is written by two steps")
+        return writes
+
+    def extern(self, k: int, ext: Extern, ready: set[str]) -> set[str]:
+        stack = [*ext.args, *ext.kwargs.values()]
+        while stack:
+            a = stack.pop()
+            if isinstance(a, tuple):
+                stack.extend(a)
+            elif isinstance(a, Ref):
+                if a.name not in self.buffers:
+                    raise _Fail(("step", k), f"extern {ext.op} reads undeclared buffer {a.name!r}")
+                if self.root(a.name) not in ready:
+                    raise _Fail(("step", k), f"extern {ext.op} reads {a.name!r} before it is written")
+        return {o for o in ext.outs if o != "_"}
+
+
+class _KernelChecker:
+    """Scopes, operands, dtypes and indices of one kernel."""
+
+    def __init__(self, plan: _Checker, k: int, kernel: Kernel, ready: set[str]):
+        self.p, self.k, self.kernel, self.ready = plan, k, kernel, ready
+        self.dtypes: dict[str, str] = {}
+        self.writes: set[str] = set()
+
+    def run(self) -> set[str]:
+        seen = set()
+        for d in self.kernel.dims:
+            if not _LOOP_VAR.match(d.var) or d.var in seen:
+                raise _Fail(("step", self.k), f"kernel {self.kernel.name}: bad or repeated dim var {d.var!r}")
+            seen.add(d.var)
+            self.p.closed(d.size, ("step", self.k), f"kernel {self.kernel.name}")
+        outer = {d.var for d in self.kernel.outer_dims}
+        every = outer | {d.var for d in self.kernel.reduce_dims}
+        visible: set[str] = set()
+        for j, stmt in enumerate(self.kernel.body):
+            if isinstance(stmt, Loop):
+                if not self.kernel.reduce_dims:
+                    raise self.fail(("stmt", self.k, j), "a loop in a kernel without r-dims")
+                inner = set(visible)
+                for n, i in enumerate(stmt.body):
+                    self.instr(i, ("stmt", self.k, j, n), inner, every, in_loop=True)
+                    inner |= set(i.outs)
+                    if i.op in REDUCTIONS:
+                        visible |= set(i.outs)
+            else:
+                self.instr(stmt, ("stmt", self.k, j), visible, outer, in_loop=False)
+                visible |= set(stmt.outs)
+        return self.writes
+
+    def fail(self, key: tuple, what: str) -> _Fail:
+        return _Fail(key, f"kernel {self.kernel.name}: {what}")
+
+    def instr(self, i: Instr, key: tuple, visible: set[str], loop_vars: set[str], in_loop: bool) -> None:
+        for o in i.outs:
+            if o in self.dtypes or not _SSA.match(o):
+                raise self.fail(key, f"value {o!r} is defined twice or badly named")
+        for s in i.srcs:
+            if s not in visible:
+                raise self.fail(key, f"operand {s!r} is not defined or not visible here")
+        if i.op in REDUCTIONS and not in_loop:
+            raise self.fail(key, f"{i.op.value} outside a loop")
+        if i.op is not Op.LOAD and i.op is not Op.STORE and len(i.srcs) != ARITY[i.op]:
+            raise self.fail(key, f"{i.op.value} takes {ARITY[i.op]} operands, got {len(i.srcs)}")
+        ints = frozenset(v for v in visible if self.dtypes.get(v) in INT_DTYPES)
+        for e in i.index:
+            self.p.closed(e, key, f"kernel {self.kernel.name}: index {e}", frozenset(loop_vars) | ints)
+        if i.op in (Op.LOAD, Op.STORE):
+            self.access(i, key)
+        elif i.dtype not in KERNEL_DTYPES:
+            raise self.fail(key, f"dtype {i.dtype!r} is not a kernel dtype")
+        else:
+            self.types(i, key)
+        for o in i.outs:
+            self.dtypes[o] = i.dtype
+
+    def access(self, i: Instr, key: tuple) -> None:
+        b = self.p.buffers.get(i.buffer or "")
+        if b is None:
+            raise self.fail(key, f"{i.op.value} of undeclared buffer {i.buffer!r}")
+        if len(i.index) != b.rank:
+            raise self.fail(key, f"{i.buffer} has {b.rank} dims, indexed with {len(i.index)}")
+        if b.dtype not in KERNEL_DTYPES:
+            raise self.fail(key, f"buffer {b.name} of dtype {b.dtype} is not for kernels")
+        if i.op is Op.LOAD:
+            if i.dtype != b.dtype:
+                raise self.fail(key, f"load of {b.name} ({b.dtype}) gives {i.dtype}")
+            if self.p.root(b.name) not in self.ready and b.name not in self.writes:
+                raise self.fail(key, f"load of {b.name!r} before any step writes it")
+            if i.srcs and self.dtypes[i.srcs[0]] != "bool":
+                raise self.fail(key, "a load's mask must be bool")
+            return
+        if b.kind not in ("temp", "output"):
+            raise self.fail(key, f"store to {b.kind} buffer {b.name}")
+        if self.dtypes[i.srcs[0]] != b.dtype:
+            raise self.fail(key, f"store of a {self.dtypes[i.srcs[0]]} value to {b.name} ({b.dtype})")
+        self.writes.add(b.name)
+
+    def types(self, i: Instr, key: tuple) -> None:
+        src = [self.dtypes[s] for s in i.srcs]
+        op, want = i.op, None
+        if i.dtype in ("float16", "bfloat16") and op not in (Op.CONST, Op.CAST, Op.WHERE):
+            raise self.fail(key, f"{op.value} computes in {i.dtype}; kernels compute in float32 (cast first)")
+        if op in COMPARISONS | PREDICATES:
+            want = "bool"
+        elif op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
+            want = "int64"
+            if src[1] not in INT_DTYPES:
+                raise self.fail(key, f"{op.value} takes an integer index operand")
+        elif op in LOGICAL | {Op.REDUCE_ANY, Op.REDUCE_ALL}:
+            want = "bool"
+        elif op is Op.WHERE:
+            if src[0] != "bool":
+                raise self.fail(key, "where's condition must be bool")
+            src = src[1:]
+            want = src[0]
+        elif op in (Op.CONST, Op.CAST):
+            return
+        elif op is Op.INDEX:
+            if i.dtype not in INT_DTYPES:
+                raise self.fail(key, "index gives an integer")
+            return
+        else:
+            want = src[0]
+        if i.dtype != want:
+            raise self.fail(key, f"{op.value} gives {want}, declared {i.dtype}")
+        if op not in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN) and len(set(src)) > 1:
+            raise self.fail(key, f"{op.value} operands differ in dtype: {', '.join(src)}")
+        if op in FLOAT_ONLY and src and src[0] not in FLOAT_DTYPES:
+            raise self.fail(key, f"{op.value} needs float operands, got {src[0]}")
+        if op in LOGICAL and src and src[0] != "bool":
+            raise self.fail(key, f"{op.value} needs bool operands")
+        if op in BITWISE and src and src[0] in FLOAT_DTYPES:
+            raise self.fail(key, f"{op.value} needs integer or bool operands")

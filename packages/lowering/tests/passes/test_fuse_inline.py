@@ -1,0 +1,50 @@
+"""fuse-inline alone: chains collapse, cheap values are recomputed, expensive shared ones are stored."""
+
+import torch
+from ember_lowering import Op
+from ember_lowering.passes.fuse_inline import FuseInline
+from lowering_checks import before_after, count_ops
+
+X = torch.randn(6, 8)
+
+
+def test_a_chain_inlines_into_its_last_kernel():
+    before, after, decisions = before_after(lambda x: (x * 2 + 1).exp().neg().abs(), X, passes=[FuseInline()])
+    assert len(before.kernels) == 5 and len(after.kernels) == 1
+    assert all("single consumer" in d for d in decisions)
+
+
+def test_a_pointwise_prologue_inlines_into_a_reduction():
+    _, after, _ = before_after(lambda x: (x * x).sum(1), X, passes=[FuseInline()])
+    (kernel,) = after.kernels
+    assert kernel.reduce_dims and count_ops(after, Op.MUL) == 1
+
+
+def test_an_expensive_value_read_twice_is_kept():
+    _, after, decisions = before_after(lambda x: (lambda y: (y + 1, y.sum(0)))(x.sin().exp().tanh()), X,
+                                       passes=[FuseInline()])
+    assert count_ops(after, Op.SIN) == 1 and any("keep" in d and "expensive" in d for d in decisions)
+
+
+def test_a_cheap_value_read_twice_is_recomputed():
+    _, after, decisions = before_after(lambda x: (lambda y: (y + 1, y.sum(0)))(x * 3), X, passes=[FuseInline()])
+    assert count_ops(after, Op.MUL) == 2 and any("cheap" in d for d in decisions)
+
+
+def test_broadcast_reads_inline_only_trivial_values():
+    v = torch.randn(8)
+    _, after, _ = before_after(lambda x, v: (x + v * 2, x * v.sin().exp()), X, v, passes=[FuseInline()])
+    assert count_ops(after, Op.EXP) == 1 and any(b.name == "exp" for b in after.buffers)
+    assert not any(b.name == "mul" for b in after.buffers)
+
+
+def test_inlining_under_a_mask_masks_the_producers_loads():
+    _, after, _ = before_after(lambda x, y: torch.cat([x.sin(), y.cos()], 0), X, X.t().contiguous().t(),
+                               passes=[FuseInline()])
+    loads = [i for k in after.kernels for i in k.instrs() if i.op is Op.LOAD]
+    assert len(after.kernels) == 1 and all(i.srcs for i in loads)
+
+
+def test_an_extern_reader_keeps_the_value_stored():
+    _, after, decisions = before_after(lambda x: (x * 2).cumsum(0), X, passes=[FuseInline()])
+    assert any("extern call reads" in d for d in decisions) and len(after.kernels) == 1

@@ -1,0 +1,98 @@
+"""The fusion machinery the passes share: space matching, merging, forwarding, loop folding, dependencies."""
+
+import sympy
+from ember_lowering import parse_plan
+from ember_lowering._fusion import deps_of, forward_stores, merge_loops, space_map, toposort
+
+PLAN = """\
+# ember kernel plan 'g' on cpu
+def g(x):
+  x: f32[4, 8] input
+  m: f32[4] temp
+  y: f32[4, 8] temp
+  s: f32[4] output
+  kernel max[i0 < 4, r0 < 8]:
+    loop:
+      t0: f32 = load x[i0, r0]
+      t1: f32 = reduce_max t0
+    store m[i0] = t1
+  kernel sub[i0 < 4, i1 < 8]:
+    t0: f32 = load x[i0, i1]
+    t1: f32 = load m[i0]
+    t2: f32 = sub t0, t1
+    store y[i0, i1] = t2
+  kernel sum[i0 < 4, r0 < 8]:
+    loop:
+      t0: f32 = load y[i0, r0]
+      t1: f32 = reduce_sum t0
+    store s[i0] = t1
+  return (s)
+"""
+
+
+def test_spaces_match_in_full_or_on_the_outer_dims():
+    plan = parse_plan(PLAN)
+    red, pw, _ = plan.kernels
+    full = space_map(red, pw)
+    assert full.place_b == "loop" and full.map_b == {sympy.Symbol("i1", integer=True): sympy.Symbol("r0", integer=True)}
+    outer = space_map(red, pw.replace(dims=pw.dims[:1]))
+    assert outer.place_b == "outer"
+    assert space_map(red, pw.replace(dims=(pw.dims[1], pw.dims[0]))) is None
+
+
+def test_dependencies_and_paths():
+    deps = deps_of(parse_plan(PLAN))
+    assert deps.deps == [set(), {0}, {1}] and deps.path(0, 2) and not deps.path(0, 1)
+
+
+def test_toposort_restores_dependency_order():
+    plan = parse_plan(PLAN)
+    assert [k.name for k in toposort(plan.steps[::-1], {})] == ["max", "sub", "sum"]
+
+
+def test_stores_forward_to_loads_of_the_same_element_and_loops_fold():
+    text = """\
+# ember kernel plan 'g' on cpu
+def g(x):
+  x: f32[4, 8] input
+  y: f32[4, 8] temp
+  s: f32[4] output
+  kernel k[i0 < 4, r0 < 8]:
+    loop:
+      t0: f32 = load x[i0, r0]
+      t1: f32 = exp t0
+      store y[i0, r0] = t1
+    loop:
+      t2: f32 = load y[i0, r0]
+      t3: f32 = reduce_sum t2
+    store s[i0] = t3
+  return (s)
+"""
+    kernel = parse_plan(text).kernels[0]
+    folded = forward_stores(merge_loops(kernel))
+    (loop, store) = folded.body
+    assert [i.op.value for i in loop.body] == ["load", "exp", "store", "reduce_sum"]
+    assert loop.body[-1].srcs == ("t1",)
+
+
+def test_a_loop_that_needs_the_previous_loops_result_stays_apart():
+    text = """\
+# ember kernel plan 'g' on cpu
+def g(x):
+  x: f32[4, 8] input
+  s: f32[4] output
+  kernel k[i0 < 4, r0 < 8]:
+    loop:
+      t0: f32 = load x[i0, r0]
+      t1: f32 = reduce_max t0
+    loop:
+      t2: f32 = load x[i0, r0]
+      t3: f32 = sub t2, t1
+      t4: f32 = reduce_sum t3
+    store s[i0] = t4
+  return (s)
+"""
+    kernel = parse_plan(text).kernels[0]
+    assert merge_loops(kernel) == kernel
+    independent = parse_plan(text.replace("sub t2, t1", "neg t2")).kernels[0]
+    assert len(merge_loops(independent).body) == 2

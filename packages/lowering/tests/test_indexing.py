@@ -1,0 +1,52 @@
+"""Index expressions: integer symbols, range-aware simplification, flat indices."""
+
+import sympy
+from ember_lowering import Ranges, flat_index, simplify, storage_size
+from ember_lowering._indexing import contiguous_strides, is_nonneg, parse_expr, sym
+
+i0, i1, s0, s1 = sym("i0"), sym("i1"), sym("s0"), sym("s1")
+
+
+def test_parsed_and_built_symbols_are_equal():
+    assert parse_expr("16*i0 + i1") == 16 * i0 + i1
+    assert parse_expr("floor(i0/4) + Mod(i1, s0)") == sympy.floor(i0 / 4) + sympy.Mod(i1, s0)
+
+
+def test_floor_and_mod_vanish_when_the_ranges_prove_them_trivial():
+    r = Ranges({"i0": sympy.Integer(8), "i1": sympy.Integer(16)})
+    assert simplify(sympy.floor((16 * i0 + i1) / 16), r) == i0
+    assert simplify(sympy.Mod(16 * i0 + i1, 16), r) == i1
+    assert simplify(sympy.floor(i1 / 32), r) == 0
+
+
+def test_symbolic_sizes_simplify_too():
+    r = Ranges({"i0": s0, "i1": s1}, {"s0": 2, "s1": 2})
+    assert simplify(sympy.floor((s1 * i0 + i1) / s1), r) == i0
+    assert simplify(sympy.Mod(s1 * i0 + i1, s1), r) == i1
+
+
+def test_nothing_is_dropped_without_proof():
+    r = Ranges({"i1": sympy.Integer(20)})
+    assert simplify(sympy.floor(i1 / 16), r) == sympy.floor(i1 / 16)
+    assert simplify(sympy.Mod(i1, 16), r) == sympy.Mod(i1, 16)
+
+
+def test_flatten_of_an_unflatten_is_the_identity():
+    v = sym("v")
+    idx = [sympy.floor(v / 30), sympy.Mod(sympy.floor(v / 5), 6), sympy.Mod(v, 5)]
+    assert flat_index(idx, contiguous_strides([4, 6, 5]), ranges=Ranges({"v": sympy.Integer(120)})) == v
+
+
+def test_flat_index_applies_strides_and_offset():
+    assert flat_index([i0, i1], [1, s0], s0 + 2) == i0 + s0 * i1 + s0 + 2
+
+
+def test_storage_size_and_strides():
+    assert contiguous_strides([sympy.Integer(3), s0, sympy.Integer(0)]) == (s0, 1, 1)
+    assert storage_size([sympy.Integer(4), sympy.Integer(5)], [sympy.Integer(1), sympy.Integer(8)]) == 36
+    assert storage_size([sympy.Integer(0)], [sympy.Integer(1)]) == 0
+
+
+def test_nonnegativity_uses_symbol_lower_bounds():
+    r = Ranges({}, {"s0": 2})
+    assert is_nonneg(s0 - 2, r) and not is_nonneg(s0 - 3, r) and is_nonneg(s0 * s0 - 4, r)

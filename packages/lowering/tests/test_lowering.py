@@ -1,0 +1,145 @@
+"""The lowering walk: extern fallback, outputs (aliases, inputs, symbols), dead nodes, events."""
+
+import logging
+
+import ember_lowering
+import pytest
+import torch
+from ember_core import Graph, Input, Node, Output, Ref, Value
+from ember_lowering import Extern, bind_args, lower, lower_graph, lowering_rules, run_plan
+from lowering_checks import check, trace
+
+
+def test_an_op_without_a_rule_becomes_an_extern_call(caplog):
+    assert "aten.cumsum.default" not in lowering_rules
+    with caplog.at_level(logging.DEBUG, logger="ember.kernels"):
+        plan = check(lambda x: (torch.cumsum(x.exp(), 1) + 1), torch.randn(4, 5))
+    (ext,) = plan.externs
+    assert ext.op == "aten.cumsum.default" and "no lowering rule" in caplog.text
+    assert len(plan.kernels) == 2
+
+
+def test_matmul_convolution_and_attention_run_extern():
+    q = torch.randn(1, 2, 4, 8)
+    plan = check(lambda q, w: (q @ q.transpose(-1, -2), torch.nn.functional.conv2d(q, w),
+                               torch.nn.functional.scaled_dot_product_attention(q, q, q)), q, torch.randn(3, 2, 3, 3))
+    ops = {e.op for e in plan.externs}
+    assert "aten.convolution.default" in ops and "aten.bmm.default" in ops
+
+
+def test_unsupported_dtypes_run_extern():
+    z = torch.randn(3, 4, dtype=torch.complex64)
+    plan = check(lambda z: (z * 2, (z.abs() + 1)), z)
+    assert {e.op for e in plan.externs} >= {"aten.mul.Tensor", "aten.abs.default"}
+
+
+def test_a_rule_that_refuses_leaves_no_trace(monkeypatch):
+    from ember_lowering import Unsupported
+
+    def refuse(ctx, node, a):
+        ctx.pointwise(lambda b, v: v, [ctx.tensor(a["self"])], ctx.shape_of(node.outputs[0]), "float32")
+        raise Unsupported("not today")
+    monkeypatch.setitem(lowering_rules, "aten.sin.default", refuse)
+    plan = check(lambda x: x.sin() * 2, torch.randn(3))
+    assert [e.op for e in plan.externs] == ["aten.sin.default"]
+    assert len(plan.kernels) == 1
+
+
+def test_outputs_that_are_inputs_or_views_of_inputs_alias_them():
+    x = torch.randn(4, 6)
+    graph = trace(lambda x: (x, x.t(), x[1:, 2]), x)
+    plan = lower(graph, check=True, emit_event=False)
+    out, t, sl = run_plan(plan, [x])
+    assert out is x and t.data_ptr() == x.data_ptr() and sl.data_ptr() == x[1:, 2].data_ptr()
+    assert not plan.steps
+
+
+def test_output_strides_follow_the_graph():
+    x = torch.randn(4, 6)
+    graph = trace(lambda x: (x.t() * 2, x.permute(1, 0).contiguous()), x)
+    first, second = run_plan(lower(graph, check=True, emit_event=False), [x])
+    assert first.stride() == (x.t() * 2).stride() and second.stride() == (1, 6)[::-1] or second.is_contiguous()
+
+
+def test_symbolic_int_inputs_and_outputs():
+    values = {"x": Value(shape=("s0",), stride=(1,)), "n": Value(type="sym", dtype="int64"),
+              "y": Value(shape=("s0",), stride=(1,))}
+    from ember_core import Symbol
+
+    graph = Graph(inputs=(Input("x"), Input("n")), values=values, symbols=(Symbol("s0", 5, 2),),
+                  nodes=(Node(("y",), "aten.mul.Tensor", (Ref("x"), Ref("n"))),),
+                  outputs=(Output("y"),))
+    plan = lower(graph, check=True, emit_event=False)
+    x = torch.randn(5)
+    torch.testing.assert_close(run_plan(plan, [x, 3])[0], x * 3)
+
+
+def test_dead_nodes_are_not_lowered():
+    plan = lower_graph(trace(lambda x: (x.exp(), x.sin())[0], torch.randn(3)))
+    assert len(plan.kernels) == 1 and not any(i.op.value == "sin" for i in plan.kernels[0].instrs())
+
+
+def test_constants_are_buffers_read_by_name():
+    w = torch.randn(3)
+    graph = trace(lambda x: x * torch.ones(3) + 1, torch.randn(3))
+    assert graph.constants == {} or graph.constants
+    check(lambda x: x + w.sum(), torch.randn(3), mode="real")
+
+
+def test_bind_args_fills_schema_defaults():
+    node = Node(("y",), "aten.add.Tensor", (Ref("a"), Ref("b")))
+    assert bind_args(node) == {"self": Ref("a"), "other": Ref("b"), "alpha": 1}
+
+
+def test_lower_emits_kernels_generated_with_the_plan_text(monkeypatch):
+    events = []
+    monkeypatch.setattr("ember_lowering._lowering.emit", events.append)
+    plan = lower(trace(lambda x: torch.softmax(x, -1), torch.randn(2, 3)))
+    (event,) = events
+    assert event.kind == "kernels_generated" and event.stage == "lowering" and event.source == str(plan)
+    assert event.artifact == "kernels" and "1 kernels" in event.message
+
+
+def test_public_names():
+    assert set(ember_lowering.__all__) <= set(dir(ember_lowering))
+    assert Extern in (ember_lowering.Extern,)
+
+
+@pytest.mark.parametrize("mode", ["fake", "symbolic"])
+def test_a_transformer_block_end_to_end(mode):
+    d = 16
+
+    def block(x, wq, wo, g, w1, w2):
+        h = torch.nn.functional.layer_norm(x, (d,), g)
+        q = (h @ wq).view(2, 5, 2, 8).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        x = x + a.transpose(1, 2).reshape(2, 5, d) @ wo
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return x + torch.nn.functional.gelu(h @ w1) @ w2
+
+    args = (torch.randn(2, 5, d), torch.randn(d, d), torch.randn(d, d), torch.randn(d), torch.randn(d, 4 * d),
+            torch.randn(4 * d, d))
+    check(block, *args, mode=mode)
+
+
+@pytest.mark.parametrize("name", __import__("ember_core.testing", fromlist=["battery_names"]).battery_names())
+def test_ember_core_battery(name):
+    """Every graph of ember-core's battery lowers, verifies, round-trips and matches the Interpreter."""
+    from ember_core.testing import battery_case
+    from lowering_checks import assert_same, clone
+
+    case = battery_case(name)
+    constants = {n: c.tensor for n, c in case.graph.constants.items()}
+    plans = [lower(case.graph, passes=(), check=True, emit_event=False),
+             lower(case.graph, check=True, emit_event=False)]
+    for inputs in case.input_sets():
+        expected = ember_core_interpret(case.graph, inputs)
+        for plan in plans:
+            assert_same(expected, run_plan(plan, [clone(x) for x in inputs], constants))
+
+
+def ember_core_interpret(graph, inputs):
+    from ember_core import interpret
+    from lowering_checks import clone
+
+    return interpret(graph, [clone(x) for x in inputs])

@@ -1,0 +1,58 @@
+"""cat, padding, gathers, scatters and factories against the reference interpreter."""
+
+import torch
+import torch.nn.functional as F
+from lowering_checks import check
+
+torch.manual_seed(0)
+X = torch.randn(5, 6)
+
+
+def test_cat_along_each_dim_with_mixed_dtypes_and_empty_parts():
+    y, i = torch.randn(5, 6), torch.randint(0, 4, (5, 2))
+    check(lambda x, y, i: (torch.cat([x, y, x]), torch.cat([x, y.t().contiguous().t(), i], 1),
+                           torch.cat([x[:0], y]), torch.cat([x]), torch.stack([x, y], 1),
+                           torch.cat([x, torch.empty(0)])),
+          X, y, i)
+
+
+def test_cat_is_one_kernel_with_its_producers_fused():
+    plan = check(lambda x, y: torch.cat([x.sin(), y * 2], 1), X, X + 1)
+    assert len(plan.kernels) == 1
+
+
+def test_constant_padding_positive_negative_and_valued():
+    check(lambda x: (F.pad(x, (1, 2)), F.pad(x, (2, 1, 1, 3), value=1.5), F.pad(x, (-1, 2, 0, -2)),
+                     F.pad(x.int(), (1, 1), value=7)), X)
+
+
+def test_gather_index_select_embedding():
+    idx = torch.randint(0, 6, (5, 3))
+    rows = torch.tensor([4, 0, 2, 2])
+    check(lambda x, idx, rows: (torch.gather(x, 1, idx), torch.gather(x, 0, rows.view(4, 1).expand(4, 6)),
+                                x.index_select(0, rows), x.index_select(1, rows), F.embedding(idx, x.t()),
+                                x.index_select(0, rows[0])), X, idx, rows)
+
+
+def test_advanced_indexing_with_negative_and_several_indices():
+    i, j = torch.tensor([0, -1, 2]), torch.tensor([[1], [-2]])
+    check(lambda x, i, j: (x[i], x[:, i], x[i, i], x[j, i], x[j], x.view(5, 2, 3)[:, i.abs().clamp(max=1), j.abs()]),
+          X, i, j)
+
+
+def test_slice_and_select_scatter():
+    check(lambda x, s, r: (torch.slice_scatter(x, s, 1, 1, 5, 2), torch.slice_scatter(x, r, 0, 2, 3),
+                           torch.select_scatter(x, r[0], 0, -1)), X, torch.randn(5, 2), torch.randn(1, 6))
+
+
+def test_factories():
+    check(lambda x: (torch.arange(7), torch.arange(2, 11, 3), torch.arange(0.5, 3, 0.25), torch.zeros_like(x),
+                     torch.ones_like(x, dtype=torch.int64), torch.full((2, 3), 1.5), torch.full((2,), True),
+                     torch.zeros(3, dtype=torch.bool), x.new_ones(2), torch.empty_like(x).fill_(2.0),
+                     torch.scalar_tensor(3.0) + x, torch.arange(6) * x, torch.zeros_like(x.t())), X)
+
+
+def test_factories_with_symbolic_sizes():
+    check(lambda x: (torch.arange(x.shape[0]), x.new_zeros(x.shape[0] * 2), torch.full_like(x, 3.0),
+                     torch.arange(x.shape[1]) + x, torch.cat([x, x]), F.pad(x, (1, 1))),
+          torch.randn(6, 7), mode="symbolic", others=[(torch.randn(4, 9),)])

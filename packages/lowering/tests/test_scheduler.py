@@ -1,0 +1,106 @@
+"""The scheduler end to end: how many kernels the common patterns become, decisions with reasons, and golden
+snapshots of the fused loop IR (tests/snapshots/, rewritten by `EMBER_ACCEPT=1 pytest ...`; review the diff)."""
+
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from ember_core.testing import assert_golden
+from ember_lowering import Op, lower, lower_graph, schedule
+from lowering_checks import check, count_ops, trace
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+torch.manual_seed(0)
+X = torch.randn(8, 32)
+
+
+def decomposed_softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def decomposed_layer_norm(x, w, b):
+    var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + 1e-5) * w + b
+
+
+def rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def gelu_mlp(x, w1, b1, w2, b2):
+    return F.gelu(x @ w1 + b1) @ w2 + b2
+
+
+def test_softmax_is_at_most_two_kernels():
+    assert len(check(lambda x: torch.softmax(x, -1), X).kernels) <= 2
+    assert len(check(decomposed_softmax, X).kernels) <= 2
+    assert len(check(lambda x: torch.log_softmax(x, 0), X, mode="symbolic").kernels) <= 2
+
+
+def test_layer_norm_is_at_most_two_kernels():
+    w, b = torch.randn(32), torch.randn(32)
+    assert len(check(lambda x, w, b: F.layer_norm(x, (32,), w, b), X, w, b).kernels) <= 2
+    assert len(check(decomposed_layer_norm, X, w, b).kernels) <= 2
+
+
+def test_rms_norm_is_at_most_two_kernels():
+    assert len(check(rms_norm, X, torch.randn(32)).kernels) <= 2
+    assert len(check(rms_norm, X, torch.randn(32), mode="symbolic").kernels) <= 2
+
+
+def test_a_pointwise_chain_is_one_kernel():
+    plan = check(lambda x: ((x * 2 + 1).sigmoid() - 0.5).tanh(), X)
+    assert len(plan.kernels) == 1 and len(plan.buffers) == 2
+
+
+def test_a_gelu_mlp_keeps_matmuls_extern_and_fuses_the_epilogues():
+    args = (X, torch.randn(32, 64), torch.randn(64), torch.randn(64, 16), torch.randn(16))
+    plan = check(gelu_mlp, *args)
+    assert [e.op for e in plan.externs] == ["aten.mm.default", "aten.mm.default"]
+    assert len(plan.kernels) == 2
+
+
+def test_an_expensive_value_with_two_consumers_is_computed_once():
+    plan = check(lambda x: (lambda y: (y.sum(0), y.sum(1)))(x.sin().exp().tanh()), X)
+    assert count_ops(plan, Op.SIN) == 1 and count_ops(plan, Op.EXP) == 1
+
+
+def test_a_cheap_value_with_two_consumers_is_recomputed_not_stored():
+    plan = check(lambda x: (lambda y: (y.sum(0), y.sum(1)))(x * 2 + 1), X)
+    assert all(b.kind in ("input", "output") for b in plan.buffers)
+
+
+def test_decisions_are_logged_with_reasons(caplog):
+    decisions = []
+    with caplog.at_level(logging.DEBUG, logger="ember.kernels"):
+        schedule(lower_graph(trace(lambda x: (lambda y: (y.sum(0), y.sum(1)))(x.sin().exp().tanh()), X)),
+                 decisions=decisions)
+    assert any(d.startswith("fuse-inline: keep") and "expensive" in d for d in decisions)
+    assert any(d.startswith("fuse-inline: inline") and "single consumer" in d for d in decisions)
+    assert "fuse-inline:" in caplog.text
+
+
+def test_passes_are_stamped_and_kernels_named_by_kind_and_shape():
+    plan = lower(trace(lambda x: (x.exp(), x.sum(1), x.t().sin()), X), emit_event=False)
+    assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "plan-buffers")
+    assert sorted(k.name for k in plan.kernels) == ["pointwise_32x8", "reduce_8x32"]
+
+
+def test_snapshot_softmax():
+    plan = lower(trace(lambda x: torch.softmax(x, -1), torch.randn(4, 8), mode="symbolic", name="softmax"),
+                 check=True, emit_event=False)
+    assert_golden(str(plan), SNAPSHOTS / "softmax.txt")
+
+
+def test_snapshot_layer_norm():
+    graph = trace(lambda x, w, b: F.layer_norm(x, (8,), w, b), torch.randn(4, 8), torch.randn(8), torch.randn(8),
+                  name="layer_norm")
+    assert_golden(str(lower(graph, check=True, emit_event=False)), SNAPSHOTS / "layer_norm.txt")
+
+
+def test_snapshot_gelu_mlp_epilogue():
+    args = (torch.randn(4, 8), torch.randn(8, 16), torch.randn(16), torch.randn(16, 8), torch.randn(8))
+    graph = trace(gelu_mlp, *args, name="gelu_mlp")
+    assert_golden(str(lower(graph, check=True, emit_event=False)), SNAPSHOTS / "gelu_mlp.txt")
