@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+import ember_core
 import pytest
 import torch
 
 FRONTENDS = ["dynamo", "trace"]
+
+
+class RoundTripChecker:
+    """Every graph any stage reports during the suite must survive JSON and fx exactly, and verify."""
+
+    @ember_core.hookimpl
+    def ember_event(self, event):
+        graph = event.graph
+        if isinstance(graph, ember_core.Graph):
+            ember_core.verify(graph)
+            assert ember_core.loads(ember_core.dumps(graph)) == graph, f"JSON round trip of {graph.name}"
+            if not _has_sym_args(graph):
+                assert ember_core.from_fx(ember_core.to_fx(graph)) == graph, f"fx round trip of {graph.name}"
+
+
+def _has_sym_args(graph) -> bool:
+    return any(isinstance(a, ember_core.Sym) for n in graph.nodes for a in (*n.args, *n.kwargs.values()))
+
+
+@pytest.fixture(autouse=True)
+def round_trips():
+    pm = ember_core.get_plugin_manager().pm
+    name = pm.register(RoundTripChecker(), name="round-trip-checker")
+    yield
+    if pm.get_plugin(name) is not None:
+        pm.unregister(name=name)
 
 
 @pytest.fixture(autouse=True)

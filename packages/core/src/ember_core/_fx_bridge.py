@@ -284,7 +284,7 @@ class _FxBuilder:
         target = resolve_op(node.op)
         n = self.g.call_function(target, tuple(self.arg(a) for a in node.args),
                                  {k: self.arg(v) for k, v in node.kwargs.items()})
-        if len(node.outputs) == 1 and "name" not in node.meta and not _returns_tuple(target):
+        if len(node.outputs) == 1 and not _returns_tuple(target):
             self._named(n, node.outputs[0]).meta.update(ember_value=self.graph.values[node.outputs[0]],
                                                         ember_meta=node.meta)
             return

@@ -127,7 +127,7 @@ def _chain(node: Node, parts: NormParts, values: Mapping[str, Value]) -> tuple[l
     like, ndim = values[out], len(values[out].shape)
     chain: list[Node] = []
     new_values: dict[str, Value] = {}
-    meta = {**node.meta, "renormalizes": out}
+    meta = {**{k: v for k, v in node.meta.items() if k != "name"}, "renormalizes": out}  # "name": fx tuple name
 
     def emit(op: str, args: tuple, value: Value) -> str:
         name = _fresh(f"{out}_renorm{len(chain)}", values, new_values)
