@@ -54,6 +54,9 @@ def integration(session: nox.Session, torch: str) -> None:
     """The cross-package suite with every package and the example plugin installed."""
     install_siblings(session, [*(f"packages/{p}" for p in PACKAGES), *EXAMPLES], torch)
     pytest(session, "tests")
+    # The foundation suite again with the other partitioner (test_training.py covers both by itself).
+    session.env["EMBER_OPTIONS"] = '{"partition": "default"}'
+    pytest(session, "tests/test_models.py", "tests/test_semantics.py")
 
 
 @nox.session(python=PYTHON)

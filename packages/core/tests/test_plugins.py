@@ -4,7 +4,7 @@ import importlib.metadata
 
 import ember_core as ec
 import pytest
-from ember_core import Event, PluginError, PluginManager, hookimpl
+from ember_core import Event, OptionError, PluginError, PluginManager, hookimpl
 from ember_core._builtin import InterpreterCodegen
 
 
@@ -221,7 +221,7 @@ def test_late_plugin_still_gets_the_configuration():
     pm = manager(EMBER_LOGS="graphs", EMBER_DUMP="/tmp/d")
     late = Observer()
     pm.register(late, name="late")
-    assert late.config == {"logs": "graphs", "dump": "/tmp/d"}
+    assert late.config == {"logs": "graphs", "dump": "/tmp/d", "options": {}}
 
 
 def test_manager_without_observers_is_not_observed():
@@ -239,3 +239,20 @@ def test_process_manager_is_built_once_and_can_be_reset(monkeypatch):
         assert built == [1, 1]
     finally:
         ec.reset_plugin_manager()
+
+
+def test_ember_options_environment_sets_defaults_under_the_calls_options():
+    pm = PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": '{"cache": false, "recompile_limit": 3}'})
+    options = pm.registry.check_options({"recompile_limit": 5}, pm.config["options"])
+    assert options["cache"] is False and options["recompile_limit"] == 5
+
+
+def test_ember_options_that_are_not_json_name_the_variable():
+    with pytest.raises(OptionError, match="EMBER_OPTIONS is not valid JSON"):
+        PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": "{partition: default}"})
+
+
+def test_ember_options_with_a_typo_name_the_variable_and_the_key():
+    pm = PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": '{"cach": false}'})
+    with pytest.raises(OptionError, match=r"EMBER_OPTIONS: unknown option 'cach' \(did you mean 'cache'\?\)"):
+        pm.registry.check_options({}, pm.config["options"])

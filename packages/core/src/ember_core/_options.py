@@ -35,16 +35,19 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
-def check_options(options: Mapping[str, Any] | None, specs: Mapping[str, OptionSpec]) -> dict[str, Any]:
-    """Return the options with defaults filled in; `OptionError` naming the bad key and listing the valid ones."""
+def check_options(options: Mapping[str, Any] | None, specs: Mapping[str, OptionSpec],
+                  source: str = "") -> dict[str, Any]:
+    """Return the options with defaults filled in; `OptionError` naming the bad key and listing the valid ones.
+    `source` names where the options came from when it is not the call (EMBER_OPTIONS)."""
     options = dict(options or {})
+    where = f"{source}: " if source else ""
     for key, value in options.items():
         spec = specs.get(key)
         if spec is None:
             close = difflib.get_close_matches(key, specs, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise OptionError(f"unknown option {key!r}{hint}; valid options: {', '.join(sorted(specs))}")
+            raise OptionError(f"{where}unknown option {key!r}{hint}; valid options: {', '.join(sorted(specs))}")
         if value is not None and not isinstance(value, spec.type) or isinstance(value, bool) and spec.type is int:
             want = spec.type.__name__ if isinstance(spec.type, type) else " or ".join(t.__name__ for t in spec.type)
-            raise OptionError(f"option {key!r} must be {want}, got {type(value).__name__} {value!r}: {spec.doc}")
+            raise OptionError(f"{where}option {key!r} must be {want}, got {type(value).__name__} {value!r}: {spec.doc}")
     return {key: options.get(key, spec.default) for key, spec in specs.items()} | options

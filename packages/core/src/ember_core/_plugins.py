@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import sys
 import threading
@@ -13,7 +14,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from ._errors import PluginError
+from ._errors import OptionError, PluginError
 from ._events import Event
 from ._options import CORE_OPTIONS, OptionSpec, check_options
 from ._stages import STAGES
@@ -85,8 +86,12 @@ class PluginRegistry:
     def has(self, stage: str) -> bool:
         return any(i.stage == stage for i in self._impls.values())
 
-    def check_options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        return check_options(options, self.options)
+    def check_options(self, options: Mapping[str, Any] | None, defaults: Mapping[str, Any] | None = None
+                      ) -> dict[str, Any]:
+        """Options with the plugins' defaults, then `defaults` (EMBER_OPTIONS), then `options` laid over them."""
+        if defaults:
+            check_options(defaults, self.options, source="EMBER_OPTIONS")
+        return check_options({**(defaults or {}), **(options or {})}, self.options)
 
 
 class PluginManager:
@@ -110,7 +115,8 @@ class PluginManager:
         self._check_pending()
         self.registry = PluginRegistry()
         self._registered: set[str] = set()
-        self.config: dict[str, Any] = {"logs": env.get("EMBER_LOGS", ""), "dump": env.get("EMBER_DUMP")}
+        self.config: dict[str, Any] = {"logs": env.get("EMBER_LOGS", ""), "dump": env.get("EMBER_DUMP"),
+                                       "options": _env_options(env.get("EMBER_OPTIONS", ""))}
         self.pm.hook.ember_configure.call_historic(kwargs={"config": self.config})
         self._register_all()
 
@@ -206,6 +212,20 @@ def _dist_row(dist: importlib.metadata.Distribution | None) -> tuple[str, str]:
 
 
 _HOOK_NAMES = ", ".join(n for n in dir(hookspecs) if n.startswith("ember_"))
+
+
+def _env_options(text: str) -> dict[str, Any]:
+    """EMBER_OPTIONS: a JSON object of options every compile starts from (run a program with another stage
+    without editing it, e.g. EMBER_OPTIONS='{"partition": "default"}')."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise OptionError(f"EMBER_OPTIONS is not valid JSON ({e.msg} at column {e.colno}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise OptionError(f"EMBER_OPTIONS must be a JSON object of options, got {text!r}")
+    return value
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str:

@@ -44,7 +44,7 @@ class Pipeline:
     def from_options(cls, options: Mapping[str, Any] | None, *, fullgraph: bool, dynamic: bool | None,
                      mode: str | None) -> Pipeline:
         manager = get_plugin_manager()
-        checked = manager.registry.check_options(options)
+        checked = manager.registry.check_options(options, manager.config.get("options"))
         extra = {"fullgraph": fullgraph, "dynamic": dynamic, "mode": mode}
         return cls(manager, checked, {**checked, **extra})
 
