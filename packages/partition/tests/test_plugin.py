@@ -3,7 +3,7 @@
 import importlib.metadata
 
 import pytest
-from ember_core import OptionError, PluginManager
+from ember_core import Event, OptionError, PluginManager
 from ember_partition import DefaultPartitioner, MinCutPartitioner
 from ember_partition import _plugin as plugin
 
@@ -37,3 +37,22 @@ def test_partitioners_take_the_checked_options(registry, block):
     options = registry.check_options({"partition.memory_budget": 0.5})
     part = registry.find("partition").impl.partition(block("layernorm_attention").joint, options)
     assert part.report.memory_budget == 0.5
+
+
+def test_partitioned_events_become_diagrams_in_the_dump_folder(block, tmp_path):
+    joint = block("cos_cos").joint
+    part = MinCutPartitioner().partition(joint)
+    manager = PluginManager(load_entrypoints=False, env={"EMBER_DUMP": str(tmp_path)})
+    manager.register(plugin, "partition")
+    manager.emit(Event("partitioned", "partition", graph=part.forward, data={"joint": joint, "partition": part}))
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written[0].startswith("partition-") and written[0].endswith(".dot")
+
+
+def test_without_a_dump_folder_no_diagram_is_written(block, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    manager = PluginManager(load_entrypoints=False, env={})
+    manager.register(plugin, "partition")
+    joint = block("cos_cos").joint
+    manager.emit(Event("partitioned", "partition", data={"joint": joint}))
+    assert list(tmp_path.iterdir()) == []

@@ -1,11 +1,22 @@
-"""ember-partition's plugin, found by entry point like any other: partitioners `default` and `mincut`."""
+"""ember-partition's plugin, found by entry point like any other: partitioners `default` and `mincut`, and the
+joint-graph diagrams written next to the other dumps when `EMBER_DUMP=dir` is set."""
 
 from __future__ import annotations
 
-from ember_core import hookimpl
+import itertools
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ember_core import Event, JointGraph, Partition, hookimpl
 
 from ._default import DefaultPartitioner
+from ._diagram import write_diagram
 from ._mincut import OPTION, MinCutPartitioner
+
+_dump_dir: Path | None = None
+_counter = itertools.count()
 
 
 @hookimpl
@@ -15,3 +26,20 @@ def ember_register(registry) -> None:
     registry.add_option(OPTION, (float, int), 1.0,
                         "mincut partitioner's memory budget in (0, 1]: 1 saves the fewest bytes that recomputing "
                         "cheap ops allows; lower saves fewer by recomputing reductions too")
+
+
+@hookimpl
+def ember_configure(config: Mapping[str, Any]) -> None:
+    global _dump_dir
+    _dump_dir = Path(config["dump"]) if config.get("dump") else None
+
+
+@hookimpl
+def ember_event(event: Event) -> None:
+    """A `partitioned` event that carries its joint graph becomes `partition-NNN-<name>.dot` (and `.svg`)."""
+    joint, partition = event.data.get("joint"), event.data.get("partition")
+    if _dump_dir is None or event.kind != "partitioned" or not isinstance(joint, JointGraph):
+        return
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", joint.graph.name)
+    write_diagram(_dump_dir / f"partition-{next(_counter):03d}-{name}.dot", joint,
+                  partition if isinstance(partition, Partition) else None)

@@ -113,7 +113,8 @@ class Pipeline:
         summary = summary() if callable(summary) else f"{len(part.saved)} saved values"
         self.manager.emit(Event("partitioned", "partition", f"{graph.name!r} split by {partitioner.name}: {summary}",
                                 graph=forward, source=str(part.report) if part.report is not None else None,
-                                data={"report": part.report, "backward": backward, "saved": part.saved}))
+                                data={"report": part.report, "backward": backward, "saved": part.saved,
+                                      "joint": joint, "partition": part}))
         compiled_forward = self.codegen_graph(forward, example_inputs)
         return autograd.impl.wrap(part, compiled_forward, lambda: self.codegen_graph(backward, None))
 
