@@ -23,8 +23,9 @@ PACKAGES = {
     "autograd": ["core"],
     "partition": ["core"],
     "lowering": ["core"],
+    "codegen-cpp": ["core", "lowering"],
     "runtime": ["core"],
-    "ember": ["core", "capture", "autograd", "partition", "runtime"],
+    "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
 TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy"]

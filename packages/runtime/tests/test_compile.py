@@ -58,7 +58,7 @@ def test_same_graph_twice_compiles_once(toy, x):
         compiled(x)
         compiled(x)
     assert len(rec.kinds("graph_compiled")) == 1
-    assert len(rec.kinds("cache_hit")) == 1
+    assert len([e for e in rec.kinds("cache_hit") if e.stage == "runtime"]) == 1
 
 
 def test_cache_off_compiles_every_time(toy, x):
@@ -71,7 +71,7 @@ def test_cache_off_compiles_every_time(toy, x):
 
 def test_unknown_codegen_is_an_error_naming_it(toy, x):
     compiled = compile(f, options={"frontend": "toy", "codegen.cpu": "nope"})
-    with pytest.raises(PluginError, match="no codegen named 'nope' is installed; known: interpreter"):
+    with pytest.raises(PluginError, match="no codegen named 'nope' is installed; known: .*interpreter"):
         compiled(x)
 
 

@@ -55,7 +55,7 @@ def test_training_goes_through_autograd_then_partition_then_codegen(toy):
         "joint_traced", "partitioned", "graph_compiled"]
     with record_events() as rec:
         stages.compile_backward()
-    assert [e.kind for e in rec.events] == ["graph_compiled"]
+    assert [e.kind for e in rec.events if e.stage in ("autograd", "partition", "codegen")] == ["graph_compiled"]
 
 
 def test_inference_skips_the_training_stages(toy):

@@ -1,0 +1,113 @@
+"""What the generated wrapper does off its fast path: inputs or extern results in another layout than the plan
+assumes, a kernel's error flag, a failed build. Each ends in a correct result or torch's own error.
+
+- `relayout`: inputs whose strides differ from the plan's are re-viewed (when only size-1 dims differ) or
+  copied into the plan's layout (when no output aliases them), then the fast path runs; otherwise the graph
+  runs in ember-core's interpreter codegen.
+- `fix_layout`: the same for an extern's result that kernels read.
+- `UseFallback`: raised inside the wrapper to run the whole graph in the interpreter codegen instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from ember_core import Event, Graph, emit, get_plugin_manager
+
+log = logging.getLogger("ember.kernels")
+
+
+class UseFallback(Exception):
+    """Run this call in the interpreter codegen (the fast path cannot)."""
+
+
+def same_layout(shape: Sequence[int], actual: Sequence[int], wanted: Sequence[int]) -> bool:
+    """Strides that address the same elements: equal wherever the dim has more than one element."""
+    if any(n == 0 for n in shape):
+        return True
+    return all(n == 1 or a == w for n, a, w in zip(shape, actual, wanted))
+
+
+def non_overlapping(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    dims = sorted((s, n) for n, s in zip(shape, stride) if n != 1)
+    reach = 0
+    for s, n in dims:
+        if s < reach or s <= 0:
+            return False
+        reach = s * n
+    return True
+
+
+def fix_layout(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
+    """t in exactly (shape, stride), by a view or a copy; UseFallback if it has another shape."""
+    if tuple(t.shape) != tuple(shape):
+        raise UseFallback(f"tensor of shape {tuple(t.shape)}, expected {tuple(shape)}")
+    if same_layout(shape, t.stride(), stride):
+        return t.as_strided(shape, stride)
+    if not non_overlapping(shape, stride):
+        raise UseFallback(f"cannot copy into the overlapping layout {stride}")
+    out = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def relayout(inputs: Sequence[Any], layouts: Callable, fast: Callable, fallback: Callable) -> list:
+    """Bring inputs into the plan's layouts and run the fast path, or run the fallback."""
+    try:
+        in_range, wanted = layouts(inputs)
+    except (IndexError, TypeError, ValueError, ZeroDivisionError):
+        return fallback(inputs)
+    if not in_range:
+        return fallback(inputs)
+    new = list(inputs)
+    for k, shape, stride, may_copy in wanted:
+        x = inputs[k]
+        if tuple(x.shape) != tuple(shape):
+            return fallback(inputs)
+        if same_layout(shape, x.stride(), stride):
+            new[k] = x.as_strided(shape, stride)
+        elif may_copy and non_overlapping(shape, stride):
+            new[k] = torch.empty_strided(shape, stride, dtype=x.dtype, device=x.device)
+            new[k].copy_(x)
+        else:
+            return fallback(inputs)
+        if tuple(new[k].stride()) != tuple(stride):  # the fast path checks exactly this: never loop
+            return fallback(inputs)
+    return fast(new)
+
+
+class InterpreterFallback:
+    """The graph in ember-core's interpreter codegen, compiled on first use; logs why it runs the first time."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._fn: Callable | None = None
+        self._lock = threading.Lock()
+        self._told: set[str] = set()
+
+    def fn(self) -> Callable:
+        with self._lock:
+            if self._fn is None:
+                impl = get_plugin_manager().registry.find("codegen", "interpreter").impl
+                self._fn = impl.compile(self.graph, None, {}).fn
+            return self._fn
+
+    def __call__(self, inputs: Sequence[Any], why: str = "") -> list:
+        if why and why not in self._told:
+            self._told.add(why)
+            log.info("graph %r runs in the interpreter codegen: %s", self.graph.name, why)
+        return self.fn()(inputs)
+
+    def on_error(self, inputs: Sequence[Any], code: int = 1) -> list:
+        """A kernel flagged an error (integer division by zero, index out of bounds): torch raises its own."""
+        return self(inputs, "a kernel flagged an integer division by zero or an index out of bounds")
+
+
+def report_fallback(graph: Graph, reason: str, source: str | None = None) -> None:
+    log.warning("codegen cpp: graph %r falls back to the interpreter codegen: %s", graph.name, reason)
+    emit(Event(kind="fallback", stage="codegen-cpp", message=f"graph {graph.name!r}: {reason}", graph=graph,
+               source=source, data={"reason": reason}))

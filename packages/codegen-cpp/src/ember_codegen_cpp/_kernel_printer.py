@@ -1,0 +1,481 @@
+"""One loop-IR kernel as one C++ function: an OpenMP-parallel outer loop and a vectorizable inner loop.
+
+    static int k0_pointwise_6x8(const float* __restrict b_x, float* __restrict b_out, int64_t S_s0)
+
+returns the kernel's error flag (an integer division by zero, an index out of bounds). Two shapes of loop nest:
+
+- pointwise (no r-dims): the i-dims but the last, times chunks of the last, are one flat parallel loop; the
+  last i-dim is the `omp simd` loop, over contiguous memory when the layout is row-major.
+- reduction: all i-points are one flat parallel loop; each `Loop` block runs the r-dims, the last of them in
+  `LANES` lanes (`omp simd` over lane arrays, see `_reductions.py`), the rest serially; the tail that fills no
+  full set of lanes runs as scalar code.
+
+Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
+torch's own softmax does), and values a later loop would recompute expensively come from a stash
+(`_stash.py`). The parallel loop only forks when the work is at least `EMBER_PAR_MIN` element-iterations
+(16384: on 2 cores a fork pays off from about 8K elements of a sigmoid; cheap ops need more).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index
+
+from ._coalesce import coalesce
+from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
+from ._errors import CannotPrint
+from ._exprs import ExprPrinter
+from ._layout import PlanLayout
+from ._reductions import LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
+from ._stash import Stash, plan_stash
+
+CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
+BLOCK = 128  # i-points per parallel work item of an outer-contiguous reduction (its lanes)
+_SIMD = "#pragma omp simd"
+_PARALLEL = "#pragma omp parallel for schedule(static)"
+_ERR = " reduction(|:ember_err)"
+
+
+@dataclass(frozen=True)
+class CKernel:
+    """A printed kernel: its C++ function name, the roots it takes (in order), those it writes, its text."""
+
+    name: str
+    roots: tuple[str, ...]
+    writes: frozenset[str]
+    text: str
+
+
+class KernelPrinter:
+    """Prints one kernel; `CannotPrint` if it uses anything the printer does not handle."""
+
+    def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
+        kernel = coalesce(kernel, layout.buffers)
+        self.k, self.layout, self.name = kernel, layout, name
+        self.dtypes: dict[str, str] = {}
+        self.names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
+        self.ssa_nonneg: set[str] = set()
+        loop_vars = {d.var for d in kernel.dims}
+        self.expr = ExprPrinter(self.names, lambda n: 0 if n in loop_vars or n in self.ssa_nonneg else
+                                layout.lowers.get(n))
+        self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
+        self.roots: dict[str, bool] = {}  # root → written
+        self.uses_err = False
+        self.stash = plan_stash(kernel)
+        self.accs: dict[str, Accumulator] = {}
+        self.loop_values: set[str] | None = None  # values defined in the loop being printed
+        self.hoisted: dict[str, str] = {}  # lines to print before that loop
+        self.loop_id = 0
+        self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
+
+    # ------------------------------------------------------------------ entry
+
+    def print(self) -> CKernel:
+        body = self._body()
+        roots = sorted(self.roots, key=list(self.layout.buffers).index)
+        params = []
+        for r in roots:
+            const = "" if self.roots[r] else "const "
+            params.append(f"{const}{STORAGE_CTYPE[self.layout.buffers[r].dtype]}* __restrict {self.layout.local[r]}")
+        params += [f"int64_t {self.layout.sym_local[s]}" for s in self.layout.symbols]
+        origins = f"  // from {', '.join(self.k.origins)}" if self.k.origins else ""
+        head = f"static int {self.name}({', '.join(params) or 'void'}) {{{origins}"
+        text = "\n".join([head, "  int ember_err = 0;", *body, "  return ember_err;", "}"])
+        if self.uses_err:  # known once the body is printed: add the flag to every loop pragma
+            text = text.replace(_SIMD, _SIMD + _ERR).replace(_PARALLEL, _PARALLEL + _ERR)
+        return CKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text)
+
+    def _body(self) -> list[str]:
+        out = [f"  const int64_t n_{d.var} = {self.expr(d.size)};" for d in self.k.dims]
+        if not self.k.reduce_dims:
+            return out + self._pointwise()
+        if self._outer_contiguous():
+            self.stash = Stash()  # no stash: a lane is an i-point, a stash would be one row per lane
+            return out + self._outer_reduction()
+        return out + self._reduction()
+
+    def ref(self, name: str) -> str:
+        """How C++ reads SSA value `name` here (an element of a block array for block values)."""
+        return self.names.get(name, name)
+
+    def _outer_contiguous(self) -> bool:
+        """Do the loops' accesses run contiguously along the last i-dim rather than the last r-dim? Then lanes
+        are i-points (`_outer_reduction`), not r-steps."""
+        outer, rdims = self.k.outer_dims, self.k.reduce_dims
+        if not outer:
+            return False
+        iv, rv = sympy.Symbol(outer[-1].var, integer=True), sympy.Symbol(rdims[-1].var, integer=True)
+        score = 0
+        for stmt in self.k.body:
+            for i in (stmt.body if isinstance(stmt, Loop) else ()):
+                if i.op not in (Op.LOAD, Op.STORE):
+                    continue
+                b = self.layout.buffers[i.buffer]
+                flat = sympy.expand(sum((e * st for e, st in zip(i.index, b.stride)), sympy.Integer(0)))
+                score += int(flat.coeff(iv) == 1) - int(flat.coeff(rv) == 1)
+        return score > 0
+
+    # ------------------------------------------------------------------ loop nests
+
+    def _parallel_head(self, count: str, work: str) -> list[str]:
+        return [f"  {_PARALLEL} if({count} > 1 && {work} >= EMBER_PAR_MIN)",
+                f"  for (int64_t ember_p = 0; ember_p < {count}; ++ember_p) {{"]
+
+    def _decompose(self, dims: list, start: str = "ember_p") -> list[str]:
+        if not dims:
+            return []
+        if len(dims) == 1:
+            return [f"    const int64_t {dims[0].var} = {start};"]
+        out = [f"    int64_t ember_q = {start};"]
+        for d in reversed(dims[1:]):
+            out.append(f"    const int64_t {d.var} = ember_q % n_{d.var}; ember_q /= n_{d.var};")
+        out.append(f"    const int64_t {dims[0].var} = ember_q;")
+        return out
+
+    def _pointwise(self) -> list[str]:
+        dims = list(self.k.outer_dims)
+        if not dims:
+            return self._block(self.k.body, 1)
+        *outer, last = dims
+        body = self._block(self.k.body, 3)
+        n = f"n_{last.var}"
+        count = " * ".join([f"n_{d.var}" for d in outer] + ["ember_nc"])
+        work = " * ".join(f"n_{d.var}" for d in dims)
+        return [
+            f"  const int64_t ember_nc = ({n} + {CHUNK - 1}) / {CHUNK};",
+            f"  const int64_t ember_np = {count};",
+            *self._parallel_head("ember_np", f"({work})"),
+            *self._decompose(outer, "ember_p / ember_nc"),
+            f"    const int64_t ember_lo = (ember_p % ember_nc) * {CHUNK};",
+            f"    const int64_t ember_hi = ember_lo + {CHUNK} < {n} ? ember_lo + {CHUNK} : {n};",
+            f"    {_SIMD}",
+            f"    for (int64_t {last.var} = ember_lo; {last.var} < ember_hi; ++{last.var}) {{",
+            *body,
+            "    }",
+            "  }",
+        ]
+
+    def _reduction(self) -> list[str]:
+        outer = list(self.k.outer_dims)
+        loops = sum(1 for s in self.k.body if isinstance(s, Loop))
+        depth = 2 if outer else 1
+        stash = [("  " * depth) + f"{t} {name}[{self.stash.elements}];" for name, t in self.stash.arrays.items()]
+        body = stash + self._block(self.k.body, depth)
+        if not outer:
+            return body
+        count = " * ".join(f"n_{d.var}" for d in outer)
+        work = " * ".join([f"n_{d.var}" for d in self.k.dims] + [str(max(loops, 1))])
+        return [
+            f"  const int64_t ember_np = {count};",
+            *self._parallel_head("ember_np", f"({work})"),
+            *self._decompose(outer),
+            *body,
+            "  }",
+        ]
+
+    def _outer_reduction(self) -> list[str]:
+        """Lanes are `BLOCK` consecutive i-points along the last i-dim; the r-dims run serially around them."""
+        *outer, last = self.k.outer_dims
+        values = [o for stmt in self.k.body for i in (stmt.body if isinstance(stmt, Loop) else (stmt,))
+                  for o in i.outs if (not isinstance(stmt, Loop) and i.op is not Op.CONST) or i.op in REDUCTIONS]
+        self.block = True
+        for o in values:
+            self.names[o] = f"ember_b_{o}[ember_j]"
+        body = self._block(self.k.body, 2)
+        dtype = {o: i.dtype for i in self.k.instrs() for o in i.outs}
+        arrays = [f"    {CTYPE[dtype[o]]} ember_b_{o}[{BLOCK}];" for o in values]
+        count = " * ".join([f"n_{d.var}" for d in outer] + ["ember_nb"])
+        loops = sum(1 for st in self.k.body if isinstance(st, Loop))
+        work = " * ".join([f"n_{d.var}" for d in self.k.dims] + [str(max(loops, 1))])
+        n = f"n_{last.var}"
+        return [
+            f"  const int64_t ember_nb = ({n} + {BLOCK - 1}) / {BLOCK};",
+            f"  const int64_t ember_np = {count};",
+            *self._parallel_head("ember_np", f"({work})"),
+            *self._decompose(outer, "ember_p / ember_nb"),
+            f"    const int64_t ember_lo = (ember_p % ember_nb) * {BLOCK};",
+            f"    const int64_t ember_bn = ember_lo + {BLOCK} < {n} ? {BLOCK} : {n} - ember_lo;",
+            *arrays,
+            *body,
+            "  }",
+        ]
+
+    def _block_loop(self, lines: list[str], pad: str) -> list[str]:
+        """lines run for each i-point of the block (outer-contiguous kernels)."""
+        last = self.k.outer_dims[-1].var
+        return [pad + _SIMD, pad + "for (int64_t ember_j = 0; ember_j < ember_bn; ++ember_j) {",
+                pad + f"  const int64_t {last} = ember_lo + ember_j;", *[pad + "  " + x for x in lines], pad + "}"]
+
+    def _outer_loop(self, loop: Loop, depth: int) -> list[str]:
+        self.loop_id += 1
+        k = self.loop_id
+        accs = [Accumulator(i, self._src_dtype(i), k, BLOCK) for i in loop.body if i.op in REDUCTIONS]
+        self.accs = {a.i.out: a for a in accs}
+        self.loop_values = set()
+        body = [line for i in loop.body for line in self._instr(i, "ember_j" if accs else None)]
+        self.loop_values = None
+        pad = "  " * depth
+        out = [pad + line for a in accs for line in a.init()]
+        if any(a.cascade for a in accs):
+            out.append(pad + f"int64_t ember_steps{k} = 0;")
+        welford = sorted({CTYPE[a.i.dtype]: a.i.dtype for a in accs if a.welford}.values())
+        if welford:
+            out.append(pad + f"int64_t {welford_count(k)} = 0;")
+        rdims = self.k.reduce_dims
+        out += [pad + "  " * j + f"for (int64_t {d.var} = 0; {d.var} < n_{d.var}; ++{d.var}) {{"
+                for j, d in enumerate(rdims)]
+        inner = pad + "  " * len(rdims)
+        if welford:
+            out.append(inner + f"++{welford_count(k)};")
+            out += [inner + f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
+                    for t in welford]
+        out += self._block_loop(body, inner)
+        flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
+        if flush:
+            out += [inner + f"++ember_steps{k};", *[inner + line for line in flush]]
+        out += [pad + "  " * j + "}" for j in reversed(range(len(rdims)))]
+        results = [f"ember_b_{o}[ember_j] = {expr};" for a in accs for o, expr in a.results("ember_j")]
+        for a in accs:
+            for o in a.i.outs:
+                self.dtypes[o] = a.i.dtype
+        return out + (self._block_loop(results, pad) if results else [])
+
+    # ------------------------------------------------------------------ statements
+
+    def _block(self, stmts, depth: int) -> list[str]:
+        out: list[str] = []
+        run: list[str] = []  # outer statements of a block kernel, run together over the block's i-points
+        for s in stmts:
+            if isinstance(s, Loop):
+                if run:
+                    out += self._block_loop(run, "  " * depth)
+                    run = []
+                out += self._outer_loop(s, depth) if self.block else self._loop(s, depth)
+            elif self.block and s.op is Op.CONST:  # the same for every i-point: one scalar
+                self.block = False
+                out += [("  " * depth) + line for line in self._instr(s, None)]
+                self.block = True
+            elif self.block:
+                run += self._instr(s, None)
+            else:
+                out += [("  " * depth) + line for line in self._instr(s, None)]
+        if run:
+            out += self._block_loop(run, "  " * depth)
+        return out
+
+    def _loop(self, loop: Loop, depth: int) -> list[str]:
+        reduces = [i for i in loop.body if i.op in REDUCTIONS]
+        if all(SimdAccumulator.handles(i) for i in reduces):
+            return self._simd_loop(loop, depth)
+        return self._lane_loop(loop, depth)
+
+    def _simd_loop(self, loop: Loop, depth: int) -> list[str]:
+        """r-dims serially, the last in chunks of `omp simd` with the reductions as simd reduction variables."""
+        *serial, last = self.k.reduce_dims
+        self.loop_id += 1
+        k = self.loop_id
+        accs = [SimdAccumulator(i, k) for i in loop.body if i.op in REDUCTIONS]
+        self.accs = {a.i.out: a for a in accs}
+        self.loop_values, self.hoisted = set(), {}
+        body = [line for i in loop.body for line in self._instr(i, "simd")]
+        self.loop_values = None
+        pad = "  " * depth
+        out = [pad + line for line in self.hoisted.values()]
+        out += [pad + line for a in accs for line in a.decl()]
+        cascade = any(a.cascade for a in accs)
+        if cascade:
+            out.append(pad + f"int64_t ember_steps{k} = 0;")
+        out.append(pad + "{")
+        pad += "  "
+        out += [pad + "  " * j + f"for (int64_t {d.var} = 0; {d.var} < n_{d.var}; ++{d.var}) {{"
+                for j, d in enumerate(serial)]
+        inner = pad + "  " * len(serial)
+        n, ch = f"n_{last.var}", SimdAccumulator.CHUNK
+        chunked = bool(accs)
+        if chunked:
+            out += [inner + f"for (int64_t ember_rb = 0; ember_rb < {n}; ember_rb += {ch}) {{",
+                    inner + f"  const int64_t ember_re = ember_rb + {ch} < {n} ? ember_rb + {ch} : {n};"]
+            inner += "  "
+            out += [inner + line for a in accs for line in a.chunk_begin()]
+            if cascade:
+                out.append(inner + f"++ember_steps{k};")
+        lo, hi = ("ember_rb", "ember_re") if chunked else ("0", n)
+        out += [inner + _SIMD + "".join(a.clause() for a in accs),
+                inner + f"for (int64_t {last.var} = {lo}; {last.var} < {hi}; ++{last.var}) {{",
+                *[inner + "  " + line for line in body],
+                inner + "}"]
+        if chunked:
+            out += [inner + line for a in accs for line in a.chunk_end(f"ember_steps{k}")]
+            inner = inner[:-2]
+            out.append(inner + "}")
+        out += [pad + "  " * j + "}" for j in reversed(range(len(serial)))]
+        out.append(pad[:-2] + "}")
+        for a in accs:
+            self.dtypes[a.i.out] = a.i.dtype
+            out += [pad[:-2] + line for line in a.result()]
+        return out
+
+    def _lane_loop(self, loop: Loop, depth: int) -> list[str]:
+        *serial, last = self.k.reduce_dims
+        self.loop_id += 1
+        k = self.loop_id
+        accs = [Accumulator(i, self._src_dtype(i), k) for i in loop.body if i.op in REDUCTIONS]
+        self.accs = {a.i.out: a for a in accs}
+        self.loop_values, self.hoisted = set(), {}
+        lanes = [line for i in loop.body for line in self._instr(i, "ember_l" if accs else None)]
+        tail = [line for i in loop.body for line in self._instr(i, "0", tail=True)] if accs else []
+        self.loop_values = None
+        pad = "  " * depth
+        out = [pad + line for line in self.hoisted.values()]
+        for a in accs:
+            out += [pad + line for line in a.init()]
+        if any(a.cascade for a in accs):
+            out.append(pad + f"int64_t ember_steps{k} = 0;")
+        welford = sorted({CTYPE[a.i.dtype]: a.i.dtype for a in accs if a.welford}.values())
+        if welford:
+            out.append(pad + f"int64_t {welford_count(k)} = 0;")
+        out.append(pad + "{")
+        pad += "  "
+        out += [pad + "  " * j + f"for (int64_t {d.var} = 0; {d.var} < n_{d.var}; ++{d.var}) {{"
+                for j, d in enumerate(serial)]
+        inner = pad + "  " * len(serial)
+        counts = [f"++{welford_count(k)};"] if welford else []
+        counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
+                   for t in welford]
+        flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
+        if flush:
+            counts.append(f"++ember_steps{k};")
+        out += [
+            inner + "int64_t ember_rb = 0;",
+            inner + f"for (; ember_rb + {LANES} <= n_{last.var}; ember_rb += {LANES}) {{",
+            *[inner + "  " + line for line in counts],
+            inner + "  " + _SIMD,
+            inner + f"  for (int64_t ember_l = 0; ember_l < {LANES}; ++ember_l) {{",
+            inner + f"    const int64_t {last.var} = ember_rb + ember_l;",
+            *[inner + "    " + line for line in lanes],
+            inner + "  }",
+            *[inner + "  " + line for line in flush],
+            inner + "}",
+            inner + f"for (; ember_rb < n_{last.var}; ++ember_rb) {{",
+            inner + f"  const int64_t {last.var} = ember_rb;",
+            *[inner + "  " + line for line in tail],
+            inner + "}",
+        ]
+        out += [pad + "  " * j + "}" for j in reversed(range(len(serial)))]
+        out.append(pad[:-2] + "}")
+        for a in accs:
+            for o in a.i.outs:
+                self.dtypes[o] = a.i.dtype
+            out += [pad[:-2] + line for line in a.merge()]
+        return out
+
+    def _src_dtype(self, i: Instr) -> str:
+        """The dtype of a reduce's first operand (defined before it in its loop)."""
+        for j in self.k.instrs():
+            if i.srcs[0] in j.outs:
+                return j.dtype
+        raise CannotPrint(f"operand {i.srcs[0]} of {i.op.value} is not defined")
+
+    def _stash_index(self) -> str:
+        lin = ""
+        for d in self.k.reduce_dims:
+            lin = d.var if not lin else f"({lin} * n_{d.var} + {d.var})"
+        return lin
+
+    # ------------------------------------------------------------------ instructions
+
+    def _instr(self, i: Instr, lane: str | None, tail: bool = False) -> list[str]:
+        op = i.op
+        if op in REDUCTIONS:
+            if lane is None or i.out not in self.accs:
+                raise CannotPrint(f"{op.value} outside a loop")
+            return self.accs[i.out].update([self.ref(x) for x in i.srcs], lane, tail)
+        if op is Op.STORE:
+            return self._store(i)
+        for o in i.outs:
+            self.dtypes[o] = i.dtype
+            self.names.setdefault(o, o)
+            if i.dtype in ("uint8", "bool"):
+                self.ssa_nonneg.add(o)
+            if self.loop_values is not None:
+                self.loop_values.add(o)
+        t = CTYPE[i.dtype]
+        if self.block and self.loop_values is None:  # a block value: define a local, then keep it
+            lines = self._compute(i, t)
+            return lines + [f"{self.names[o]} = {o};" for o in i.outs]
+        if i.out in self.stash.load and self.loop_values is not None:
+            return [f"const {t} {i.out} = {self.stash.load[i.out]}[{self._stash_index()}];"]
+        lines = self._compute(i, t)
+        if i.out in self.stash.store and self.loop_values is not None:
+            lines.append(f"{self.stash.store[i.out]}[{self._stash_index()}] = {i.out};")
+        return lines
+
+    def _compute(self, i: Instr, t: str) -> list[str]:
+        op = i.op
+        if op is Op.LOAD:
+            return self._load(i)
+        if op is Op.CONST:
+            return [f"const {t} {i.out} = {literal(i.value, i.dtype)};"]
+        if op is Op.INDEX:
+            return [f"const {t} {i.out} = {cast(self.expr(i.index[0]), 'int64', i.dtype)};"]
+        src = [self.dtypes[s] for s in i.srcs]
+        a = [self.ref(x) for x in i.srcs]
+        if op is Op.DIV and src[0] in FLOATS and self.loop_values is not None and i.srcs[1] not in self.loop_values \
+                and not self.block:
+            rcp = f"ember_rcp_{i.srcs[1]}"  # loop-invariant divisor: one division per loop, not per element
+            one = "1.0" if src[1] == "float64" else "1.0f"
+            self.hoisted[rcp] = f"const {t} {rcp} = {one} / {a[1]};"
+            return [f"const {t} {i.out} = {a[0]} * {rcp};"]
+        line = f"const {t} {i.out} = {expression(op, a, src, i.dtype)};"
+        if flags_error(op, src):
+            self.uses_err = True
+            return [line, f"ember_err |= ({a[1]} == 0);"]
+        return [line]
+
+    def _address(self, i: Instr) -> tuple[str, str]:
+        """(root pointer, flat index) of a load's or store's element."""
+        layout = self.layout
+        b = layout.buffers[i.buffer]
+        flat = flat_index(i.index, b.stride, layout.rel_offset(i.buffer), self.ranges)
+        return layout.local[layout.root(i.buffer)], self.expr(flat)
+
+    def _load(self, i: Instr) -> list[str]:
+        self.roots.setdefault(self.layout.root(i.buffer), False)
+        ptr, flat = self._address(i)
+        value = f"{ptr}[{flat}]"
+        dtype = self.layout.buffers[i.buffer].dtype
+        if dtype in ("bfloat16", "float16"):
+            value = f"ember_load_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
+        conds, lines = [self.ref(x) for x in i.srcs[:1]], []
+        ok = self._bounds(i)
+        if ok:
+            self.uses_err = True
+            lines.append(f"const bool ember_ok_{i.out} = {ok};")
+            guard = f"{conds[0]} && " if conds else ""
+            lines.append(f"ember_err |= ({guard}!ember_ok_{i.out});")
+            conds.append(f"ember_ok_{i.out}")
+        if conds:
+            other = literal(i.value if i.value is not None else 0, i.dtype)
+            value = f"({' && '.join(conds)}) ? {value} : {other}"
+        return lines + [f"const {CTYPE[i.dtype]} {i.out} = {value};"]
+
+    def _bounds(self, i: Instr) -> str | None:
+        """The in-bounds test of an indirect load (one whose index reads SSA values), else None."""
+        b = self.layout.buffers[i.buffer]
+        tests = []
+        for e, size in zip(i.index, b.shape):
+            if any(s.name in self.dtypes for s in sympy.sympify(e).free_symbols):
+                tests.append(f"(uint64_t)({self.expr(e)}) < (uint64_t)({self.expr(size)})")
+        return " && ".join(tests) if tests else None
+
+    def _store(self, i: Instr) -> list[str]:
+        self.roots[self.layout.root(i.buffer)] = True
+        ptr, flat = self._address(i)
+        value = self.ref(i.srcs[0])
+        dtype = self.layout.buffers[i.buffer].dtype
+        if dtype in ("bfloat16", "float16"):
+            value = f"ember_store_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
+        line = f"{ptr}[{flat}] = {value};"
+        return [f"if ({self.ref(i.srcs[1])}) {line}" if len(i.srcs) > 1 else line]

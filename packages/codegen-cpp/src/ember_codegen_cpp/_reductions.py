@@ -1,0 +1,256 @@
+"""Reductions in C++: each `reduce_*` instruction is an accumulator of `LANES` lanes, updated by the vectorized
+lane loop, then merged into the instruction's result.
+
+sum/prod/max/min/any/all keep one value per lane. argmax/argmin keep (value, first index) per lane and merge
+preferring NaN, then the larger (smaller) value, then the smaller index, as torch. Welford keeps (mean, m2) per
+lane with one count shared by all lanes, so the update multiplies by 1/count once per set of lanes instead of
+dividing in every lane; the scalar tail keeps its own (mean, m2, count). Lanes merge by Chan's formula.
+"""
+
+from __future__ import annotations
+
+from ember_lowering import Instr, Op
+
+from ._cpp_rules import CTYPE, FLOATS, highest, literal, lowest
+from ._errors import CannotPrint
+
+LANES = 32  # lanes of a reduction accumulator: 2 AVX-512 vectors of float, enough to hide add latency
+
+
+def welford_count(loop: int) -> str:
+    """The lane loop's step count (every lane has seen this many values) of the kernel's loop number `loop`."""
+    return f"ember_wn{loop}"
+
+
+def inverse_count(loop: int, dtype: str) -> str:
+    return f"ember_wi{loop}_{CTYPE[dtype]}"
+
+
+class Accumulator:
+    """The C++ of one reduce instruction: `init()` before the loop, `update(lane)` in it, `merge()` after."""
+
+    def __init__(self, instr: Instr, src_dtype: str, loop: int, lanes: int = LANES):
+        self.i, self.src, self.loop, self.lanes = instr, src_dtype, loop, lanes
+        self.acc = f"ember_a_{instr.out}"
+        if instr.op not in _MERGE_KINDS:
+            raise CannotPrint(f"no accumulator for {instr.op.value}")
+
+    @property
+    def cascade(self) -> bool:
+        """float32 sums add their lanes into two more levels every 16 and 256 steps (cascade summation: the
+        error grows with about 16 + 16 + n/256 additions, not n, as torch's cascade sum)."""
+        return self.i.op is Op.REDUCE_SUM and self.i.dtype == "float32"
+
+    def flush(self, counter: str) -> list[str]:
+        """Lines to run after each step of the lane loop (`counter` counts the steps)."""
+        if not self.cascade:
+            return []
+        a, n = self.acc, self.lanes
+        each = f"for (int ember_l = 0; ember_l < {n}; ++ember_l)"
+        return [f"if (({counter} & 15) == 0) {{",
+                f"  {each} {{ {a}_1[ember_l] += {a}[ember_l]; {a}[ember_l] = 0; }}",
+                f"  if (({counter} & 255) == 0) {each} {{ {a}_2[ember_l] += {a}_1[ember_l]; {a}_1[ember_l] = 0; }}",
+                "}"]
+
+    def _total(self, j: str) -> str:
+        a = self.acc
+        return f"(({a}[{j}] + {a}_1[{j}]) + {a}_2[{j}])" if self.cascade else f"{a}[{j}]"
+
+    @property
+    def welford(self) -> bool:
+        return self.i.op is Op.REDUCE_WELFORD
+
+    @property
+    def arg(self) -> str | None:
+        return {Op.REDUCE_ARGMAX: "argmax", Op.REDUCE_ARGMIN: "argmin"}.get(self.i.op)
+
+    def init(self) -> list[str]:
+        a, t, n = self.acc, CTYPE[self.i.dtype], self.lanes
+        each = f"for (int ember_l = 0; ember_l < {n}; ++ember_l)"
+        if self.arg:
+            return [f"{CTYPE[self.src]} {a}v[{n}]; int64_t {a}i[{n}];",
+                    f"{each} {{ {a}v[ember_l] = 0; {a}i[ember_l] = -1; }}"]
+        if self.welford:
+            return [f"{t} {a}m[{n}], {a}s[{n}]; {t} {a}tm = 0, {a}ts = 0, {a}tn = 0;",
+                    f"{each} {{ {a}m[ember_l] = 0; {a}s[ember_l] = 0; }}"]
+        if self.cascade:
+            return [f"{t} {a}[{n}], {a}_1[{n}], {a}_2[{n}];",
+                    f"{each} {{ {a}[ember_l] = 0; {a}_1[ember_l] = 0; {a}_2[ember_l] = 0; }}"]
+        return [f"{t} {a}[{n}];", f"{each} {a}[ember_l] = {_identity(self.i.op, self.i.dtype)};"]
+
+    def update(self, args: list[str], lane: str, tail: bool) -> list[str]:
+        a, v = self.acc, args[0]
+        if self.arg:
+            return [f"ember_{self.arg}_step({a}v[{lane}], {a}i[{lane}], {v}, (int64_t){args[1]});"]
+        if self.welford:
+            t = CTYPE[self.i.dtype]
+            if tail:
+                return [f"{{ {a}tn += 1; const {t} ember_d = {v} - {a}tm; {a}tm += ember_d / {a}tn; "
+                        f"{a}ts += ember_d * ({v} - {a}tm); }}"]
+            return [f"{{ const {t} ember_d = {v} - {a}m[{lane}]; {a}m[{lane}] += ember_d * "
+                    f"{inverse_count(self.loop, self.i.dtype)}; {a}s[{lane}] += ember_d * ({v} - {a}m[{lane}]); }}"]
+        cur = f"{a}[{lane}]"
+        return [f"{cur} = {combine(self.i.op, self.i.dtype, cur, v)};"]
+
+    def merge(self) -> list[str]:
+        a, t, i = self.acc, CTYPE[self.i.dtype], self.i
+        each = f"for (int ember_l = 1; ember_l < {LANES}; ++ember_l)"
+        if self.arg:
+            return [f"{CTYPE[self.src]} {a}bv = {a}v[0]; int64_t {a}bi = {a}i[0];",
+                    f"{each} ember_{self.arg}_merge({a}bv, {a}bi, {a}v[ember_l], {a}i[ember_l]);",
+                    f"const {t} {i.out} = ({t})({a}bi < 0 ? 0 : {a}bi);"]
+        if self.welford:
+            mean, m2 = i.outs
+            # Every lane saw n values: the mean of the lane means, and m2 by the parallel axis theorem.
+            n, all_ = f"({t}){welford_count(self.loop)}", f"for (int ember_l = 0; ember_l < {self.lanes}; ++ember_l)"
+            return [f"{t} {a}bm = 0, {a}bs = 0, {a}dv = 0;",
+                    f"{all_} {a}bm += {a}m[ember_l];",
+                    f"{a}bm *= ({t})1 / ({t}){self.lanes};",
+                    f"{all_} {{ const {t} ember_d = {a}m[ember_l] - {a}bm; {a}bs += {a}s[ember_l]; "
+                    f"{a}dv += ember_d * ember_d; }}",
+                    f"{a}bs += {a}dv * {n};",
+                    f"{t} {a}bn = {n} * ({t}){self.lanes};",
+                    f"ember_welford_merge({a}bm, {a}bs, {a}bn, {a}tm, {a}ts, {a}tn);",
+                    f"const {t} {mean} = {a}bn == 0 ? {literal(float('nan'), i.dtype)} : {a}bm;",
+                    f"const {t} {m2} = {a}bs;"]
+        return [f"{t} {a}b = {self._total('0')};",
+                f"{each} {a}b = {combine(i.op, i.dtype, a + 'b', self._total('ember_l'))};",
+                f"const {t} {i.out} = {a}b;"]
+
+
+    def results(self, j: str) -> list[tuple[str, str]]:
+        """(value, expression) of each result for block element j, where every lane is its own i-point."""
+        a, i = self.acc, self.i
+        if self.arg:
+            return [(i.out, f"({CTYPE[i.dtype]})({a}i[{j}] < 0 ? 0 : {a}i[{j}])")]
+        if self.welford:
+            nan = literal(float("nan"), i.dtype)
+            return [(i.outs[0], f"{welford_count(self.loop)} == 0 ? {nan} : {a}m[{j}]"), (i.outs[1], f"{a}s[{j}]")]
+        return [(i.out, self._total(j))]
+
+
+def _identity(op: Op, dtype: str) -> str:
+    if op is Op.REDUCE_SUM:
+        return literal(0, dtype)
+    if op is Op.REDUCE_PROD:
+        return literal(1, dtype)
+    if op is Op.REDUCE_MAX:
+        return "false" if dtype == "bool" else lowest(dtype)
+    if op is Op.REDUCE_MIN:
+        return "true" if dtype == "bool" else highest(dtype)
+    return "false" if op is Op.REDUCE_ANY else "true"
+
+
+def combine(op: Op, dtype: str, acc: str, v: str) -> str:
+    """The accumulator after taking value v (also how two partial results merge)."""
+    if op is Op.REDUCE_SUM:
+        if dtype == "bool":
+            return f"(bool)({acc} | {v})"
+        return f"({acc} + {v})" if dtype in FLOATS else f"ember_add({acc}, {v})"
+    if op is Op.REDUCE_PROD:
+        if dtype == "bool":
+            return f"(bool)({acc} & {v})"
+        return f"({acc} * {v})" if dtype in FLOATS else f"ember_mul({acc}, {v})"
+    if op is Op.REDUCE_MAX:
+        return f"(bool)({acc} | {v})" if dtype == "bool" else f"ember_max({acc}, {v})"
+    if op is Op.REDUCE_MIN:
+        return f"(bool)({acc} & {v})" if dtype == "bool" else f"ember_min({acc}, {v})"
+    if op is Op.REDUCE_ANY:
+        return f"(bool)({acc} | ({v} != 0))"
+    return f"(bool)({acc} & ({v} != 0))"
+
+
+_MERGE_KINDS = frozenset({Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ANY,
+                          Op.REDUCE_ALL, Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN, Op.REDUCE_WELFORD})
+
+
+class SimdAccumulator:
+    """A reduce instruction as an OpenMP simd reduction variable: the compiler keeps one vector register of
+    partial results. sum/prod/max/min/any/all only. Float max/min keep a NaN flag beside (the vector max
+    instruction drops NaN); float32 sums add each chunk's partial sum into two cascade levels."""
+
+    CHUNK = 1024  # elements of the innermost r-dim per chunk (a float32 sum's partial)
+
+    def __init__(self, instr: Instr, loop: int):
+        self.i, self.loop = instr, loop
+        self.acc = f"ember_s_{instr.out}"
+        dtype = instr.dtype
+        self.floating = dtype in FLOATS
+        wraps = instr.op in (Op.REDUCE_SUM, Op.REDUCE_PROD) and dtype in ("int64", "int32", "int16", "int8")
+        self.ctype = "int" if dtype == "bool" else (f"ember_unsigned<{CTYPE[dtype]}>::type" if wraps else CTYPE[dtype])
+
+    @staticmethod
+    def handles(instr: Instr) -> bool:
+        return instr.op in (Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ANY,
+                            Op.REDUCE_ALL)
+
+    @property
+    def cascade(self) -> bool:
+        return self.i.op is Op.REDUCE_SUM and self.i.dtype == "float32"
+
+    @property
+    def nan_flag(self) -> bool:
+        return self.floating and self.i.op in (Op.REDUCE_MAX, Op.REDUCE_MIN)
+
+    def _kind(self) -> str:
+        op, dtype = self.i.op, self.i.dtype
+        if op is Op.REDUCE_ANY or (dtype == "bool" and op in (Op.REDUCE_SUM, Op.REDUCE_MAX)):
+            return "|"
+        if op is Op.REDUCE_ALL or (dtype == "bool" and op in (Op.REDUCE_PROD, Op.REDUCE_MIN)):
+            return "&"
+        return {Op.REDUCE_SUM: "+", Op.REDUCE_PROD: "*", Op.REDUCE_MAX: "max", Op.REDUCE_MIN: "min"}[op]
+
+    def _init(self) -> str:
+        kind = self._kind()
+        if kind in ("|", "+"):
+            return "0"
+        if kind in ("&", "*"):
+            return "1"
+        return _identity(self.i.op, self.i.dtype)
+
+    def decl(self) -> list[str]:
+        a, t = self.acc, self.ctype
+        lines = [f"{t} {a} = {self._init()};"]
+        if self.cascade:
+            lines.append(f"{t} {a}_1 = 0, {a}_2 = 0;")
+        if self.nan_flag:
+            lines.append(f"int {a}_nan = 0;")
+        return lines
+
+    def clause(self) -> str:
+        var = f"{self.acc}_part" if self.cascade else self.acc
+        out = f" reduction({self._kind()}:{var})"
+        return out + (f" reduction(|:{self.acc}_nan)" if self.nan_flag else "")
+
+    def chunk_begin(self) -> list[str]:
+        return [f"{self.ctype} {self.acc}_part = 0;"] if self.cascade else []
+
+    def chunk_end(self, counter: str) -> list[str]:
+        if not self.cascade:
+            return []
+        a = self.acc
+        return [f"{a}_1 += {a}_part;", f"if (({counter} & 31) == 0) {{ {a}_2 += {a}_1; {a}_1 = 0; }}"]
+
+    def update(self, args: list[str], lane: str | None = None, tail: bool = False) -> list[str]:
+        a, v, kind = self.acc, args[0], self._kind()
+        if kind == "|" or kind == "&":
+            return [f"{a} = {a} {kind} (int)({v} != 0);"]
+        if self.cascade:
+            return [f"{a}_part += {v};"]
+        if kind in ("+", "*"):
+            return [f"{a} = {a} {kind} ({self.ctype})({v});"]
+        cmp = ">" if kind == "max" else "<"
+        lines = [f"{a} = {a} {cmp} {v} ? {a} : {v};"]
+        return lines + ([f"{a}_nan |= ({v} != {v});"] if self.nan_flag else [])
+
+    def result(self) -> list[str]:
+        a, i, t = self.acc, self.i, CTYPE[self.i.dtype]
+        if self.cascade:
+            value = f"(({a} + {a}_1) + {a}_2)"
+        elif self.nan_flag:
+            value = f"({a}_nan ? {literal(float('nan'), i.dtype)} : {a})"
+        elif i.dtype == "bool":
+            value = f"({a} != 0)"
+        else:
+            value = f"({t}){a}"
+        return [f"const {t} {i.out} = {value};"]

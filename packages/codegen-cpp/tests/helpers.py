@@ -1,0 +1,79 @@
+"""Shared by the tests: trace a function to an ATen graph as ember's frontends do, compile it with the cpp
+codegen, and compare with eager PyTorch and with ember-core's interpreter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from ember_codegen_cpp import CppCodegen
+from ember_core import CompiledGraph, Event, Graph, Interpreter, from_fx, get_plugin_manager, hookimpl
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+CODEGEN = CppCodegen()
+
+
+def trace(fn: Callable, *args: Any, mode: str = "fake", name: str = "graph") -> Graph:
+    """The functional ATen graph of fn (outputs flattened into a tuple), decomposed like ember's capture."""
+    table = core_aten_decompositions()
+    flat = lambda *a: tuple(pytree.tree_leaves(fn(*a)))  # noqa: E731
+    gm = make_fx(flat, decomposition_table=table, tracing_mode=mode, _allow_non_fake_inputs=True)(*args)
+    return from_fx(gm, name=name)
+
+
+def compile_fn(fn: Callable, *args: Any, mode: str = "fake", codegen: CppCodegen = CODEGEN) -> CompiledGraph:
+    return codegen.compile(trace(fn, *args, mode=mode), list(args), {})
+
+
+def clone(xs: Sequence[Any]) -> list:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def check(fn: Callable, *args: Any, mode: str = "fake", others: Sequence[Sequence[Any]] = (),
+          fallback: bool = False, **tol) -> CompiledGraph:
+    """Compile fn once; on args and each of `others` its outputs equal eager's (and the interpreter's). Unless
+    `fallback`, every kernel must have run as C++ (no fallback event)."""
+    with Events() as ev:
+        compiled = compile_fn(fn, *args, mode=mode)
+        compiled(clone(args))
+    assert fallback or "fallback" not in ev.kinds(), [e.message for e in ev.events if e.kind == "fallback"]
+    for inputs in (args, *others):
+        want = pytree.tree_leaves(fn(*clone(inputs)))
+        got = compiled(clone(inputs))
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            if isinstance(w, torch.Tensor):
+                assert g.dtype == w.dtype and g.shape == w.shape, f"output {k}: {g.dtype}{list(g.shape)} vs " \
+                                                                  f"{w.dtype}{list(w.shape)}"
+                torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m, k=k: f"output {k}: {m}", **tol)
+            else:
+                assert g == w
+        oracle = Interpreter(compiled.graph).run(clone(inputs))
+        for g, w in zip(got, oracle):
+            if isinstance(w, torch.Tensor):
+                torch.testing.assert_close(g, w, equal_nan=True, **tol)
+    return compiled
+
+
+class Events:
+    """Collects ember events while registered (use as a context manager)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    @hookimpl
+    def ember_event(self, event: Event) -> None:
+        self.events.append(event)
+
+    def __enter__(self) -> Events:
+        get_plugin_manager().register(self, name=f"events-{id(self)}")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        get_plugin_manager().pm.unregister(self)
+
+    def kinds(self, stage: str = "codegen-cpp") -> list[str]:
+        return [e.kind for e in self.events if e.stage == stage]

@@ -1,0 +1,32 @@
+"""Builds: keys change with source, flags and compiler; errors carry the compiler's output."""
+
+from __future__ import annotations
+
+import pytest
+from ember_codegen_cpp import Builder, BuildError, compiler
+from ember_codegen_cpp._build import FLAGS, build_key, run_compiler
+
+
+@pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
+def test_key_depends_on_source_flags_and_compiler():
+    cxx = compiler()
+    base = build_key("int x;", FLAGS, cxx)
+    assert base == build_key("int x;", FLAGS, cxx)
+    assert base != build_key("int y;", FLAGS, cxx)
+    assert base != build_key("int x;", FLAGS + ("-O1",), cxx)
+
+
+@pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
+def test_compiler_error_is_reported_with_its_output(tmp_path):
+    with pytest.raises(BuildError, match="this_is_not_cpp"):
+        run_compiler(compiler(), FLAGS, "this_is_not_cpp;", tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
+def test_same_source_requested_twice_builds_once():
+    builder = Builder()
+    src = 'extern "C" int ember_build_twice(void) { return 7; }\n'
+    first, second = builder.library(src), builder.library(src)
+    assert first.future.result() == second.future.result()
+    assert builder.library(src).hit

@@ -1,0 +1,167 @@
+"""Kernels against eager PyTorch: every kernel dtype, NaN and inf, Python division semantics, reductions with
+lanes and tails, masked and indirect loads, zero-size and broadcast shapes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from ember_codegen_cpp import KernelPrinter
+from ember_codegen_cpp._layout import PlanLayout
+from ember_lowering import lower
+from helpers import check, trace
+
+SPECIAL = torch.tensor([0.0, -0.0, 1.5, -2.5, 0.5, 3.0, math.inf, -math.inf, math.nan, 1e-40, -7.0, 65504.0, 70000.0])
+
+
+def test_kernel_is_one_function_with_a_parallel_loop_and_a_simd_loop():
+    graph = trace(lambda x: (x.exp() * 2,), torch.randn(64, 32))
+    plan = lower(graph, emit_event=False)
+    text = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k0").print().text
+    assert text.startswith("static int k0(const float* __restrict b_arg0_1, float* __restrict b_mul")
+    assert "#pragma omp parallel for" in text and "#pragma omp simd" in text
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_float_dtypes_round_like_torch(dtype):
+    x = (torch.randn(37, 19) * 100).to(dtype)
+    y = torch.randn(37, 19).to(dtype)
+    check(lambda x, y: (x * y + 1, (x / 3).exp().to(dtype), x.float() * 1.0001, (x > y).to(dtype)), x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_rounding_is_round_to_nearest_even_with_nan_and_inf(dtype):
+    x = torch.cat([SPECIAL, torch.randn(200) * 1000, torch.randn(200) * 1e-5])
+    compiled = check(lambda x: (x.to(dtype), (x * 3).to(dtype).float()), x)
+    got = compiled([x])[0]
+    assert torch.equal(got.view(torch.int16), x.to(dtype).view(torch.int16)) or bool(torch.isnan(got).any())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
+def test_integer_dtypes_wrap_and_divide_like_python(dtype):
+    info = torch.iinfo(dtype)
+    a = torch.randint(info.min, info.max, (57,), dtype=dtype)
+    b = torch.randint(1, 9, (57,), dtype=dtype) * (1 if dtype == torch.uint8 else torch.where(
+        torch.rand(57) > 0.5, 1, -1).to(dtype))
+    check(lambda a, b: (a + b, a * b, a - b, a // b, torch.remainder(a, b), torch.fmod(a, b), a & b, a | b, a ^ b,
+                        torch.maximum(a, b), a.abs(), (a > b).to(dtype)), a, b)
+
+
+def test_bool_logic_and_casts():
+    a, b = torch.rand(40) > 0.5, torch.rand(40) > 0.3
+    x = torch.cat([SPECIAL, torch.randn(27)])
+    check(lambda a, b, x: (a & b, a | b, a ^ b, ~a, x.bool(), a.float() + b.int(), torch.where(a, x, -x)), a, b, x)
+
+
+def test_float_to_narrow_int_casts_match_torch():
+    x = torch.tensor([-1.5, 300.0, -300.0, 1e10, 2.5, -0.5, 127.9, -128.9])
+    check(lambda x: (x.to(torch.uint8), x.to(torch.int8), x.to(torch.int32), x.to(torch.int64)), x)
+
+
+def test_nan_propagates_through_max_min_and_reductions():
+    x = torch.randn(6, 70)
+    x[1, 3] = math.nan
+    x[4, 69] = math.nan
+    x[2, :] = -math.inf
+    check(lambda x: (x.amax(1), x.amin(1), x.argmax(1), x.argmin(1), torch.maximum(x, x.flip(1)),
+                     torch.clamp(x, -0.5, 0.5), x.max(0).values), x)
+
+
+def test_float_floor_division_and_remainder_follow_torch():
+    a = torch.tensor([-7.0, 7.0, 0.0, math.inf, 5.0, -5.5, 1e-30, math.nan, 3.0])
+    b = torch.tensor([2.0, -2.0, 0.0, 3.0, math.inf, 0.5, -1.0, 1.0, -0.0])
+    check(lambda a, b: (torch.div(a, b, rounding_mode="floor"), torch.remainder(a, b), torch.fmod(a, b),
+                        torch.div(a, b, rounding_mode="trunc")), a, b)
+
+
+def test_transcendental_functions_are_accurate():
+    x = torch.cat([torch.linspace(-20, 20, 1001), SPECIAL])
+    p = torch.rand(200) * 1.98 - 0.99
+    check(lambda x, p: (x.exp(), x.abs().log(), x.tanh(), torch.erf(x), x.sigmoid(), x.sin(), x.cos(), x.expm1(),
+                        x.abs().log1p(), x.abs().sqrt(), x.abs().rsqrt(), torch.atan2(x, x.flip(0)), x.atan(),
+                        torch.erfinv(p), x.abs().pow(0.7), torch.lgamma(x.abs() + 0.1), x.round(), x.sign(),
+                        torch.nn.functional.gelu(p * 10)), x, p)
+
+
+@pytest.mark.filterwarnings("ignore:var():UserWarning")
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000])
+def test_reductions_over_lanes_and_tails(n):
+    x = torch.randn(3, n, dtype=torch.float64)
+    check(lambda x: (x.sum(1), x.prod(1), x.var(1, correction=0), x.mean(1), (x > 0).any(1), (x > -3).all(1)), x)
+    if n:
+        check(lambda x: (x.amax(1), x.argmax(1), x.argmin(1)), x)
+
+
+def test_argmax_takes_the_first_of_equal_values():
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0] * 20, [5.0] * 80, [0.0] * 79 + [9.0]])
+    check(lambda x: (x.argmax(1), x.argmin(1), x.argmax(), x.argmin()), x)
+
+
+def test_sum_of_many_floats_stays_accurate():
+    x = torch.rand(1 << 20) + 1.0
+    check(lambda x: (x.sum(), x.mean(), (x * x).sum()), x)
+
+
+def test_integer_sums_and_full_reductions():
+    x = torch.randint(-1000, 1000, (5, 77), dtype=torch.int32)
+    check(lambda x: (x.sum(1), x.sum(), x.amax(0), x.amin(), x.argmax(1)), x)
+
+
+def test_masked_loads_of_cat_and_pad_touch_no_memory_outside():
+    x, y = torch.randn(5, 3), torch.randn(5, 4)
+    check(lambda x, y: (torch.cat([x, y], 1), torch.nn.functional.pad(x, (2, 1, 0, 3), value=-1.0)), x, y)
+
+
+def test_indirect_loads_gather_and_wrap_negative_indices():
+    x = torch.randn(8, 5)
+    idx = torch.tensor([7, 0, -1, 3])
+    check(lambda x, i: (x[i], torch.index_select(x, 0, i.abs()), torch.gather(x, 1, (i.abs() % 5).view(4, 1))), x, idx)
+
+
+def test_zero_size_tensors():
+    x = torch.randn(0, 7)
+    check(lambda x: (x.exp() + 1, x.sum(1), x.sum(0), x.amax(1)), x)
+
+
+def test_broadcast_and_expanded_inputs():
+    x, y = torch.randn(4, 1, 6), torch.randn(3, 1)
+    z = torch.randn(6).expand(3, 6)
+    check(lambda x, y, z: (x + y, x * z - y, (x * z).sum(-1)), x, y, z)
+
+
+def test_reduction_over_the_outer_dim():
+    x = torch.randn(300, 70)
+    check(lambda x: (x.sum(0), x.var(0), x.amax(0), torch.softmax(x, 0)), x)
+
+
+def test_shifts_and_integer_powers_follow_torch():
+    a = torch.tensor([1, -1, 5, 100, -8, 3], dtype=torch.int32)
+    b = torch.tensor([33, 40, -1, 31, 2, 3], dtype=torch.int32)
+    check(lambda a, b: (a << b, a >> b, a ** b.abs().clamp(max=5)), a, b)
+
+
+def test_exp_matches_torch_over_its_whole_range():
+    x = torch.cat([torch.linspace(-110.0, 95.0, 200_001), torch.randn(10_000) * 30, SPECIAL])
+    check(lambda x: (x.exp(), torch.sigmoid(x), torch.softmax(x[:70].view(10, 7), 1)), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_reductions_and_norms(dtype):
+    x = torch.randn(9, 300).to(dtype)
+    w = torch.randn(300).to(dtype)
+    check(lambda x, w: (x.sum(1), x.amax(1), torch.softmax(x, -1), torch.nn.functional.layer_norm(x, (300,), w),
+                        x.float().mean(0)), x, w, atol=1e-2, rtol=1e-2)
+
+
+def test_mixed_dtype_promotion_and_factories():
+    a = torch.randint(-50, 50, (4, 6), dtype=torch.int32)
+    b = torch.randn(4, 6)
+    check(lambda a, b: (a / 7, a * b, torch.arange(6) * a, torch.full((4, 6), 2.5) + a, a.abs(), a.clamp(-3, 3),
+                        torch.logical_and(a > 0, b > 0), torch.where(a > 0, a, -a)), a, b)
+
+
+def test_symbolic_reductions_and_views_at_several_sizes():
+    x = torch.randn(5, 12)
+    check(lambda x: (x.sum(0), x.view(-1, 3).amax(1), x.t().contiguous() * 2, x[:, 1::2].mean(1)), x,
+          mode="symbolic", others=[(torch.randn(9, 12),), (torch.randn(2, 12),)])
