@@ -289,8 +289,7 @@ class KernelPrinter:
             out.append(pad + f"int64_t ember_steps{k} = 0;")
         out.append(pad + "{")
         pad += "  "
-        out += [pad + "  " * j + f"for (int64_t {d.var} = 0; {d.var} < n_{d.var}; ++{d.var}) {{"
-                for j, d in enumerate(serial)]
+        out += _serial_loops(pad, serial)
         inner = pad + "  " * len(serial)
         n, ch = f"n_{last.var}", SimdAccumulator.CHUNK
         chunked = bool(accs)
@@ -338,8 +337,7 @@ class KernelPrinter:
             out.append(pad + f"int64_t {welford_count(k)} = 0;")
         out.append(pad + "{")
         pad += "  "
-        out += [pad + "  " * j + f"for (int64_t {d.var} = 0; {d.var} < n_{d.var}; ++{d.var}) {{"
-                for j, d in enumerate(serial)]
+        out += _serial_loops(pad, serial)
         inner = pad + "  " * len(serial)
         counts = [f"++{welford_count(k)};"] if welford else []
         counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
@@ -479,3 +477,9 @@ class KernelPrinter:
             value = f"ember_store_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
         line = f"{ptr}[{flat}] = {value};"
         return [f"if ({self.ref(i.srcs[1])}) {line}" if len(i.srcs) > 1 else line]
+
+
+def _serial_loops(pad: str, serial) -> list[str]:
+    """The opening lines of the serial loop nest over `serial` dims, each nested one level deeper."""
+    return [pad + "  " * j + f"for (int64_t {d.var} = 0; {d.var} < n_{d.var}; ++{d.var}) {{"
+            for j, d in enumerate(serial)]

@@ -106,7 +106,8 @@ def _constant_pad(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
 # ---------------------------------------------------------------------------------------------- gathers
 
 
-def _gather(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+def _load_along(ctx: LoweringContext, node: Node, a: dict, index_at) -> TensorRef:
+    """out[idx] = self[idx with dim d replaced by index[index_at(idx, d)]]: gather and index_select alike."""
     x, index = ctx.tensor(a["self"]), ctx.tensor(a["index"])
     shape, dtype = _out(ctx, node)
     d = a["dim"] % max(x.rank, 1)
@@ -114,22 +115,17 @@ def _gather(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     def fn(b: KernelBuilder, idx: list) -> Val:
         src = list(idx)
         if x.rank:
-            src[d] = _index_value(ctx, b, index, idx, x.shape[d], wrap=False)
+            src[d] = _index_value(ctx, b, index, index_at(idx, d, index), x.shape[d], wrap=False)
         return ctx.load(b, x, src)
     return _kernel(ctx, shape, dtype, fn)
+
+
+def _gather(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    return _load_along(ctx, node, a, lambda idx, d, index: idx)
 
 
 def _index_select(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
-    x, index = ctx.tensor(a["self"]), ctx.tensor(a["index"])
-    shape, dtype = _out(ctx, node)
-    d = a["dim"] % max(x.rank, 1)
-
-    def fn(b: KernelBuilder, idx: list) -> Val:
-        src = list(idx)
-        if x.rank:
-            src[d] = _index_value(ctx, b, index, [idx[d]] if index.rank else [], x.shape[d], wrap=False)
-        return ctx.load(b, x, src)
-    return _kernel(ctx, shape, dtype, fn)
+    return _load_along(ctx, node, a, lambda idx, d, index: [idx[d]] if index.rank else [])
 
 
 def _embedding(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
