@@ -1,16 +1,29 @@
-"""CPU workloads side by side in one run: eager, torch.compile (Inductor), ember; 1 and 2 threads.
+"""CPU workloads side by side: eager, torch.compile (Inductor), ember; 1 and 2 threads.
 
-Reports the median time per call (ratios to eager and to Inductor), cold compile times with fresh caches, and the
-pointwise chain's bandwidth against a plain tensor copy measured in the same run (the machine's practical limit).
-Usage: python benchmarks/cpu.py [--threads 1,2] [--repeats 7] [--only NAME,...] [--write]
+Each (threads, workload) pair is measured in `--procs` fresh processes, each with fresh compile caches. Inside a
+process the variants take turns within every repeat and each gives its median time per call; across processes the
+table reports the median of the per-process ratios and their range. Several processes, because on a shared VM the
+same kernel measures 10-30% apart from one process to the next (where its buffers land, what the neighbours do),
+which no number of repeats inside one process averages out.
+
+The children run with glibc's malloc thresholds fixed (MALLOC_MMAP_THRESHOLD_=32 MiB, a huge trim threshold): with
+the defaults, whether a 16 MiB output comes from reused heap or from fresh pages (4096 page faults per call) depends
+on the allocation history of the variants before it, which moved eager's time 4x between processes. Fixed, every
+variant reuses its memory, and the table compares kernels rather than the page-fault handler.
+
+Also reported: cold compile times (first call minus an eager call, fresh caches; the median over processes) and the
+pointwise chain's bandwidth against a plain tensor copy of as many bytes, measured in the same processes.
+Usage: python benchmarks/cpu.py [--threads 1,2] [--repeats 5] [--procs 3] [--only NAME,...] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-# Fresh caches for cold compile times: set before torch/ember import them.
-_CACHE = tempfile.mkdtemp(prefix="ember-bench-")
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_CACHE, "inductor"))
-os.environ.setdefault("EMBER_CACHE_DIR", os.path.join(_CACHE, "ember"))
-os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
-os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+if "--child" in sys.argv:  # fresh caches for cold compile times: set before torch/ember import them
+    _CACHE = tempfile.mkdtemp(prefix="ember-bench-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
+    os.environ["EMBER_CACHE_DIR"] = os.path.join(_CACHE, "ember")
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
 
 import ember  # noqa: E402
 import torch  # noqa: E402
@@ -140,68 +153,120 @@ def timed(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, floa
     return {n: statistics.median(s) for n, s in samples.items()}
 
 
-def copy_bandwidth_gbs(repeats: int) -> float:
-    """A plain copy moving as many bytes as the pointwise chain (48 MB), so neither fits in the cache."""
-    src, dst = torch.randn(6 << 20), torch.empty(6 << 20)
-    t = timed({"copy": lambda: dst.copy_(src)}, (), repeats)["copy"]
-    return 2 * src.numel() * 4 / t / 1e9
+def copy_gbs(t: float, elements: int) -> float:
+    return 2 * elements * 4 / t / 1e9  # one read and one write of float32
 
 
-def run(threads: int, workloads: list[Workload], repeats: int, compile_times: dict) -> list[str]:
+def measure(name: str, threads: int, repeats: int) -> dict:
+    """One process's measurement of one workload: median seconds per call of each variant, cold compile times."""
     torch.set_num_threads(threads)
-    rows, ratios, memory_ratios = [], [], []
-    copy_gbs = copy_bandwidth_gbs(repeats)
-    for w in workloads:
-        made = variants(w)
-        fns = {name: step_fn(fn, w.training) for name, (fn, _) in made.items()}
-        args = made["eager"][1]
-        ctx = torch.enable_grad() if w.training else torch.no_grad()
-        with ctx:
-            for name in ("inductor", "ember"):
-                cold = first_call_s(fns[name], args) - first_call_s(fns["eager"], args)
-                compile_times.setdefault((w.name, name), cold)
-            t = timed(fns, args, repeats)
-        ratio = t["inductor"] / t["ember"]
-        ratios.append(ratio)
-        if w.memory_bound:
-            memory_ratios.append(ratio)
+    w = next(w for w in WORKLOADS if w.name == name)
+    made = variants(w)
+    fns = {n: step_fn(fn, w.training) for n, (fn, _) in made.items()}
+    args = made["eager"][1]
+    result: dict = {"cold": {}}
+    with torch.enable_grad() if w.training else torch.no_grad():
+        for n in ("inductor", "ember"):
+            result["cold"][n] = first_call_s(fns[n], args) - first_call_s(fns["eager"], args)
+        if w.name.startswith("pointwise"):  # a copy of as many bytes (48 MB: neither fits in the cache)
+            src, dst = torch.randn(6 << 20), torch.empty(6 << 20)
+            fns["copy"] = lambda *_: dst.copy_(src)
+        result["times"] = timed(fns, args, repeats)
+    if "copy" in result["times"]:
+        result["copy_gbs"] = copy_gbs(result["times"].pop("copy"), 6 << 20)
+        result["chain_gbs"] = 4 * args[0].numel() * 3 / result["times"]["ember"] / 1e9  # two reads, one write
+    return result
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def run_child(name: str, threads: int, repeats: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", name, "--threads", str(threads), "--repeats", str(repeats)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"measuring {name!r} at {threads} threads failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+@dataclass
+class Row:
+    threads: int
+    workload: Workload
+    runs: list[dict]
+
+    def median_time(self, variant: str) -> float:
+        return statistics.median(r["times"][variant] for r in self.runs)
+
+    def ratios(self) -> list[float]:
+        """Inductor's time over ember's, one per process."""
+        return [r["times"]["inductor"] / r["times"]["ember"] for r in self.runs]
+
+    def ratio(self) -> float:
+        return statistics.median(self.ratios())
+
+    def line(self) -> str:
+        eager, rs = self.median_time("eager"), self.ratios()
         extra = ""
-        if w.name.startswith("pointwise"):
-            gbs = 4 * args[0].numel() * 3 / t["ember"] / 1e9  # two reads and one write of float32
-            extra = f"{gbs:.1f} GB/s = {gbs / copy_gbs:.0%} of copy"
-        rows.append(f"| {threads} | {w.name} | {t['eager'] * 1e3:.3f} | {t['eager'] / t['ember']:.2f}x | "
-                    f"{t['eager'] / t['inductor']:.2f}x | {ratio:.2f} | {extra} |")
-    geo = statistics.geometric_mean(ratios)
-    rows.append(f"| {threads} | geomean (all) / memory-bound | | | | {geo:.2f} / "
-                f"{statistics.geometric_mean(memory_ratios) if memory_ratios else float('nan'):.2f} | "
-                f"copy {copy_gbs:.1f} GB/s |")
-    return rows
+        if "copy_gbs" in self.runs[0]:
+            chain = statistics.median(r["chain_gbs"] for r in self.runs)
+            share = statistics.median(r["chain_gbs"] / r["copy_gbs"] for r in self.runs)
+            copy_ = statistics.median(r["copy_gbs"] for r in self.runs)
+            extra = f"{chain:.1f} GB/s = {share:.0%} of copy ({copy_:.1f} GB/s)"
+        spread = f"{min(rs):.2f}–{max(rs):.2f}" if len(rs) > 1 else ""
+        return (f"| {self.threads} | {self.workload.name} | {eager * 1e3:.3f} | "
+                f"{eager / self.median_time('ember'):.2f}x | {eager / self.median_time('inductor'):.2f}x | "
+                f"**{self.ratio():.2f}** | {spread} | {extra} |")
+
+
+def summary(threads: int, rows: list[Row]) -> str:
+    geo = statistics.geometric_mean([r.ratio() for r in rows])
+    memory = [r.ratio() for r in rows if r.workload.memory_bound]
+    mem = f"{statistics.geometric_mean(memory):.2f}" if memory else "n/a"
+    return f"| {threads} | geomean (all) / memory-bound | | | | **{geo:.2f}** / **{mem}** | | |"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--procs", type=int, default=3, help="fresh processes per (threads, workload)")
     parser.add_argument("--only", default="")
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help="replace the CPU section of benchmarks/README.md")
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, int(args.threads), args.repeats)))
+        return
     chosen = [w for w in WORKLOADS if not args.only or any(o in w.name for o in args.only.split(","))]
-    compile_times: dict = {}
     lines = [
-        f"`python benchmarks/cpu.py` ({os.cpu_count()} cores, torch {torch.__version__}, ember {ember.__version__}, "
-        f"codegen {_cpu_codegen()}): median time per call, speedup over eager; "
-        "the last column but one is Inductor's time over ember's (above 1: ember faster).",
+        f"`python benchmarks/cpu.py --procs {args.procs} --repeats {args.repeats}` ({os.cpu_count()} cores, "
+        f"torch {torch.__version__}, ember {ember.__version__}, codegen {_cpu_codegen()}): median time per call "
+        f"over {args.procs} fresh processes, speedups over eager; \"inductor / ember\" is the median of the "
+        "per-process ratios of Inductor's time to ember's (above 1: ember faster), \"range\" their spread.",
         "",
-        "| threads | workload | eager ms | ember speedup | inductor speedup | inductor / ember | bandwidth |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| threads | workload | eager ms | ember speedup | inductor speedup | inductor / ember | range | bandwidth |",
+        "|---|---|---:|---:|---:|---:|---|---|",
     ]
+    all_rows: list[Row] = []
     for threads in [int(t) for t in args.threads.split(",")]:
-        lines += run(threads, chosen, args.repeats, compile_times)
-        print("\n".join(lines[-len(chosen) - 1:]), flush=True)
-    lines += ["", "Cold compile time (first call minus an eager call, fresh caches), seconds:", "",
-              "| workload | inductor | ember | ember / inductor |", "|---|---:|---:|---:|"]
+        rows = []
+        for w in chosen:
+            rows.append(Row(threads, w, [run_child(w.name, threads, args.repeats) for _ in range(args.procs)]))
+            print(rows[-1].line(), flush=True)
+        lines += [r.line() for r in rows] + [summary(threads, rows)]
+        print(lines[-1], flush=True)
+        all_rows += rows
+    lines += ["", "Cold compile time (first call minus an eager call, fresh caches; median over processes and thread "
+              "counts), seconds:", "", "| workload | inductor | ember | ember / inductor |", "|---|---:|---:|---:|"]
     for w in chosen:
-        ind, emb = compile_times[(w.name, "inductor")], compile_times[(w.name, "ember")]
+        runs = [r for row in all_rows if row.workload is w for r in row.runs]
+        ind = statistics.median(r["cold"]["inductor"] for r in runs)
+        emb = statistics.median(r["cold"]["ember"] for r in runs)
         lines.append(f"| {w.name} | {ind:.2f} | {emb:.2f} | {emb / ind:.2f} |")
     text = "\n".join(lines)
     print(text)

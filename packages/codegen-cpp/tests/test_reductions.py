@@ -33,3 +33,23 @@ def test_long_rows_of_welford_and_argmax_with_tails():
     x = torch.randn(5, 1000) * 10 + 3
     x[2, 517] = 1e4
     check(lambda x: (x.var(1), x.mean(1), x.argmax(1), torch.nn.functional.layer_norm(x, (1000,))), x)
+
+
+def test_cheap_float_sums_keep_lanes_in_registers_and_exp_sums_stay_simd():
+    """A sum over a cheap body waits on its own additions with one vector of partials: it gets lane arrays,
+    folded into the cascade once per chunk (outside the lane loop) and merged pairwise. softmax keeps the
+    simd reduction (its exp hides the latency)."""
+    rms = lambda x, w: (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,)  # noqa: E731
+    x, w = torch.randn(6, 3000) * 3, torch.randn(3000)  # 3000 = 2 folds + a part chunk + a scalar tail of 24
+    source = check(rms, x, w, mode="real", atol=1e-5, rtol=1e-5).source
+    assert "ember_a_" in source and "reduction(+:" not in source
+    lane_loop = source[source.index("for (; ember_rb < ember_ce"):source.index("++ember_steps")]
+    assert "ember_a_" in lane_loop and "_1[ember_l] +=" not in lane_loop  # no fold where the lanes live
+    assert "ember_h /= 2" in source  # pairwise merge
+    softmax = check(lambda x: (torch.softmax(x, -1),), x, mode="real").source
+    assert "reduction(+:" in softmax and "reduction(max:" in softmax
+
+
+def test_long_cheap_sums_cascade_across_many_folds():
+    x = torch.rand(3, 200_000) + 1.0  # 195 folds, 6 of them into level 2: every level of the cascade
+    check(lambda x: (x.sum(1), (x * x).sum(1), x.mean(1)), x, mode="real")

@@ -6,8 +6,10 @@ returns the kernel's error flag (an integer division by zero, an index out of bo
 
 - pointwise (no r-dims): the i-dims but the last, times chunks of the last, are one flat parallel loop; the
   last i-dim is the `omp simd` loop, over contiguous memory when the layout is row-major.
-- reduction: all i-points are one flat parallel loop; each `Loop` block runs the r-dims, the last of them in
-  `LANES` lanes (`omp simd` over lane arrays, see `_reductions.py`), the rest serially; the tail that fills no
+- reduction: all i-points are one flat parallel loop; each `Loop` block runs the r-dims, the rest serially and
+  the last either as an `omp simd` loop with the reductions as simd reduction variables (sum/max/min/... over
+  bodies costly enough to hide the add latency, such as softmax's exp) or in `LANES` lanes (`omp simd` over lane
+  arrays, see `_reductions.py`: Welford, argmax, and floating sums over cheap bodies); the tail that fills no
   full set of lanes runs as scalar code.
 
 Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
@@ -28,8 +30,8 @@ from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_er
 from ._errors import CannotPrint
 from ._exprs import ExprPrinter
 from ._layout import PlanLayout
-from ._reductions import LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
-from ._stash import Stash, plan_stash
+from ._reductions import FOLD, LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
+from ._stash import Stash, is_transcendental, plan_stash
 
 CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
 BLOCK = 128  # i-points per parallel work item of an outer-contiguous reduction (its lanes)
@@ -267,7 +269,7 @@ class KernelPrinter:
 
     def _loop(self, loop: Loop, depth: int) -> list[str]:
         reduces = [i for i in loop.body if i.op in REDUCTIONS]
-        if all(SimdAccumulator.handles(i) for i in reduces):
+        if all(SimdAccumulator.handles(i) for i in reduces) and not _latency_bound(loop, reduces):
             return self._simd_loop(loop, depth)
         return self._lane_loop(loop, depth)
 
@@ -343,20 +345,32 @@ class KernelPrinter:
         counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
                    for t in welford]
         flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
-        if flush:
-            counts.append(f"++ember_steps{k};")
+        n = f"n_{last.var}"
+        step = [
+            *counts,
+            _SIMD,
+            f"for (int64_t ember_l = 0; ember_l < {LANES}; ++ember_l) {{",
+            f"  const int64_t {last.var} = ember_rb + ember_l;",
+            *["  " + line for line in lanes],
+            "}",
+        ]
+        out.append(inner + "int64_t ember_rb = 0;")
+        if flush:  # the lanes fold into the cascade once per chunk, outside the loop that keeps them in registers
+            out += [inner + f"const int64_t ember_rf = {n} - {n} % {LANES};",
+                    inner + "while (ember_rb < ember_rf) {",
+                    inner + f"  const int64_t ember_ce = ember_rb + {FOLD} < ember_rf ? ember_rb + {FOLD} : ember_rf;",
+                    inner + f"  for (; ember_rb < ember_ce; ember_rb += {LANES}) {{",
+                    *[inner + "    " + line for line in step],
+                    inner + "  }",
+                    inner + f"  ++ember_steps{k};",
+                    *[inner + "  " + line for line in flush],
+                    inner + "}"]
+        else:
+            out += [inner + f"for (; ember_rb + {LANES} <= {n}; ember_rb += {LANES}) {{",
+                    *[inner + "  " + line for line in step],
+                    inner + "}"]
         out += [
-            inner + "int64_t ember_rb = 0;",
-            inner + f"for (; ember_rb + {LANES} <= n_{last.var}; ember_rb += {LANES}) {{",
-            *[inner + "  " + line for line in counts],
-            inner + "  " + _SIMD,
-            inner + f"  for (int64_t ember_l = 0; ember_l < {LANES}; ++ember_l) {{",
-            inner + f"    const int64_t {last.var} = ember_rb + ember_l;",
-            *[inner + "    " + line for line in lanes],
-            inner + "  }",
-            *[inner + "  " + line for line in flush],
-            inner + "}",
-            inner + f"for (; ember_rb < n_{last.var}; ++ember_rb) {{",
+            inner + f"for (; ember_rb < {n}; ++ember_rb) {{",
             inner + f"  const int64_t {last.var} = ember_rb;",
             *[inner + "  " + line for line in tail],
             inner + "}",
@@ -477,6 +491,17 @@ class KernelPrinter:
             value = f"ember_store_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
         line = f"{ptr}[{flat}] = {value};"
         return [f"if ({self.ref(i.srcs[1])}) {line}" if len(i.srcs) > 1 else line]
+
+
+def _latency_bound(loop: Loop, reduces: list[Instr]) -> bool:
+    """Would one vector register of partial sums make this loop wait on its own additions? A floating sum over a
+    cheap body (RMSNorm's sum of squares: a load and a multiply per element) issues an add every cycle into one
+    chain of 3-4 cycle latency; `LANES` lane accumulators are 2-4 independent chains (measured 6-10% faster on
+    RMSNorm 4096x1024 at one thread). A transcendental body (softmax's exp) hides the latency, and there the
+    simd reduction measured faster."""
+    if not reduces or not all(i.op is Op.REDUCE_SUM and i.dtype in FLOATS for i in reduces):
+        return False
+    return not any(is_transcendental(i) for i in loop.body)
 
 
 def _serial_loops(pad: str, serial) -> list[str]:

@@ -15,6 +15,7 @@ from ._cpp_rules import CTYPE, FLOATS, highest, literal, lowest
 from ._errors import CannotPrint
 
 LANES = 32  # lanes of a reduction accumulator: 2 AVX-512 vectors of float, enough to hide add latency
+FOLD = 32 * LANES  # elements of the r-dim between two folds of a float32 sum's lanes into its cascade
 
 
 def welford_count(loop: int) -> str:
@@ -37,20 +38,19 @@ class Accumulator:
 
     @property
     def cascade(self) -> bool:
-        """float32 sums add their lanes into two more levels every 16 and 256 steps (cascade summation: the
-        error grows with about 16 + 16 + n/256 additions, not n, as torch's cascade sum)."""
+        """float32 sums fold their lanes into two more levels, every `FOLD` elements and every 32 folds (cascade
+        summation: a lane's error grows with about 32 + 32 + n/32K additions, not n, as torch's cascade sum)."""
         return self.i.op is Op.REDUCE_SUM and self.i.dtype == "float32"
 
     def flush(self, counter: str) -> list[str]:
-        """Lines to run after each step of the lane loop (`counter` counts the steps)."""
+        """Lines to run after each chunk of `FOLD` elements (`counter` counts the chunks). They stay out of the
+        lane loop: a fold inside it makes the compiler keep the lanes in memory rather than registers."""
         if not self.cascade:
             return []
         a, n = self.acc, self.lanes
         each = f"for (int ember_l = 0; ember_l < {n}; ++ember_l)"
-        return [f"if (({counter} & 15) == 0) {{",
-                f"  {each} {{ {a}_1[ember_l] += {a}[ember_l]; {a}[ember_l] = 0; }}",
-                f"  if (({counter} & 255) == 0) {each} {{ {a}_2[ember_l] += {a}_1[ember_l]; {a}_1[ember_l] = 0; }}",
-                "}"]
+        return [f"{each} {{ {a}_1[ember_l] += {a}[ember_l]; {a}[ember_l] = 0; }}",
+                f"if (({counter} & 31) == 0) {each} {{ {a}_2[ember_l] += {a}_1[ember_l]; {a}_1[ember_l] = 0; }}"]
 
     def _total(self, j: str) -> str:
         a = self.acc
@@ -113,9 +113,14 @@ class Accumulator:
                     f"ember_welford_merge({a}bm, {a}bs, {a}bn, {a}tm, {a}ts, {a}tn);",
                     f"const {t} {mean} = {a}bn == 0 ? {literal(float('nan'), i.dtype)} : {a}bm;",
                     f"const {t} {m2} = {a}bs;"]
-        return [f"{t} {a}b = {self._total('0')};",
-                f"{each} {a}b = {combine(i.op, i.dtype, a + 'b', self._total('ember_l'))};",
-                f"const {t} {i.out} = {a}b;"]
+        # Pairwise over the lanes: log2(LANES) vector steps rather than a chain of LANES - 1 scalar ones.
+        lanes = f"for (int ember_l = 0; ember_l < {self.lanes}; ++ember_l)"
+        total = [f"{lanes} {a}[ember_l] = {self._total('ember_l')};"] if self.cascade else []
+        half = f"for (int ember_h = {self.lanes // 2}; ember_h > 0; ember_h /= 2)"
+        pair = combine(i.op, i.dtype, f"{a}[ember_l]", f"{a}[ember_l + ember_h]")
+        return [*total,
+                f"{half} for (int ember_l = 0; ember_l < ember_h; ++ember_l) {a}[ember_l] = {pair};",
+                f"const {t} {i.out} = {a}[0];"]
 
 
     def results(self, j: str) -> list[tuple[str, str]]:

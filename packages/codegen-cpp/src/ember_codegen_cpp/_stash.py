@@ -34,8 +34,12 @@ class Stash:
         return bool(self.load)
 
 
+def is_transcendental(i: Instr) -> bool:
+    return i.op.value in _TRANSCENDENTAL
+
+
 def _cost(i: Instr) -> int:
-    if i.op.value in _TRANSCENDENTAL:
+    if is_transcendental(i):
         return _EXPENSIVE
     return _COST.get(i.op, 1)
 
