@@ -11,7 +11,8 @@ the defaults, whether a 16 MiB output comes from reused heap or from fresh pages
 on the allocation history of the variants before it, which moved eager's time 4x between processes. Fixed, every
 variant reuses its memory, and the table compares kernels rather than the page-fault handler.
 
-Also reported: cold compile times (first call minus an eager call, fresh caches; the median over processes) and the
+Also reported: cold compile times (first call minus an eager call, fresh caches, after one tiny compile by each
+compiler so that process start-up is not counted; the median over processes) and the
 pointwise chain's bandwidth against a plain tensor copy of as many bytes, measured in the same processes.
 Usage: python benchmarks/cpu.py [--threads 1,2] [--repeats 5] [--procs 3] [--only NAME,...] [--write]
 """
@@ -165,6 +166,8 @@ def measure(name: str, threads: int, repeats: int) -> dict:
     fns = {n: step_fn(fn, w.training) for n, (fn, _) in made.items()}
     args = made["eager"][1]
     result: dict = {"cold": {}}
+    for compile_ in (lambda f: torch.compile(f, backend="inductor"), ember.compile):
+        compile_(lambda t: t + 1)(torch.ones(8))  # one-time process start-up (imports, workers) is not the workload's
     with torch.enable_grad() if w.training else torch.no_grad():
         for n in ("inductor", "ember"):
             result["cold"][n] = first_call_s(fns[n], args) - first_call_s(fns["eager"], args)
