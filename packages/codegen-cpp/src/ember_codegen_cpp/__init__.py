@@ -9,7 +9,7 @@ from ._kernel_printer import KernelPrinter
 from ._prelude import prelude
 from ._program import Program, build_program
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "FLAGS", "BuildError", "Builder", "CannotPrint", "CppCodegen", "KernelPrinter", "Program", "__version__",
