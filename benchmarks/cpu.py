@@ -3,7 +3,7 @@
 Each (threads, workload) pair is measured in `--procs` fresh processes, each with fresh compile caches. Inside a
 process the variants take turns within every repeat and each gives its median time per call; across processes the
 table reports the median of the per-process ratios and their range. Several processes, because on a shared VM the
-same kernel measures 10-30% apart from one process to the next (where its buffers land, what the neighbours do),
+same kernel measures up to 40% apart from one process to the next (where its buffers land, what the neighbours do),
 which no number of repeats inside one process averages out.
 
 The children run with glibc's malloc thresholds fixed (MALLOC_MMAP_THRESHOLD_=32 MiB, a huge trim threshold): with
@@ -20,9 +20,11 @@ Usage: python benchmarks/cpu.py [--threads 1,2] [--repeats 5] [--procs 3] [--onl
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +36,7 @@ from pathlib import Path
 
 if "--child" in sys.argv:  # fresh caches for cold compile times: set before torch/ember import them
     _CACHE = tempfile.mkdtemp(prefix="ember-bench-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
     os.environ["EMBER_CACHE_DIR"] = os.path.join(_CACHE, "ember")
     os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
@@ -154,8 +157,7 @@ def timed(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, floa
     return {n: statistics.median(s) for n, s in samples.items()}
 
 
-def copy_gbs(t: float, elements: int) -> float:
-    return 2 * elements * 4 / t / 1e9  # one read and one write of float32
+COPY_ELEMENTS = 6 << 20  # float32: 48 MB moved, as the pointwise chain's two reads and one write of 4M elements
 
 
 def measure(name: str, threads: int, repeats: int) -> dict:
@@ -171,20 +173,18 @@ def measure(name: str, threads: int, repeats: int) -> dict:
     with torch.enable_grad() if w.training else torch.no_grad():
         for n in ("inductor", "ember"):
             result["cold"][n] = first_call_s(fns[n], args) - first_call_s(fns["eager"], args)
-        if w.name.startswith("pointwise"):  # a copy of as many bytes (48 MB: neither fits in the cache)
-            src, dst = torch.randn(6 << 20), torch.empty(6 << 20)
+        if w.name.startswith("pointwise"):  # a copy of as many bytes (neither fits in the cache)
+            src, dst = torch.randn(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)
             fns["copy"] = lambda *_: dst.copy_(src)
         result["times"] = timed(fns, args, repeats)
     if "copy" in result["times"]:
-        result["copy_gbs"] = copy_gbs(result["times"].pop("copy"), 6 << 20)
+        result["copy_gbs"] = 2 * COPY_ELEMENTS * 4 / result["times"].pop("copy") / 1e9  # one read, one write
         result["chain_gbs"] = 4 * args[0].numel() * 3 / result["times"]["ember"] / 1e9  # two reads, one write
     return result
 
 
 def child_env() -> dict[str, str]:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH", "")]))
-    return env
+    return dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
 
 
 def run_child(name: str, threads: int, repeats: int) -> dict:
