@@ -28,7 +28,7 @@ PACKAGES = {
     "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
-TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy"]
+TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy", "hypothesis>=6"]
 
 
 def install_siblings(session: nox.Session, folders: list[str], torch: str = TORCH_DEFAULT) -> None:
@@ -58,6 +58,16 @@ def integration(session: nox.Session, torch: str) -> None:
     # The foundation suite again with the other partitioner (test_training.py covers both by itself).
     session.env["EMBER_OPTIONS"] = '{"partition": "default"}'
     pytest(session, "tests/test_models.py", "tests/test_semantics.py")
+
+
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """The fuzz tests of every loader (graph JSON, loop-IR text, cache sidecars) with many more cases than CI
+    runs, on a fresh seed each time: `EMBER_FUZZ_EXAMPLES=100000 nox -s fuzz` for a long run."""
+    install_siblings(session, [f"packages/{p}" for p in PACKAGES])
+    session.env.setdefault("EMBER_FUZZ_EXAMPLES", "5000")
+    session.env.setdefault("EMBER_FUZZ_SEED", "random")
+    pytest(session, "-k", "fuzz", "packages/core/tests", "packages/lowering/tests")
 
 
 @nox.session(python=PYTHON)

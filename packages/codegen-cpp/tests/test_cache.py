@@ -1,15 +1,21 @@
-"""The disk cache: a private directory, atomic entries, verified before loading, corrupt entries rebuilt."""
+"""The disk cache (ember-core's, directory `cpp`): private, atomic entries verified before loading, corrupt entries
+rebuilt, one build of a key across processes."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
-from ember_codegen_cpp import Builder, CppCodegen, _build, _cache, cache_dir
-from ember_codegen_cpp._cache import Entry, check_private
+from ember_codegen_cpp import Builder, CppCodegen, _build, cache_dir, compiler
+from ember_core._cache_dir import check_private
+from ember_core._cache_files import sha256_file
 from helpers import Events, trace
 
 
@@ -68,6 +74,7 @@ def test_corrupt_library_is_rebuilt_not_loaded(monkeypatch):
     entries = sorted(cache_dir().glob("*.json"), key=os.path.getmtime)
     meta = json.loads(entries[-1].read_text())
     library = cache_dir() / f"{meta['key']}.so"
+    assert meta["meta"]["flags"] == list(codegen.builder.flags)
     data = library.read_bytes()
     truncated = library.with_suffix(".tmp")
     truncated.write_bytes(data[: len(data) // 2])
@@ -79,16 +86,23 @@ def test_corrupt_library_is_rebuilt_not_loaded(monkeypatch):
         torch.testing.assert_close(compiled([x])[0], x * 3.75 + 1)
     misses = [e for e in ev.events if e.kind == "cache_miss"]
     assert len(misses) == 1 and "corrupt" in misses[0].message
-    assert _cache.sha256_file(library) == json.loads(entries[-1].read_text())["library_sha256"]
+    assert sha256_file(library) == json.loads(entries[-1].read_text())["files"]["so"]
 
 
-def test_entry_with_a_bad_sidecar_is_removed(tmp_path):
-    entry = Entry(tmp_path, "k")
-    entry.library.write_bytes(b"not a library")
-    entry.sidecar.write_text("{ not json")
-    assert entry.lookup("sha")[0] is None and not entry.library.exists()
-    entry.sidecar.write_text(json.dumps({"key": "other"}))
-    assert entry.lookup("sha") == (None, "sidecar names another build")
+def test_entry_of_ember_codegen_cpp_0_1_is_rebuilt(monkeypatch):
+    graph = _graph(4.125)
+    CppCodegen().compile_many([graph])
+    sidecar = max(cache_dir().glob("*.json"), key=os.path.getmtime)
+    meta = json.loads(sidecar.read_text())
+    old = {"key": meta["key"], "source_sha256": meta["meta"]["source_sha256"], "library_sha256": meta["files"]["so"]}
+    sidecar.write_text(json.dumps(old))
+    monkeypatch.setattr("ember_codegen_cpp._loader._loaded", {})
+    with Events() as ev:
+        compiled = CppCodegen().compile(graph, None, {})
+        x = torch.randn(3, 5)
+        torch.testing.assert_close(compiled([x])[0], x * 4.125 + 1)
+    (miss,) = [e for e in ev.events if e.kind == "cache_miss"]
+    assert "format" in miss.message
 
 
 def test_builds_leave_no_temporary_files():
@@ -122,3 +136,59 @@ def test_builds_of_several_graphs_overlap(monkeypatch):
     x = torch.randn(3, 5)
     for k, c in enumerate(compiled):
         torch.testing.assert_close(c([x])[0], x * (10.5 + k) + 1)
+
+
+CHILD = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    from ember_codegen_cpp import CppCodegen
+    from helpers import trace
+    graph = trace(lambda x: (x * 6.125 + 1,), torch.randn(3, 5))
+    open(sys.argv[2], "w").close()
+    while not os.path.exists(sys.argv[3]):
+        time.sleep(0.01)
+    compiled = CppCodegen().compile(graph, None, {})
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(compiled([x])[0], x * 6.125 + 1)
+""")
+
+
+def _counting_compiler(tmp_path: Path) -> Path:
+    """A compiler that notes each build in builds.txt and takes a second longer than the real one."""
+    script = tmp_path / "cxx"
+    script.write_text(f"""#!/bin/sh
+if [ "$1" = "--version" ]; then exec {compiler()} --version; fi
+echo build >> {tmp_path / "builds.txt"}
+sleep 1
+exec {compiler()} "$@"
+""")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
+def test_two_processes_building_one_key_run_the_compiler_once(tmp_path):
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(_counting_compiler(tmp_path))}
+    here, go = str(Path(__file__).parent), tmp_path / "go"
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, here, str(tmp_path / f"ready{k}"), str(go)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in range(2)]
+    try:
+        _wait_for(lambda: all((tmp_path / f"ready{k}").exists() for k in range(2)) or
+                  any(c.poll() is not None for c in children))
+        go.touch()
+        outputs = [c.communicate(timeout=300)[0] for c in children]
+    finally:
+        for c in children:
+            c.kill()
+    assert [c.returncode for c in children] == [0, 0], outputs
+    assert (tmp_path / "builds.txt").read_text().split() == ["build"]
+    assert len(list((tmp_path / "cache" / "cpp").glob("*.so"))) == 1
+
+
+def _wait_for(condition, timeout: float = 300) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -223,7 +223,7 @@ def test_wrong_field_type_in_a_file_names_file_and_path(tmp_path):
 def test_bool_is_not_accepted_as_an_int():
     data = ec.graph_to_json(small_graph())
     data["nodes"][1]["args"][1] = {"int": True}
-    with pytest.raises(SchemaError, match=r"nodes\[1\]\.args\[1\]: expected an integer, got True"):
+    with pytest.raises(SchemaError, match=r"nodes\[1\]\.args\[1\]: expected a 64-bit integer, got True"):
         ec.graph_from_json(data)
 
 

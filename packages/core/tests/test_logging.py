@@ -1,6 +1,7 @@
 """EMBER_LOGS and EMBER_DUMP, built on events only."""
 
 import logging
+import os
 
 import pytest
 from ember_core import Event, Graph, Input, Output, Value
@@ -82,3 +83,26 @@ def test_dump_names_are_made_safe_for_files(tmp_path):
     logger.configure("", str(tmp_path))
     logger(Event("graph_captured", "capture", graph=GRAPH.replace(name="a/b c")))
     assert (tmp_path / "000-graph_captured-a_b_c.txt").is_file()
+
+
+def test_dump_to_a_path_that_is_a_file_warns_once_and_goes_on(tmp_path, caplog):
+    (tmp_path / "taken").write_text("a file, not a folder")
+    logger = EventLogger()
+    logger.configure("", str(tmp_path / "taken"))
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        logger(Event("graph_captured", "capture", graph=GRAPH))
+        logger(Event("kernels_generated", "codegen", source="void k() {}"))
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(tmp_path / "taken") in warnings[0].getMessage()
+    assert "cannot write dumps" in warnings[0].getMessage()
+
+
+@pytest.mark.skipif(os.getuid() == 0, reason="root writes into a folder of mode 0o500")
+def test_dump_to_an_unwritable_folder_warns_and_goes_on(tmp_path, caplog):
+    folder = tmp_path / "ro"
+    folder.mkdir(mode=0o500)
+    logger = EventLogger()
+    logger.configure("", str(folder))
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        logger(Event("graph_captured", "capture", graph=GRAPH))
+    assert "cannot write dumps" in caplog.text and list(folder.iterdir()) == []

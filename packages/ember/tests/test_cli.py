@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import json
+import os
 
+import pytest
 import torch
 from ember._cli import main
-from ember_core import from_fx, save
+from ember_core import DiskCache, from_fx, save
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -48,3 +50,41 @@ def test_show_of_a_future_version_says_so(tmp_path, capsys):
     path.write_text(json.dumps(data))
     assert main(["show", str(path)]) == 2
     assert "schema version 2.0 is not supported" in capsys.readouterr().err
+
+
+def stored_cache(tmp_path, monkeypatch):
+    """A cache root of the test's own holding two `cpp` entries and a file that is not ember's."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EMBER_CACHE_SIZE_MB", "64")
+    cache = DiskCache("cpp", ("so", "cpp"))
+    for key in ("k1", "k2"):
+        cache.store(key, {"so": b"x" * 1000, "cpp": b"int main;"}, {})
+    (cache.directory / "notes.txt").write_text("mine")
+    return cache
+
+
+def test_cache_info_shows_root_limit_and_each_cache(tmp_path, monkeypatch, capsys):
+    stored_cache(tmp_path, monkeypatch)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"root: {tmp_path / 'cache'}" in out and "limit: 64 MiB (EMBER_CACHE_SIZE_MB)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert rows["cache"][:3] == ["cache", "entries", "bytes"]
+    assert rows["cpp"][1] == "2" and int(rows["cpp"][2]) > 2000 and rows["cpp"][3] == str(tmp_path / "cache" / "cpp")
+
+
+def test_cache_clear_removes_entries_and_keeps_other_files(tmp_path, monkeypatch, capsys):
+    cache = stored_cache(tmp_path, monkeypatch)
+    assert main(["cache", "clear"]) == 0
+    assert "cpp: removed 2 entries" in capsys.readouterr().out
+    assert sorted(p.name for p in cache.directory.iterdir()) == ["CACHEDIR.TAG", "notes.txt"]
+    assert not cache.lookup("k1").hit
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a directory away")
+def test_cache_clear_leaves_a_directory_of_another_user_alone(tmp_path, monkeypatch, capsys):
+    cache = stored_cache(tmp_path, monkeypatch)
+    os.chown(cache.directory, 12345, -1)
+    assert main(["cache", "clear"]) == 0
+    assert "owned by uid 12345" in capsys.readouterr().out
+    assert (cache.directory / "k1.so").exists()

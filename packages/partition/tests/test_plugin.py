@@ -1,6 +1,7 @@
 """The plugin: partitioners `default` and `mincut` and the option `partition.memory_budget`, by entry point."""
 
 import importlib.metadata
+import logging
 
 import pytest
 from ember_core import Event, OptionError, PluginManager
@@ -56,3 +57,17 @@ def test_without_a_dump_folder_no_diagram_is_written(block, tmp_path, monkeypatc
     joint = block("cos_cos").joint
     manager.emit(Event("partitioned", "partition", data={"joint": joint}))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dump_folder_that_cannot_be_written_warns_once_and_goes_on(block, tmp_path, caplog):
+    (tmp_path / "taken").write_text("a file, not a folder")
+    joint = block("cos_cos").joint
+    part = MinCutPartitioner().partition(joint)
+    manager = PluginManager(load_entrypoints=False, env={"EMBER_DUMP": str(tmp_path / "taken")})
+    manager.register(plugin, "partition")
+    event = Event("partitioned", "partition", graph=part.forward, data={"joint": joint, "partition": part})
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        manager.emit(event)
+        manager.emit(event)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(tmp_path / "taken") in warnings[0]

@@ -12,25 +12,24 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import Graph, Value
-from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+from ember_core import ExprError, Graph, IntExpr, Value
 
 
 def _dim_reader(dim: int | str, where: dict[str, tuple[int, int | None]]) -> Callable[[Sequence[Any]], int] | None:
-    """A function of the inputs that gives a dimension's value: an int, or an expression over bound symbols."""
+    """A function of the inputs that gives a dimension's value: an int, or an expression over bound symbols
+    (read by ember-core's grammar into integer arithmetic; the text is never evaluated as Python)."""
     if isinstance(dim, int):
         return lambda inputs: dim
-    code = compile(dim, "<ember dim>", "eval")
-    names = [n for n in code.co_names if n not in SYMPY_INTERP]
-    if any(n not in where for n in names):
+    try:
+        expr = IntExpr(dim)
+    except ExprError:
         return None
+    if any(n not in where for n in expr.names):
+        return None
+    places = [(n, *where[n]) for n in expr.names]
 
     def read(inputs: Sequence[Any]) -> int:
-        env = {}
-        for n in names:
-            k, d = where[n]
-            env[n] = inputs[k] if d is None else inputs[k].shape[d]
-        return int(eval(code, SYMPY_INTERP, env))
+        return expr({n: inputs[k] if d is None else inputs[k].shape[d] for n, k, d in places})
 
     return read
 

@@ -7,28 +7,18 @@ provably nonnegative (loop vars and sizes are), which keeps inner loops simple e
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable, Mapping
 
 import sympy
-from torch.utils._sympy import functions as _torch_sympy
+from ember_core import as_sympy
+from ember_core import parse_expr as core_parse_expr
 
 from ._errors import CannotPrint
 
 _INT64_MIN = -(1 << 63)
-_FUNCTIONS = {n: getattr(_torch_sympy, n) for n in dir(_torch_sympy)
-              if isinstance(getattr(_torch_sympy, n), type) and issubclass(getattr(_torch_sympy, n), sympy.Basic)}
-_FUNCTIONS.update({"floor": sympy.floor, "ceiling": sympy.ceiling, "Mod": sympy.Mod, "Max": sympy.Max,
-                   "Min": sympy.Min, "Abs": sympy.Abs})
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-
-
-@functools.lru_cache(maxsize=4096)
 def parse_expr(text: str) -> sympy.Expr:
-    """An `ember_core.Sym` expression as sympy (every name not a function is an integer symbol, as in lowering)."""
-    names = {n: sympy.Symbol(n, integer=True) for n in _IDENT.findall(text) if n not in _FUNCTIONS}
-    return sympy.sympify(text, locals={**_FUNCTIONS, **names})
+    """An `ember_core.Sym` expression as sympy, read as lowering reads loop-IR indices (never evaluated)."""
+    return core_parse_expr(text, "index")
 
 
 class ExprPrinter:
@@ -81,7 +71,7 @@ class ExprPrinter:
     # ------------------------------------------------------------------ printing
 
     def __call__(self, e: sympy.Expr) -> str:
-        return self.print(sympy.sympify(e))
+        return self.print(as_sympy(e))
 
     def print(self, e: sympy.Expr) -> str:
         if e.is_Integer:

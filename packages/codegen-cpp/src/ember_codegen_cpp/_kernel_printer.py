@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import sympy
+from ember_core import as_sympy
 from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index
 
 from ._coalesce import coalesce
@@ -478,7 +479,7 @@ class KernelPrinter:
         b = self.layout.buffers[i.buffer]
         tests = []
         for e, size in zip(i.index, b.shape):
-            if any(s.name in self.dtypes for s in sympy.sympify(e).free_symbols):
+            if any(s.name in self.dtypes for s in as_sympy(e).free_symbols):
                 tests.append(f"(uint64_t)({self.expr(e)}) < (uint64_t)({self.expr(size)})")
         return " && ".join(tests) if tests else None
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 import sympy
-from ember_core import Ref, Sym
+from ember_core import Ref, Sym, as_sympy
 from ember_lowering import Buffer, Extern, Kernel, KernelPlan
 
 from ._errors import CannotPrint
@@ -81,7 +81,7 @@ class PlanLayout:
         used: set[str] = set()
 
         def add(e) -> None:
-            used.update(s.name for s in sympy.sympify(e).free_symbols if s.name in known)
+            used.update(s.name for s in as_sympy(e).free_symbols if s.name in known)
 
         for b in self.plan.buffers:
             for e in (*b.shape, *b.stride, b.offset):

@@ -1,8 +1,12 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
+from ._cache_dir import cache_root
+from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
+from ._disk_cache import CacheLookup, DiskCache
 from ._dtypes import dtype_name, to_dtype
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
 from ._events import Event
+from ._expr import ExprError, IntExpr, as_sympy, parse_expr
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
 from ._interpreter import Interpreter, interpret
@@ -20,11 +24,13 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompiledGraph", "Constant", "EmberError", "Event", "Graph", "GraphError", "Implementation", "Input",
-    "Interpreter", "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError",
-    "PluginManager", "PluginRegistry", "Ref", "SCHEMA_VERSION", "SchemaError", "Sym", "Symbol", "Value",
-    "__version__", "canonical", "decompositions", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
-    "format_node", "from_fx", "get_plugin_manager", "graph_from_json", "graph_to_json", "hookimpl", "interpret",
-    "is_random", "iter_refs", "json_schema", "json_schema_path", "load", "loads", "node_refs", "reset_plugin_manager",
-    "resolve_op", "save", "to_dtype", "to_fx", "value_of", "verify",
+    "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event", "ExprError",
+    "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph", "Node", "OptionError",
+    "OptionSpec", "Output", "Partition", "PluginError", "PluginManager", "PluginRegistry", "Ref", "SCHEMA_VERSION",
+    "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy", "cache_root", "cache_size_limit",
+    "canonical", "clear_disk_cache", "decompositions", "disk_cache_usage", "dtype_name", "dumps", "emit",
+    "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager", "graph_from_json",
+    "graph_to_json", "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "load",
+    "loads", "node_refs", "parse_expr", "reset_plugin_manager", "resolve_op", "save", "to_dtype", "to_fx",
+    "value_of", "verify",
 ]

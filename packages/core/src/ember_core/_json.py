@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,21 @@ import torch
 
 from ._dtypes import dtype_name, to_dtype
 from ._errors import SchemaError
+from ._expr import ExprError, parse_expr
 from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
 
 FORMAT = "ember-graph"
 INLINE_CONSTANT_NUMEL = 64  # constants up to this many elements are written inline
 # The tags of argument values, `{"int": 2}`: part of the schema (tests/test_schema_lock.py watches them).
 ARG_TAGS = ("ref", "sym", "none", "bool", "int", "float", "str", "list", "dtype", "device", "layout", "memory_format")
+
+# Limits on what a document may hold: it is untrusted input (see README, "Untrusted input").
+MAX_FILE_BYTES = 1 << 30  # a graph file, or a constant's side file
+MAX_ARG_DEPTH = 32  # `{"list": [...]}` nested deeper than this is refused
+MAX_INT_DIGITS = 40  # longer integer literals are refused while parsing (int64 needs 19)
+MAX_CONSTANT_NUMEL = 1 << 31  # elements of one constant
+INT64 = (-(1 << 63), (1 << 63) - 1)
+_SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -63,25 +74,44 @@ def _decode_float(v: Any, where: str) -> float:
     raise SchemaError(where, f"expected a number, got {v!r}")
 
 
-def _decode_tagged(tag: str, v: Any, where: str) -> Any:
+def _int_in(v: Any, where: str, low: int, high: int, what: str = "an integer") -> int:
+    """v as an int in [low, high]; bools are not ints here."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SchemaError(where, f"expected {what}, got {v!r}"[:200])
+    if not low <= v <= high:
+        raise SchemaError(where, f"expected {what} in [{low}, {high}], got {v}")
+    return v
+
+
+def sym_text(v: Any, where: str) -> str:
+    """A symbolic expression's text, checked against ember's expression grammar (never evaluated as Python)."""
+    text = _expect(v, str, where)
+    try:
+        parse_expr(text)
+    except ExprError as e:
+        raise SchemaError(where, str(e)) from None
+    return text
+
+
+def _decode_tagged(tag: str, v: Any, where: str, depth: int) -> Any:
     if tag == "ref":
         return Ref(_expect(v, str, where))
     if tag == "sym":
-        return Sym(_expect(v, str, where))
+        return Sym(sym_text(v, where))
     if tag == "none":
         return None
     if tag == "bool":
         return _expect(v, bool, where)
     if tag == "int":
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise SchemaError(where, f"expected an integer, got {v!r}")
-        return v
+        return _int_in(v, where, *INT64, "a 64-bit integer")
     if tag == "float":
         return _decode_float(v, where)
     if tag == "str":
         return _expect(v, str, where)
     if tag == "list":
-        return tuple(decode_arg(a, f"{where}[{i}]") for i, a in enumerate(_expect(v, list, where)))
+        if depth >= MAX_ARG_DEPTH:
+            raise SchemaError(where, f"lists nested deeper than {MAX_ARG_DEPTH}")
+        return tuple(decode_arg(a, f"{where}[{i}]", depth + 1) for i, a in enumerate(_expect(v, list, where)))
     if tag == "dtype":
         try:
             return to_dtype(_expect(v, str, where))
@@ -100,11 +130,11 @@ def _decode_tagged(tag: str, v: Any, where: str) -> Any:
     raise SchemaError(where, f"unknown argument tag {tag!r}; tags are {', '.join(ARG_TAGS)}")
 
 
-def decode_arg(data: Any, where: str = "arg") -> Any:
+def decode_arg(data: Any, where: str = "arg", depth: int = 0) -> Any:
     if not isinstance(data, dict) or len(data) != 1:
-        raise SchemaError(where, f"expected a tagged value like {{\"int\": 2}}, got {data!r}")
+        raise SchemaError(where, f"expected a tagged value like {{\"int\": 2}}, got {data!r}"[:200])
     ((tag, v),) = data.items()
-    return _decode_tagged(tag, v, where)
+    return _decode_tagged(tag, v, where, depth)
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -114,11 +144,12 @@ def _dim_to_json(d: Any) -> Any:
 
 
 def _dim_from_json(d: Any, where: str) -> int | str:
+    """A size, stride or storage offset: an int in [0, 2**63), or a symbolic expression."""
     if isinstance(d, int) and not isinstance(d, bool):
-        return d
-    if isinstance(d, dict) and set(d) == {"sym"} and isinstance(d["sym"], str):
-        return d["sym"]
-    raise SchemaError(where, f"expected an int or {{\"sym\": expr}}, got {d!r}")
+        return _int_in(d, where, 0, INT64[1], "a size")
+    if isinstance(d, dict) and set(d) == {"sym"}:
+        return sym_text(d["sym"], where)
+    raise SchemaError(where, f"expected an int or {{\"sym\": expr}}, got {d!r}"[:200])
 
 
 def _value_to_json(v: Value) -> dict:
@@ -208,8 +239,9 @@ class _Record:
 
 def _read_version(data: dict, where: str) -> tuple[tuple[int, int], bool]:
     v = data.get("version")
-    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)):
-        raise SchemaError(f"{where}version", f"expected [major, minor], got {v!r}")
+    if not (isinstance(v, list) and len(v) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 16 for x in v)):
+        raise SchemaError(f"{where}version", f"expected [major, minor], two small integers, got {v!r}"[:200])
     major, minor = v
     if major != SCHEMA_VERSION[0]:
         raise SchemaError(
@@ -259,18 +291,23 @@ def _read_constant(name: str, data: Any, where: str, lenient: bool, base_dir: Pa
         dtype = to_dtype(r.get("dtype", str))
     except ValueError as e:
         raise SchemaError(f"{where}.dtype", str(e)) from None
-    shape = [_expect(d, int, f"{where}.shape[{i}]") for i, d in enumerate(r.get("shape", list))]
+    shape = [_int_in(d, f"{where}.shape[{i}]", 0, INT64[1], "a size") for i, d in enumerate(r.get("shape", list))]
+    numel = math.prod(shape)
+    if numel > MAX_CONSTANT_NUMEL:
+        raise SchemaError(f"{where}.shape", f"{numel} elements, more than the limit of {MAX_CONSTANT_NUMEL}")
     if "file" in r.data:
         tensor = _read_side_file(r.get("file", str), f"{where}.file", base_dir)
     else:
         items = r.get("data", list)
+        if len(items) != numel:
+            raise SchemaError(f"{where}.data", f"{len(items)} numbers for shape {shape} ({numel} elements)")
         flat = [decode_arg(x, f"{where}.data[{i}]") for i, x in enumerate(items)]
         try:
             tensor = torch.tensor(flat, dtype=dtype) if flat else torch.empty(0, dtype=dtype)
         except (TypeError, ValueError, RuntimeError) as e:
             raise SchemaError(f"{where}.data", f"not a list of {dtype_name(dtype)} numbers: {e}") from None
     r.done()
-    if tensor.dtype != dtype or list(tensor.shape) != shape and tensor.numel() != math.prod(shape):
+    if tensor.dtype != dtype or tensor.numel() != numel:
         raise SchemaError(where, f"constant data does not match dtype {dtype} and shape {shape}")
     return Constant(name, tensor.reshape(shape))
 
@@ -281,7 +318,9 @@ def _read_side_file(rel: str, where: str, base_dir: Path | None) -> torch.Tensor
     path = (base_dir / rel).resolve()
     if base_dir.resolve() not in path.parents:
         raise SchemaError(where, f"side file {rel!r} lies outside the graph's folder")
+    _check_regular_file(path, where, "side file")
     try:
+        # weights_only: torch's restricted unpickler, which builds tensors and refuses every other object
         tensor = torch.load(path, weights_only=True)
     except Exception as e:  # a missing or corrupt side file
         raise SchemaError(where, f"cannot read side file {path}: {e}") from None
@@ -325,9 +364,18 @@ def graph_from_json(data: Any, where: str = "", base_dir: Path | None = None) ->
 
 def _read_symbol(data: Any, where: str, lenient: bool) -> Symbol:
     r = _Record(data, where, lenient)
-    s = Symbol(r.get("name", str), r.get("hint", int), r.get("lower", int, 0), r.get("upper", (int, type(None)), None))
+    name = r.get("name", str)
+    if not _SYMBOL_NAME.fullmatch(name):
+        raise SchemaError(f"{where}.name", f"symbol names are identifiers, got {name!r}"[:200])
+    hint = _int_in(r.get("hint", int), f"{where}.hint", 0, INT64[1], "a size")
+    lower = _int_in(r.get("lower", int, 0), f"{where}.lower", 0, INT64[1], "a size")
+    upper = r.get("upper", (int, type(None)), None)
+    if upper is not None:
+        _int_in(upper, f"{where}.upper", lower, INT64[1], "an upper bound at least the lower bound")
+    if not lower <= hint <= (hint if upper is None else upper):
+        raise SchemaError(f"{where}.hint", f"hint {hint} lies outside the symbol's range [{lower}, {upper}]")
     r.done()
-    return s
+    return Symbol(name, hint, lower, upper)
 
 
 def _read_input(data: Any, where: str, lenient: bool) -> Input:
@@ -364,12 +412,26 @@ def dumps(graph: Graph) -> str:
     return json.dumps(graph_to_json(graph), indent=1, sort_keys=False)
 
 
-def loads(text: str, where: str = "") -> Graph:
+def _int_literal(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits (the limit is {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _parse_json(text: str, where: str) -> Any:
+    """JSON text as data; too deep or too large numbers are `SchemaError`s, not Python crashes."""
     try:
-        data = json.loads(text)
+        return json.loads(text, parse_int=_int_literal)
     except json.JSONDecodeError as e:
-        raise SchemaError(where or "document", f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return graph_from_json(data, where)
+        raise SchemaError(where, f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise SchemaError(where, "JSON nested deeper than Python can read") from None
+    except ValueError as e:
+        raise SchemaError(where, f"not readable JSON: {e}") from None
+
+
+def loads(text: str, where: str = "") -> Graph:
+    return graph_from_json(_parse_json(text, where or "document"), where)
 
 
 def save(graph: Graph, path: str | os.PathLike) -> Path:
@@ -382,15 +444,24 @@ def save(graph: Graph, path: str | os.PathLike) -> Path:
     return path
 
 
+def _check_regular_file(path: Path, where: str, what: str) -> None:
+    """A regular file under the size limit (a fifo would block a read, a device never end it)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise SchemaError(where, f"cannot read {what} {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SchemaError(where, f"{path} is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise SchemaError(where, f"{path} is larger than the limit of {MAX_FILE_BYTES} bytes")
+
+
 def load(path: str | os.PathLike) -> Graph:
     """Read a graph file; errors name the file and the field."""
     path = Path(path)
+    _check_regular_file(path, str(path), "graph file")
     try:
-        text = path.read_text()
+        text = path.read_bytes()[:MAX_FILE_BYTES + 1].decode()
     except (OSError, UnicodeDecodeError) as e:
         raise SchemaError(str(path), f"cannot read graph file: {e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SchemaError(str(path), f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return graph_from_json(data, str(path), base_dir=path.parent)
+    return graph_from_json(_parse_json(text, str(path)), str(path), base_dir=path.parent)

@@ -20,6 +20,7 @@ class EventLogger:
         self.artifacts: set[str] = set()
         self.dump_dir: Path | None = None
         self._counter = itertools.count()
+        self._dump_warned = False
 
     def configure(self, logs: str, dump: str | None) -> None:
         names = {a.strip() for a in (logs or "").split(",") if a.strip()}
@@ -38,6 +39,7 @@ class EventLogger:
                 log.addHandler(handler)
                 log.propagate = False
         self.dump_dir = Path(dump) if dump else None
+        self._dump_warned = False
 
     def __call__(self, event: Event) -> None:
         if event.artifact in self.artifacts:
@@ -48,7 +50,16 @@ class EventLogger:
                 text += "\n" + event.source
             log.getChild(event.artifact).info(text)
         if self.dump_dir is not None:
-            self.dump(event, self.dump_dir)
+            try:
+                self.dump(event, self.dump_dir)
+            except OSError as e:
+                self._dump_failed(self.dump_dir, e)
+
+    def _dump_failed(self, folder: Path, error: OSError) -> None:
+        """A dump is a debugging aid: one that cannot be written is reported once and never stops a compile."""
+        if not self._dump_warned:
+            self._dump_warned = True
+            log.warning("EMBER_DUMP: cannot write dumps to %s (%s); compiling goes on without them", folder, error)
 
     def dump(self, event: Event, folder: Path) -> None:
         """Write the event's graph (text and JSON) and source to numbered files in `folder`."""

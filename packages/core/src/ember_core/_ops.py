@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -30,20 +31,32 @@ SYM_OPS: dict[str, Callable] = {
 _SYM_NAMES = {fn: name for name, fn in SYM_OPS.items()}
 
 
+_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What each step of `torch.ops.<ns>.<op>.<overload>` must give; a name that reaches anything else is refused.
+_STEPS = (torch._ops._OpNamespace, torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+
+
 @functools.cache
 def resolve_op(name: str) -> Callable:
-    """The callable for an op name; `GraphError` if there is none."""
+    """The callable for an op name; `GraphError` if there is none. The name is file text: it selects an
+    `OpOverload` under `torch.ops` and nothing else (each step of the lookup is type-checked)."""
     if name in SYM_OPS:
         return SYM_OPS[name]
     parts = name.split(".")
-    if len(parts) != 3:
-        raise GraphError(f"unknown op {name!r}: expected 'namespace.op.overload' like 'aten.mul.Tensor'")
-    ns, op, overload = parts
-    try:
-        packet = getattr(getattr(torch.ops, ns), op)
-        return getattr(packet, overload)
-    except (AttributeError, RuntimeError):
-        raise GraphError(f"unknown op {name!r}: torch.ops has no such overload") from None
+    if len(parts) != 3 or not all(_PART.fullmatch(p) for p in parts):
+        raise GraphError(f"unknown op {name!r}: expected 'namespace.op.overload' like 'aten.mul.Tensor'"[:200])
+    found: Any = torch.ops
+    for part, kind in zip(parts, _STEPS):
+        try:
+            found = getattr(found, part)
+        except (AttributeError, RuntimeError):
+            raise GraphError(f"unknown op {name!r}: torch.ops has no such overload") from None
+        if not isinstance(found, kind):
+            raise GraphError(f"unknown op {name!r}: {part!r} is not an operator {kind.__name__}")
+    return found
 
 
 def op_name(target: Any) -> str:

@@ -15,7 +15,7 @@ PASS_POINTS = ("post_capture", "post_partition")
 CompileGraph = Callable[[Graph, Sequence[Any]], Callable[[Sequence[Any]], list]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)  # weakly held by the runtime's in-process cache
 class CompiledGraph:
     """What a codegen returns: `fn(inputs) -> outputs` (lists, in the graph's order) and its source for dumps."""
 

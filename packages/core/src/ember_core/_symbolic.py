@@ -8,14 +8,8 @@ from collections.abc import Mapping
 
 import sympy
 import torch
-from torch.utils._sympy import functions as torch_sympy
 
-_LOCALS = {
-    name: getattr(torch_sympy, name)
-    for name in dir(torch_sympy)
-    if isinstance(getattr(torch_sympy, name), type) and issubclass(getattr(torch_sympy, name), sympy.Basic)
-}
-_LOCALS.update({"Max": sympy.Max, "Min": sympy.Min})
+from ._expr import parse_expr
 
 
 def expr_text(expr) -> str:
@@ -23,11 +17,10 @@ def expr_text(expr) -> str:
     return str(expr)
 
 
-@functools.lru_cache(maxsize=4096)
 def parse(text: str) -> sympy.Expr:
-    """A sympy expression from schema text; symbol names become integer symbols."""
-    expr = sympy.sympify(text, locals=_LOCALS)
-    return expr.xreplace({s: sympy.Symbol(s.name, integer=True) for s in expr.free_symbols})
+    """A sympy expression from schema text, read by ember's own grammar (`_expr.py`, never `sympify`); symbol
+    names become integer symbols. Raises `ExprError` (a `ValueError`) for text outside the grammar."""
+    return parse_expr(text, "size")
 
 
 def evaluate(text: str | int, bindings: Mapping[str, int]) -> int:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 from ._dtypes import DTYPE_NAMES
 from ._errors import GraphError
+from ._expr import ExprError
 from ._ops import resolve_op
 from ._printer import format_graph
 from ._schema import INPUT_KINDS, OUTPUT_KINDS, REGIONS, VALUE_TYPES, Graph, Node, Sym, iter_refs
 from ._symbolic import parse
-
-_SYMBOL_LIKE = re.compile(r"\b([a-z]\d+)\b")
 
 
 def _fail(graph: Graph, where: str, what: str, node_index: int | None = None) -> GraphError:
@@ -27,11 +24,10 @@ def _check_syms(graph: Graph, args, where: str, node_index: int | None, symbols:
             _check_syms(graph, arg, where, node_index, symbols)
         elif isinstance(arg, Sym):
             try:
-                parse(arg.expr)
-            except Exception as e:  # sympy raises SympifyError, SyntaxError, TypeError ...
-                what = f"symbolic expression {arg.expr!r} does not parse: {type(e).__name__}"
-                raise _fail(graph, where, what, node_index) from None
-            for name in _SYMBOL_LIKE.findall(arg.expr):
+                expr = parse(arg.expr)
+            except ExprError as e:
+                raise _fail(graph, where, f"symbolic expression does not parse: {e}", node_index) from None
+            for name in sorted(s.name for s in expr.free_symbols):
                 if name not in symbols:
                     what = f"symbolic expression {arg.expr!r} uses undeclared symbol {name!r}"
                     raise _fail(graph, where, what, node_index)
@@ -82,9 +78,12 @@ def _define(graph: Graph, name: str, where: str, node_index: int | None, defined
 def _check_node(graph: Graph, i: int, node: Node, defined: set[str], symbols: set[str]) -> None:
     where = f"node {i} ({', '.join(node.outputs)} = {node.op})"
     try:
-        resolve_op(node.op)
+        op = resolve_op(node.op)
     except GraphError as e:
         raise _fail(graph, f"{where}.op", str(e), i) from None
+    problem = signature_problem(op, node)
+    if problem is not None:
+        raise _fail(graph, f"{where}.args", problem, i)
     fields = [(f"args[{j}]", a) for j, a in enumerate(node.args)] + [(f"kwargs.{k}", a) for k, a in node.kwargs.items()]
     for field, arg in fields:
         for ref in iter_refs(arg):
@@ -96,6 +95,29 @@ def _check_node(graph: Graph, i: int, node: Node, defined: set[str], symbols: se
     for out in node.outputs:
         _define(graph, out, f"{where}.outputs", i, defined, symbols)
     _check_node_meta(graph, node, where, i)
+
+
+def signature_problem(op: object, node: Node) -> str | None:
+    """Why the node's arguments cannot bind to the operator's schema (missing, extra or unknown ones), or None."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:  # the symbolic-size functions of SYM_OPS
+        return None
+    params = schema.arguments
+    positional = [a for a in params if not a.kwarg_only]
+    if len(node.args) > len(positional):
+        return f"{node.op} takes at most {len(positional)} positional arguments, got {len(node.args)}"
+    names = {a.name for a in params}
+    for key in node.kwargs:
+        if key not in names:
+            return f"{node.op} has no argument named {key!r} (unknown keyword {key!r})"
+    given = {a.name for a in positional[:len(node.args)]}
+    for key in node.kwargs:
+        if key in given:
+            return f"{node.op}: argument {key!r} given both by position and by keyword"
+    for a in params:
+        if a.name not in given and a.name not in node.kwargs and not a.has_default_value():
+            return f"{node.op}: missing argument {a.name!r}"
+    return None
 
 
 def _check_node_meta(graph: Graph, node: Node, where: str, i: int) -> None:

@@ -1,11 +1,22 @@
-"""The `ember` command: `ember plugins` lists what is installed, `ember show FILE` prints a graph file."""
+"""The `ember` command: `ember plugins` lists what is installed, `ember show FILE` prints a graph file,
+`ember cache info|clear` shows or empties the disk caches."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ember_core import EmberError, format_graph, get_plugin_manager, load, verify
+from ember_core import (
+    EmberError,
+    cache_root,
+    cache_size_limit,
+    clear_disk_cache,
+    disk_cache_usage,
+    format_graph,
+    get_plugin_manager,
+    load,
+    verify,
+)
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -40,6 +51,24 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    get_plugin_manager()  # installed codegens declare their caches' files, so that half-written entries count
+    if args.action == "clear":
+        for u in clear_disk_cache():
+            done = f"left alone: {u.problem}" if u.problem else f"removed {u.entries} entries ({u.bytes} bytes)"
+            print(f"{u.name}: {done} in {u.path}")
+        return 0
+    limit = cache_size_limit()
+    print(f"root: {cache_root()}")
+    print(f"limit: {'none' if limit is None else f'{limit / 2**20:g} MiB'} (EMBER_CACHE_SIZE_MB)")
+    rows = [("cache", "entries", "bytes", "path")]
+    for u in disk_cache_usage():
+        shown = f"{u.path} (not used: {u.problem})" if u.problem else str(u.path)
+        rows.append((u.name, "-" if u.problem else str(u.entries), "-" if u.problem else str(u.bytes), shown))
+    _table(rows)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ember", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("file")
     s.add_argument("--no-verify", action="store_true", help="print without checking the schema's rules")
     s.set_defaults(run=_show)
+    c = sub.add_parser("cache", help="show the disk caches (root, entries, bytes, size limit) or clear them")
+    c.add_argument("action", choices=("info", "clear"))
+    c.set_defaults(run=_cache)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -16,6 +16,7 @@ from typing import Any
 
 import sympy
 import torch
+from ember_core import as_sympy
 
 from ._indexing import Ranges, simplify
 from ._loop_ir import (
@@ -118,7 +119,7 @@ class KernelBuilder:
             dtype = "bool" if op in COMPARISONS | PREDICATES else srcs[-1].dtype if op is Op.WHERE else srcs[0].dtype
         if op in POINTWISE and srcs and all(s.name in self._consts for s in srcs):
             return self.const(_fold(op, dtype, [(self._consts[s.name], s.dtype) for s in srcs]), dtype)
-        index = tuple(simplify(sympy.sympify(e), self.ranges) for e in index)
+        index = tuple(simplify(as_sympy(e), self.ranges) for e in index)
         key = (op, dtype, tuple(s.name for s in srcs), buffer, index, _key(value), nouts)
         scope = self._scopes[-1]
         if op is not Op.STORE and key in scope:

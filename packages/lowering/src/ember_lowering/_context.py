@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sympy
-from ember_core import Graph, Ref, Sym
+from ember_core import Graph, Ref, Sym, as_sympy
 
 from ._builder import KernelBuilder, Val
 from ._errors import LoweringError
@@ -49,7 +49,7 @@ class TensorRef:
 
     def at(self, idx: Sequence[Expr]) -> tuple[Expr, ...]:
         """The buffer index of element `idx` of this value."""
-        mapping = {view_var(k): sympy.sympify(e) for k, e in enumerate(idx)}
+        mapping = {view_var(k): as_sympy(e) for k, e in enumerate(idx)}
         return tuple(e.xreplace(mapping) for e in self.index)
 
     def view(self, shape: Sequence[Expr], index_of: Callable[[tuple[Expr, ...]], Sequence[Expr]]) -> TensorRef:

@@ -8,20 +8,10 @@ loop ranges prove them trivial; `flat_index` turns a logical index into a storag
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import sympy
-from torch.utils._sympy import functions as torch_sympy
-
-_FUNCTIONS = {
-    name: getattr(torch_sympy, name)
-    for name in dir(torch_sympy)
-    if isinstance(getattr(torch_sympy, name), type) and issubclass(getattr(torch_sympy, name), sympy.Basic)
-}
-_FUNCTIONS.update({"floor": sympy.floor, "ceiling": sympy.ceiling, "Mod": sympy.Mod, "Max": sympy.Max,
-                   "Min": sympy.Min, "Abs": sympy.Abs})
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+from ember_core import parse_expr as core_parse_expr
 
 Expr = sympy.Expr
 ZERO = sympy.Integer(0)
@@ -38,11 +28,10 @@ def var(prefix: str, k: int) -> sympy.Symbol:
     return sym(f"{prefix}{k}")
 
 
-@functools.lru_cache(maxsize=8192)
 def parse_expr(text: str) -> Expr:
-    """An expression from text; every name that is not a known function is an integer symbol."""
-    names = {n: sym(n) for n in _IDENT.findall(text) if n not in _FUNCTIONS}
-    return sympy.sympify(text, locals={**_FUNCTIONS, **names})
+    """An expression from text, read by ember-core's expression grammar (never evaluated as Python); every
+    name that is not a known function is an integer symbol. Raises `ember_core.ExprError`."""
+    return core_parse_expr(text, "index")
 
 
 def to_expr(x: int | str | Expr) -> Expr:

@@ -17,7 +17,7 @@ import torch
 from ember_core import Ref, Sym, resolve_op, to_dtype
 
 from ._errors import PlanError
-from ._indexing import parse_expr, storage_size
+from ._indexing import parse_expr, storage_size, to_expr
 from ._loop_ir import FLOAT_DTYPES, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
 from ._printer import format_instr
 
@@ -98,7 +98,7 @@ def _minimum(a: Any, b: Any) -> Any:
 
 
 def size_of(expr: Any, syms: Mapping[str, int]) -> int:
-    return int(evaluate(expr if isinstance(expr, sympy.Basic) else sympy.sympify(expr), syms))
+    return int(evaluate(to_expr(expr), syms))
 
 
 # ---------------------------------------------------------------------------------------------- op rules

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from ember_core import Event, Graph, Node, Ref, Sym, dtype_name, emit, resolve_op
+from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, resolve_op
 
 from ._context import LoweringContext, TensorRef
 from ._errors import LoweringError, Unsupported
@@ -50,10 +50,10 @@ sym_rules: dict[str, Callable[..., Any]] = {
     "operator.add": _size_rule(lambda ctx, a, b: ctx.scalar(a) + ctx.scalar(b)),
     "operator.sub": _size_rule(lambda ctx, a, b: ctx.scalar(a) - ctx.scalar(b)),
     "operator.mul": _size_rule(lambda ctx, a, b: ctx.scalar(a) * ctx.scalar(b)),
-    "operator.floordiv": _size_rule(lambda ctx, a, b: sympy.floor(sympy.sympify(ctx.scalar(a)) / ctx.scalar(b))),
+    "operator.floordiv": _size_rule(lambda ctx, a, b: sympy.floor(as_sympy(ctx.scalar(a)) / ctx.scalar(b))),
     "operator.mod": _size_rule(lambda ctx, a, b: sympy.Mod(ctx.scalar(a), ctx.scalar(b))),
     "operator.neg": _size_rule(lambda ctx, a: -ctx.scalar(a)),
-    "operator.truediv": _size_rule(lambda ctx, a, b: sympy.sympify(ctx.scalar(a)) / ctx.scalar(b)),
+    "operator.truediv": _size_rule(lambda ctx, a, b: as_sympy(ctx.scalar(a)) / ctx.scalar(b)),
     "math.ceil": _size_rule(lambda ctx, a: sympy.ceiling(ctx.scalar(a))),
     "math.floor": _size_rule(lambda ctx, a: sympy.floor(ctx.scalar(a))),
     "torch.sym_max": _size_rule(lambda ctx, a, b: sympy.Max(ctx.scalar(a), ctx.scalar(b))),

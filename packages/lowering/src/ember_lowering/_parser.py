@@ -22,9 +22,29 @@ _INSTR = re.compile(r"(?P<outs>\w+(, \w+)*): (?P<dtype>\w+) = (?P<op>\w+)( (?P<r
 _ACCESS = re.compile(r"(?P<buffer>\w+)(?P<index>\[.*\])(?P<tail>.*)$")
 
 
+MAX_TEXT_CHARS = 64 << 20  # a plan's text; longer is refused before reading
+MAX_LINE_CHARS = 1 << 20
+# The torch objects an extern argument may name, by their printed text (`torch.float32`): a table, so that no
+# attribute of torch is ever looked up by a name from the text.
+TORCH_NAMES: dict[str, Any] = {
+    str(obj).removeprefix("torch."): obj
+    for obj in vars(torch).values()
+    if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format))
+}
+
+
 def parse_plan(text: str) -> KernelPlan:
-    """The KernelPlan a text form describes."""
-    return _Parser(text.splitlines()).plan()
+    """The KernelPlan a text form describes. Text is untrusted: nothing in it is evaluated, and every way it can
+    be wrong ends in a `PlanError` naming the line."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise PlanError(f"plan text of {len(text)} characters is longer than the limit of {MAX_TEXT_CHARS}")
+    parser = _Parser(text.splitlines())
+    try:
+        return parser.plan()
+    except PlanError:
+        raise
+    except Exception as e:  # the boundary of untrusted text: whatever broke, say on which line
+        raise parser.fail(f"{type(e).__name__}: {e}"[:300]) from None
 
 
 class _Parser:
@@ -34,12 +54,14 @@ class _Parser:
 
     def fail(self, what: str) -> PlanError:
         line = self.lines[self.pos - 1] if 0 < self.pos <= len(self.lines) else ""
-        return PlanError(f"line {self.pos}: {what}\n  {line}")
+        return PlanError(f"line {self.pos}: {what}\n  {line[:200]}")
 
     def next(self) -> tuple[int, str]:
         while self.pos < len(self.lines):
             line = self.lines[self.pos]
             self.pos += 1
+            if len(line) > MAX_LINE_CHARS:
+                raise self.fail(f"line longer than {MAX_LINE_CHARS} characters")
             if line.strip():
                 return (len(line) - len(line.lstrip(" "))) // 2, line.strip()
         raise self.fail("unexpected end of text")
@@ -235,13 +257,13 @@ def parse_arg(node: ast.AST) -> Any:
     if isinstance(node, ast.List):
         return tuple(parse_arg(e) for e in node.elts)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
-        value = getattr(torch, node.attr, None)
-        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-            return value
+        if node.attr in TORCH_NAMES:
+            return TORCH_NAMES[node.attr]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
         text = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
         if node.func.id == "sym" and isinstance(text, str):
+            parse_expr(text)  # the grammar's check: ExprError for anything else
             return Sym(text)
         if node.func.id == "device" and isinstance(text, str):
             return torch.device(text)
-    raise ValueError(f"cannot read argument {ast.unparse(node)!r}")
+    raise ValueError(f"cannot read argument {ast.unparse(node)!r}"[:200])

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from ember_core import Node
+from ember_core import Node, as_sympy
 
 from ._builder import KernelBuilder, Val
 from ._context import LoweringContext, TensorRef
@@ -74,7 +74,7 @@ def _layer_norm(ctx: LoweringContext, node: Node, a: dict) -> list[TensorRef]:
 def _group_norm(ctx: LoweringContext, node: Node, a: dict) -> list[TensorRef]:
     x = ctx.tensor(a["input"])
     acc = opmath(x.dtype)
-    n, c, hw, g = (sympy.sympify(ctx.scalar(a[k])) for k in ("N", "C", "HxW", "group"))
+    n, c, hw, g = (as_sympy(ctx.scalar(a[k])) for k in ("N", "C", "HxW", "group"))
     per_group = sympy.floor(c / g)
     grouped_shape = [n, g, per_group * hw]
     grouped = x.view(grouped_shape, lambda v: reshape_index(ctx, x.shape, grouped_shape, v))

@@ -10,7 +10,7 @@ import difflib
 import re
 
 import sympy
-from ember_core import Ref
+from ember_core import Ref, as_sympy
 
 from ._errors import PlanError
 from ._loop_ir import (
@@ -113,7 +113,7 @@ class _Checker:
         self.buffers[b.name] = b
 
     def closed(self, expr: sympy.Expr, key: tuple, what: str, extra: frozenset = frozenset()) -> None:
-        unknown = {s.name for s in sympy.sympify(expr).free_symbols} - self.symbols - extra
+        unknown = {s.name for s in as_sympy(expr).free_symbols} - self.symbols - extra
         if unknown:
             raise _Fail(key, f"{what} uses unknown symbol(s) {', '.join(sorted(unknown))}")
 

@@ -75,7 +75,10 @@ def render_svg(dot_text: str) -> str | None:
     """SVG of DOT text through the `dot` program or the `graphviz` package; None when neither is installed."""
     exe = shutil.which("dot")
     if exe is not None:
-        done = subprocess.run([exe, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=120)
+        try:
+            done = subprocess.run([exe, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):  # dot that cannot start or hangs: DOT text only
+            return None
         return done.stdout if done.returncode == 0 else None
     try:
         import graphviz  # noqa: PLC0415  (optional)

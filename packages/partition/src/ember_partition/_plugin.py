@@ -4,6 +4,7 @@ joint-graph diagrams written next to the other dumps when `EMBER_DUMP=dir` is se
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,8 @@ from ._mincut import OPTION, MinCutPartitioner
 
 _dump_dir: Path | None = None
 _counter = itertools.count()
+_warned: set[Path] = set()  # dump folders already reported as unwritable
+log = logging.getLogger("ember.partition")
 
 
 @hookimpl
@@ -41,5 +44,10 @@ def ember_event(event: Event) -> None:
     if _dump_dir is None or event.kind != "partitioned" or not isinstance(joint, JointGraph):
         return
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", joint.graph.name)
-    write_diagram(_dump_dir / f"partition-{next(_counter):03d}-{name}.dot", joint,
-                  partition if isinstance(partition, Partition) else None)
+    try:
+        write_diagram(_dump_dir / f"partition-{next(_counter):03d}-{name}.dot", joint,
+                      partition if isinstance(partition, Partition) else None)
+    except OSError as e:  # a diagram is a debugging aid: never a reason for a compile to fail
+        if _dump_dir not in _warned:
+            _warned.add(_dump_dir)
+            log.warning("EMBER_DUMP: cannot write diagrams to %s (%s); compiling goes on without them", _dump_dir, e)

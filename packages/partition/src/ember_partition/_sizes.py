@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 
 import sympy
-from ember_core import Graph, Value, to_dtype
-from torch.utils._sympy import functions as torch_sympy
+from ember_core import Graph, Value, parse_expr, to_dtype
 
 SIZE_BYTES = 8  # a symbolic int or a scalar, saved as a Python int
 
@@ -44,12 +42,6 @@ def nbytes(value: Value, symbol_hints: Mapping[str, int]) -> int:
     return numel(value, symbol_hints) * to_dtype(value.dtype).itemsize
 
 
-_LOCALS = {
-    name: obj for name, obj in vars(torch_sympy).items() if isinstance(obj, type) and issubclass(obj, sympy.Basic)
-}
-
-
-@functools.lru_cache(maxsize=4096)
 def parse_dim(text: str) -> sympy.Expr:
-    """A symbolic size expression (schema text) as sympy."""
-    return sympy.sympify(text, locals=_LOCALS)
+    """A symbolic size expression (schema text) as sympy, by ember-core's grammar (never evaluated)."""
+    return parse_expr(text)

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from ember_core import CompiledGraph, Event, Graph, PluginError, PluginManager, fingerprint, get_plugin_manager
 
+from ._graph_cache import GraphCache
+
 # fingerprint + codegen + options → compiled graph, shared by every compiled function in the process.
-_cache: dict[tuple, CompiledGraph] = {}
-_cache_lock = threading.Lock()
+_cache = GraphCache()
 
 
 def clear_cache() -> None:
     """Forget every compiled graph (tests, benchmarks of cold compiles)."""
-    with _cache_lock:
-        _cache.clear()
+    _cache.clear()
 
 
 def graph_device(graph: Graph) -> str:
@@ -136,8 +135,7 @@ class Pipeline:
         self.manager.emit(Event("graph_compiled", "codegen", f"graph {graph.name!r} compiled by {codegen.name}",
                                 graph=graph, source=compiled.source))
         if key is not None:
-            with _cache_lock:
-                _cache[key] = compiled
+            _cache.put(key, compiled)
             self.manager.emit(Event("cache_miss", "runtime",
                                     f"graph {graph.name!r}: stored {codegen.name} build {key[0][:12]}"))
         return compiled

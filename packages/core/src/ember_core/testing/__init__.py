@@ -1,5 +1,6 @@
-"""Test helpers for ember and its plugins: the graph battery, the codegen conformance kit, golden snapshots and
-random inputs. The pytest plugin (`gpu` marker) is `ember_core.testing.pytest_plugin`, loaded by entry point.
+"""Test helpers for ember and its plugins: the graph battery, the codegen conformance kit, golden snapshots,
+random inputs and fuzzing helpers. The pytest plugin (`gpu` marker) is `ember_core.testing.pytest_plugin`, loaded
+by entry point.
 
 Names load on first use, so the pytest plugin's import stays cheap."""
 
@@ -15,6 +16,7 @@ _EXPORTS = {
     "graph_to_device": "._devices", "inputs_to_device": "._devices",
     "assert_golden": "._golden", "accepting": "._golden",
     "random_inputs": "._inputs",
+    "PAYLOADS": "._fuzz", "assert_no_code_ran": "._fuzz", "fuzz_examples": "._fuzz", "fuzz_settings": "._fuzz",
 }
 __all__ = sorted(_EXPORTS)
 

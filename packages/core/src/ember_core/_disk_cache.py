@@ -1,0 +1,193 @@
+"""A verified disk cache that any codegen (or the runtime) can keep its builds in.
+
+`DiskCache(name, suffixes)` lives in the subdirectory `name` of the cache root (see `_cache_dir`). Entry `<key>` is
+one file per suffix (`<key>.so`, `<key>.cpp` ...) and the sidecar `<key>.json`, written last, that holds the
+sha256 of each file and the builder's own metadata. Every file is written under a temporary name and moved into
+place.
+
+`lookup` trusts an entry only when its sidecar reads back (see `_sidecar`), matches what the caller expects, and
+every file is a regular file whose bytes hash to what the sidecar says. It never raises for what it finds on disk:
+anything else is a miss with the reason, and the bad entry is removed (a directory or fifo at an entry path too; a
+symlink is unlinked, never followed), so that the caller rebuilds it. A hit refreshes the entry's recency.
+
+Builders hold `lock(key)` while they build: a second process waits, looks up again and finds the entry.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _sidecar
+from ._cache_dir import open_subdir
+from ._cache_files import (
+    ENTRY_FILE,
+    KEY,
+    LOCK,
+    SIDECAR,
+    declare,
+    remove_any,
+    remove_entry,
+    sha256_bytes,
+    sha256_file,
+    write_atomic,
+)
+from ._cache_usage import prune
+from ._file_lock import file_lock, holds
+from ._sidecar import BadEntry, MetaValue, Sidecar
+
+log = logging.getLogger("ember.cache")
+
+
+@dataclass(frozen=True)
+class CacheLookup:
+    """A lookup's outcome: `files` (suffix → path) on a hit, else None and `reason`; `meta` as stored."""
+
+    files: dict[str, Path] | None
+    reason: str = ""
+    meta: dict[str, MetaValue] = field(default_factory=dict)
+
+    @property
+    def hit(self) -> bool:
+        return self.files is not None
+
+
+class DiskCache:
+    """Entries of files with the given suffixes, under `<cache root>/<name>`."""
+
+    def __init__(self, name: str, suffixes: tuple[str, ...]):
+        if not KEY.fullmatch(name):
+            raise ValueError(f"cache name {name!r} must be letters, digits or underscores")
+        bad = [s for s in suffixes if not _sidecar_safe(s)]
+        if bad or not suffixes:
+            raise ValueError(f"suffixes {list(suffixes)} must be 1-16 lowercase letters or digits, not json or lock")
+        self.name = name
+        self.suffixes = tuple(suffixes)
+        declare(name, self.suffixes)
+
+    @property
+    def directory(self) -> Path:
+        """The checked, private directory (tidied on its first use in this process)."""
+        return open_subdir(self.name)
+
+    def path(self, key: str, suffix: str) -> Path:
+        if not KEY.fullmatch(key):
+            raise ValueError(f"cache key {key!r} must be 1-128 letters, digits or underscores")
+        return self.directory / f"{key}.{suffix}"
+
+    def lookup(self, key: str, expect: Mapping[str, MetaValue] | None = None) -> CacheLookup:
+        """The entry's files if it is there and verified (and its meta has `expect`'s values), else a miss."""
+        sidecar_path = self.path(key, SIDECAR)  # a malformed key is the caller's error: ValueError
+        try:
+            sidecar = _sidecar.read(sidecar_path, key, self.suffixes)
+            _check_expected(sidecar, expect or {})
+            files = {s: self.path(key, s) for s in self.suffixes}
+            for suffix, path in files.items():
+                _verify(path, sidecar.files[suffix])
+        except FileNotFoundError as e:
+            if e.filename is not None and str(e.filename).endswith(f".{SIDECAR}"):
+                return CacheLookup(None, "not cached")
+            return self._discard(key, f"a file is missing ({os.path.basename(str(e.filename))})")
+        except BadEntry as e:
+            return self._discard(key, str(e))
+        except (OSError, ValueError, RecursionError) as e:
+            return self._discard(key, f"unreadable ({type(e).__name__}: {e})")
+        _touch(sidecar_path)
+        return CacheLookup(files, "", sidecar.meta)
+
+    def _discard(self, key: str, reason: str) -> CacheLookup:
+        """Remove a bad entry (unless another build holds its lock: that build rewrites it) and say why."""
+        log.warning("cache %s: entry %s is bad (%s); removing it to rebuild", self.name, key, reason)
+        try:
+            lock = self.path(key, LOCK)
+            if holds(lock):
+                remove_entry(self.directory, self.name, key)
+            else:
+                with file_lock(lock, wait=False) as free:
+                    if free:
+                        remove_entry(self.directory, self.name, key)
+        except OSError as e:
+            log.warning("cache %s: could not remove entry %s: %s", self.name, key, e)
+        return CacheLookup(None, reason)
+
+    def store(self, key: str, files: Mapping[str, Path | bytes], meta: Mapping[str, MetaValue]) -> dict[str, Path]:
+        """Put the entry's files in place (a Path is moved, bytes are written), then its sidecar; prune the caches.
+        Raises OSError when the directory cannot take the entry."""
+        if sorted(files) != sorted(self.suffixes):
+            raise ValueError(f"cache {self.name} stores files {list(self.suffixes)}, not {list(files)}")
+        remove_any(self.path(key, SIDECAR))  # the entry is incomplete from here until its sidecar is back
+        digests = {suffix: self._put(self.path(key, suffix), content) for suffix, content in files.items()}
+        record = Sidecar(key, digests, dict(meta))
+        write_atomic(self.path(key, SIDECAR), _sidecar.encode(record))
+        try:
+            prune(keep=(self.directory, key))
+        except OSError as e:
+            log.info("cache %s: pruning stopped early: %s", self.name, e)
+        return {s: self.path(key, s) for s in self.suffixes}
+
+    @staticmethod
+    def _put(target: Path, content: Path | bytes) -> str:
+        remove_any(target)
+        if isinstance(content, bytes):
+            write_atomic(target, content)
+            return sha256_bytes(content)
+        digest = sha256_file(content)
+        try:
+            os.replace(content, target)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            write_atomic(target, Path(content).read_bytes())  # another file system: copy instead
+        return digest
+
+    def lock(self, key: str, *, wait: bool = True) -> AbstractContextManager[bool]:
+        """Hold `<key>.lock` while building key; yields whether it is held (see `_file_lock`)."""
+        return file_lock(self.path(key, LOCK), wait=wait)
+
+    @contextmanager
+    def work_folder(self, key: str) -> Iterator[Path]:
+        """A fresh folder `.build-<key>-*` in the cache directory for one build, removed at the end (one left by a
+        process that died is removed by a later one, see `_cache_dir`)."""
+        self.path(key, LOCK)  # checks the key
+        folder = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".build-{key}-"))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def remove(self, key: str) -> None:
+        self.path(key, SIDECAR)  # checks the key
+        remove_entry(self.directory, self.name, key)
+
+
+def _sidecar_safe(suffix: str) -> bool:
+    return bool(ENTRY_FILE.fullmatch(f"k.{suffix}")) and suffix not in (SIDECAR, LOCK)
+
+
+def _check_expected(sidecar: Sidecar, expect: Mapping[str, MetaValue]) -> None:
+    for name, want in expect.items():
+        if sidecar.meta.get(name) != want:
+            raise BadEntry(f"sidecar names another build (its {name} differs)")
+
+
+def _verify(path: Path, digest: str) -> None:
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise BadEntry(f"{path.name} is a {_sidecar.file_kind(st.st_mode)}, not a file")
+    if sha256_file(path) != digest:
+        raise BadEntry(f"{path.name} does not match its recorded sha256 (corrupt or truncated)")
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path, follow_symlinks=False)
+    except OSError:
+        pass

@@ -1,0 +1,159 @@
+"""The JSON sidecar of a disk-cache entry: what it must hold, and a reader that trusts nothing it reads.
+
+    {"ember_cache": 1, "key": "<key>", "files": {"<suffix>": "<sha256 hex>", ...}, "meta": {"<name>": value}}
+
+Reading is bounded: a regular file only (never through a symlink, never a fifo), at most `MAX_BYTES`, UTF-8,
+nesting at most `MAX_DEPTH`, parsed by `json` (no NaN or Infinity) and then checked field by field. Nothing in it
+is evaluated. Every problem is a `BadEntry` naming it; the caller treats it as a miss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+MAX_BYTES = 64 * 1024
+MAX_DEPTH = 4
+SHA256 = re.compile(r"[0-9a-f]{64}")
+MetaValue = str | int | float | bool | None | list[str]
+
+
+class BadEntry(Exception):
+    """Why an entry cannot be used; the message is the reason logged with the miss."""
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    key: str
+    files: dict[str, str]  # suffix → sha256 hex
+    meta: dict[str, MetaValue]
+
+
+def encode(sidecar: Sidecar) -> bytes:
+    data = {"ember_cache": FORMAT, "key": sidecar.key, "files": sidecar.files, "meta": sidecar.meta}
+    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False).encode()
+
+
+def read(path: Path, key: str, suffixes: tuple[str, ...]) -> Sidecar:
+    """The checked sidecar at path for entry `key` with files `suffixes`; FileNotFoundError when there is none."""
+    text = _read_text(path)
+    if _depth(text) > MAX_DEPTH:
+        raise BadEntry(f"sidecar nests deeper than {MAX_DEPTH}")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise BadEntry(f"sidecar is not JSON ({_short(e)})") from None
+    return _check(data, key, suffixes)
+
+
+def _read_text(path: Path) -> str:
+    st = os.lstat(path)  # FileNotFoundError: not cached
+    if not stat.S_ISREG(st.st_mode):
+        raise BadEntry(f"sidecar is a {file_kind(st.st_mode)}, not a file")
+    if st.st_size > MAX_BYTES:
+        raise BadEntry(f"sidecar is {st.st_size} bytes (more than {MAX_BYTES})")
+    data = read_regular(path, MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise BadEntry(f"sidecar is more than {MAX_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadEntry("sidecar is not UTF-8 text") from None
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of the regular file at path, opened without following a symlink or blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadEntry(f"{path.name} is not a regular file")
+        return f.read(limit)
+
+
+def file_kind(mode: int) -> str:
+    kinds = {stat.S_ISDIR: "directory", stat.S_ISLNK: "symlink", stat.S_ISFIFO: "fifo", stat.S_ISSOCK: "socket",
+             stat.S_ISCHR: "device", stat.S_ISBLK: "device"}
+    return next((name for test, name in kinds.items() if test(mode)), "regular file")
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings (a scan that stops as soon as it passes MAX_DEPTH)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return depth
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _short(e: Exception) -> str:
+    text = str(e)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _check(data: Any, key: str, suffixes: tuple[str, ...]) -> Sidecar:
+    if not isinstance(data, dict):
+        raise BadEntry(f"sidecar holds a JSON {type(data).__name__}, not an object")
+    version = data.get("ember_cache")
+    if type(version) is not int or version != FORMAT:
+        raise BadEntry(f"sidecar format {_shown(version)} is not {FORMAT}")
+    if data.get("key") != key or not isinstance(data.get("key"), str):
+        raise BadEntry(f"sidecar names key {_shown(data.get('key'))}, not this entry's")
+    return Sidecar(key, _check_files(data.get("files"), suffixes), _check_meta(data.get("meta")))
+
+
+def _check_files(files: Any, suffixes: tuple[str, ...]) -> dict[str, str]:
+    if not isinstance(files, dict) or sorted(files) != sorted(suffixes):
+        raise BadEntry(f"sidecar lists files {_shown(files)}, not {list(suffixes)}")
+    for suffix, digest in files.items():
+        if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+            raise BadEntry(f"sidecar's sha256 of .{suffix} is {_shown(digest)}")
+    return dict(files)
+
+
+def _check_meta(meta: Any) -> dict[str, MetaValue]:
+    if not isinstance(meta, dict):
+        raise BadEntry(f"sidecar's meta is {_shown(meta)}, not an object")
+    for name, value in meta.items():
+        if not _is_meta_value(value):
+            raise BadEntry(f"sidecar's meta {name!r} is {_shown(value)}")
+    return dict(meta)
+
+
+def _is_meta_value(value: Any) -> bool:
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _shown(value: Any) -> str:
+    """A short, safe picture of a value read from disk, for a log line."""
+    try:
+        text = repr(value) if isinstance(value, str | int | float | bool | type(None)) else type(value).__name__
+    except ValueError:  # an int too long to print
+        text = "a huge int"
+    return text if len(text) <= 60 else text[:57] + "..."
