@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import builtins
 import traceback
 
 import pytest
 import torch
-from ember_core import Graph, Input, Interpreter, Node, Output, Ref, Sym, Symbol, Value
+from ember_core import Graph, GraphError, Input, Interpreter, Node, Output, Ref, Sym, Symbol, Value
 from ember_core._pycode import python_function
 from ember_core.testing import battery
 
@@ -60,3 +61,12 @@ def test_a_failing_node_shows_its_generated_line_in_the_traceback():
     with pytest.raises(RuntimeError) as info:
         fn([torch.ones(3)])
     assert "y = _op0(x, x)  # aten.mm.default" in "".join(traceback.format_tb(info.tb))
+
+
+def test_keyword_text_that_is_not_an_identifier_never_reaches_the_source():
+    t = Value(shape=(4,), stride=(1,))
+    key = "alpha=__import__('builtins').setattr(__import__('builtins'), 'EMBER_CANARY', 1),beta"
+    g = _graph([Node(("y",), "aten.add.Tensor", (Ref("x"), Ref("x")), {key: 1})], ["y"], {"x": t, "y": t})
+    with pytest.raises(GraphError, match="not an identifier"):
+        python_function(g)
+    assert not hasattr(builtins, "EMBER_CANARY")

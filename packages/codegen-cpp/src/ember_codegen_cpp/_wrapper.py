@@ -27,7 +27,7 @@ from typing import Any
 
 import sympy
 import torch
-from ember_core import Ref, Sym, resolve_op, to_dtype
+from ember_core import Ref, Sym, keyword_name, resolve_op, to_dtype
 from ember_lowering import Buffer, Extern, KernelPlan, PlanInterpreter
 
 from ._exprs import ExprPrinter, parse_expr
@@ -244,7 +244,7 @@ class WrapperWriter:
     def _extern(self, ext: Extern) -> None:
         op = resolve_op(ext.op)
         fn = self.const(_direct(op), "_op")
-        args = [self._arg(a) for a in ext.args] + [f"{k}={self._arg(v)}" for k, v in ext.kwargs.items()]
+        args = [self._arg(a) for a in ext.args] + [f"{keyword_name(k)}={self._arg(v)}" for k, v in ext.kwargs.items()]
         outs = [o for o in ext.outs]
         call = f"{fn}({', '.join(args)})"
         if len(outs) == 1:

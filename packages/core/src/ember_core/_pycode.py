@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._errors import GraphError
 from ._interpreter import Interpreter
 from ._ops import resolve_op
 from ._schema import Graph, Ref, Sym, node_refs
@@ -71,7 +72,7 @@ def python_source(graph: Graph) -> tuple[str, dict[str, Any]]:
     for i, node in enumerate(graph.nodes):
         op = f"_op{i}"
         namer.globals[op] = _direct(resolve_op(node.op))
-        args = [namer.arg(a) for a in node.args] + [f"{k}={namer.arg(v)}" for k, v in node.kwargs.items()]
+        args = [namer.arg(a) for a in node.args] + [f"{keyword_name(k)}={namer.arg(v)}" for k, v in node.kwargs.items()]
         outs = [namer.local(o) for o in node.outputs]
         single = len(outs) == 1 and not _returns_sequence(resolve_op(node.op))
         lhs = outs[0] if single else ", ".join(outs) + ("," if len(outs) == 1 else "")
@@ -91,6 +92,14 @@ def python_function(graph: Graph) -> tuple[Callable[[Sequence[Any]], list], str]
     code = compile(source, filename, "exec")
     exec(code, env)  # noqa: S102 - our own generated source
     return env[source.split("(", 1)[0].removeprefix("def ")], source
+
+
+def keyword_name(key: str) -> str:
+    """A keyword argument's name, fit to print into generated source: an identifier, else `GraphError`. (Graph
+    text reaches generated Python only as identifiers, `repr` literals and names ember made.)"""
+    if not (isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key)):
+        raise GraphError(f"keyword argument name {key!r} is not an identifier"[:200])
+    return key
 
 
 def _direct(op: Any) -> Any:

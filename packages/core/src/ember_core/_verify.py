@@ -100,8 +100,8 @@ def _check_node(graph: Graph, i: int, node: Node, defined: set[str], symbols: se
 def signature_problem(op: object, node: Node) -> str | None:
     """Why the node's arguments cannot bind to the operator's schema (missing, extra or unknown ones), or None."""
     schema = getattr(op, "_schema", None)
-    if schema is None:  # the symbolic-size functions of SYM_OPS
-        return None
+    if schema is None:  # the symbolic-size functions of SYM_OPS: positional arguments only
+        return f"{node.op} takes no keyword arguments" if node.kwargs else None
     params = schema.arguments
     positional = [a for a in params if not a.kwarg_only]
     if len(node.args) > len(positional):
