@@ -20,7 +20,17 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import Graph, Input, Interpreter, JointGraph, Output, decompositions, from_fx, verify
+from ember_core import (
+    Graph,
+    Input,
+    Interpreter,
+    JointGraph,
+    Output,
+    decompositions,
+    from_fx,
+    tracing_lock,
+    verify,
+)
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
@@ -35,8 +45,9 @@ _REGION = "ember_region"  # fx meta key: set on every node recorded while the fo
 def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
     """The joint forward+backward graph of a functional ATen graph (layout in this module's docstring)."""
     grads = requires_grad(graph, example_inputs)
-    trace = JointTrace(insert_grad_boundaries(graph), FakePrimals(graph, example_inputs, grads))
-    gm = trace.run()
+    with tracing_lock():  # make_fx's state is process-wide
+        trace = JointTrace(insert_grad_boundaries(graph), FakePrimals(graph, example_inputs, grads))
+        gm = trace.run()
     joint_graph = _to_graph(graph, gm, trace, grads)
     return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
 

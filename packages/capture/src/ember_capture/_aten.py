@@ -18,7 +18,7 @@ from typing import Any
 import ember_core
 import torch
 import torch.fx as fx
-from ember_core import Graph, Input, Output, decompositions
+from ember_core import Graph, Input, Output, decompositions, tracing_lock
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -218,7 +218,8 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     if isinstance(fn, fx.GraphModule):
         _check_python_effects(fn)
     facts = TraceFacts()
-    gm = _trace(fn, fake_inputs, fake_mode, facts)
+    with tracing_lock():  # make_fx's state is process-wide
+        gm = _trace(fn, fake_inputs, fake_mode, facts)
     gm.graph.eliminate_dead_code()
     _check_constants(gm)
     _insert_no_grad_detaches(gm, facts)

@@ -1,6 +1,7 @@
 """Guards of the `trace` frontend: generated Python, one function per compiled entry.
 
-A `GuardBuilder` collects checks, each a condition that is true when the guard fails plus a reason in words.
+A `GuardBuilder` collects checks, each a condition that is true when the guard fails plus a reason in words
+(a template of ember's, filled with constants and with `Live` values read on a miss: no user text becomes code).
 From the same list it generates two functions: `check(flat, spec) -> bool`, the hot path (straight-line code, no
 allocation beyond the locals), and `explain(flat, spec) -> str | None`, which runs only on a miss and returns the
 first failing check's reason, e.g. `x: size of dim 0 changed from 10 to 8`.
@@ -9,20 +10,33 @@ first failing check's reason, e.g. `x: size of dim 0 changed from 10 to 8`.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
 
+@dataclass(frozen=True)
+class Live:
+    """A value read when a guard is explained: `code` is guard code over its locals, written by ember (never user
+    text); the reason shows it with `str`, or `repr` when the template says `!r`."""
+
+    code: str
+
+
 class GuardBuilder:
-    """Lines of guard code over `flat` (the argument leaves) and `spec` (their pytree structure)."""
+    """Lines of guard code over `flat` (the argument leaves) and `spec` (their pytree structure).
+
+    User data (argument values, dict keys, module names) never becomes code: it reaches the guard only as
+    constants in its namespace, and reasons are assembled from constant text and `Live` values at explain time."""
 
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {**SYMPY_INTERP, "is_grad_enabled": torch.is_grad_enabled, "_size_diff": _size_diff,
-                                   "_stride_diff": _stride_diff}
-        self.lines: list[tuple[str, str, str | None]] = []  # ("let", code, None) | ("check", condition, reason)
+                                   "_stride_diff": _stride_diff, "_reason": _reason}
+        self.lines: list[tuple[str, str, str | None]] = []  # ("let", code, None) | ("check", condition, explain code)
 
     def const(self, prefix: str, value: Any) -> str:
         """A name in the guard's namespace bound to `value`."""
@@ -33,20 +47,36 @@ class GuardBuilder:
     def let(self, var: str, expr: str) -> None:
         self.lines.append(("let", f"{var} = {expr}", None))
 
-    def check(self, failed: str, reason: str) -> None:
-        """`failed` is a condition that is true when the guard fails; `reason` an f-string body saying why."""
-        self.lines.append(("check", failed, reason))
+    def check(self, failed: str, template: str, **fields: Any) -> None:
+        """`failed` is a condition that is true when the guard fails. The reason is `template` (ember's text) with
+        its `{field}`s filled: a `Live` field is read when the guard is explained, any other is shown as it is now
+        (`str`, or `repr` for `{field!r}`)."""
+        parts: list[str | tuple[int, bool]] = []
+        live: list[str] = []
+        for literal, name, _, conversion in string.Formatter().parse(template):
+            if literal:
+                parts.append(literal)
+            if name is None:
+                continue
+            value = fields[name]
+            if isinstance(value, Live):
+                parts.append((len(live), conversion == "r"))
+                live.append(value.code)
+            else:
+                parts.append(repr(value) if conversion == "r" else str(value))
+        explain = f"_reason({self.const('R', tuple(parts))}, ({''.join(c + ', ' for c in live)}))"
+        self.lines.append(("check", failed, explain))
 
     def source(self, name: str = "guard") -> str:
         body = []
-        for kind, code, reason in self.lines:
-            body += [code] if kind == "let" else [f"if {code}:  # {reason}", "    return False"]
+        for kind, code, _ in self.lines:
+            body += [code] if kind == "let" else [f"if {code}:", "    return False"]
         return _function(name, body, "True", "False")
 
     def explain_source(self) -> str:
         body = []
-        for kind, code, reason in self.lines:
-            body += [code] if kind == "let" else [f"if {code}:", f"    return f{reason!r}"]
+        for kind, code, explain in self.lines:
+            body += [code] if kind == "let" else [f"if {code}:", f"    return {explain}"]
         return _function("explain", body, "None", "'a guard raised'")
 
     def build(self) -> tuple[Callable[[list, Any], bool], Callable[[list, Any], str | None], str]:
@@ -66,6 +96,11 @@ class GuardBuilder:
         return check, explain_safely, src
 
 
+def _reason(parts: tuple, live: tuple) -> str:
+    """A failed check's reason: constant text, with the live values (index, as repr?) put in their places."""
+    return "".join(p if isinstance(p, str) else repr(live[p[0]]) if p[1] else str(live[p[0]]) for p in parts)
+
+
 def _function(name: str, body: list[str], ok: str, error: str) -> str:
     lines = [f"def {name}(flat, spec):", "    try:"] + [f"        {line}" for line in body]
     lines += ["    except Exception:", f"        return {error}", f"    return {ok}", ""]
@@ -76,34 +111,30 @@ def tensor_checks(g: GuardBuilder, var: str, label: str, t: torch.Tensor, kind: 
     """Checks that `var` is a tensor of type `kind` like the fake `t`: dtype, device, requires_grad, rank, static
     sizes and strides. Symbolic sizes and strides are left to the shape environment's guards."""
     ty, dt, dev = g.const("T", kind), g.const("D", t.dtype), g.const("V", t.device)
-    g.check(f"type({var}) is not {ty}", f"{label}: type changed from {kind.__name__} to {{type({var}).__name__}}")
-    g.check(f"{var}.dtype is not {dt}", f"{label}: dtype changed from {t.dtype} to {{{var}.dtype}}")
-    g.check(f"{var}.device != {dev}", f"{label}: device changed from {t.device} to {{{var}.device}}")
-    g.check(f"{var}.requires_grad is not {t.requires_grad}",
-            f"{label}: requires_grad changed from {t.requires_grad} to {{{var}.requires_grad}}")
-    g.check(f"{var}.dim() != {t.dim()}", f"{label}: number of dims changed from {t.dim()} to {{{var}.dim()}}")
+
+    def changed(failed: str, what: str, old: Any, new: str) -> None:
+        g.check(failed, "{label}: {what} changed from {old} to {new}", label=label, what=what, old=old, new=Live(new))
+
+    changed(f"type({var}) is not {ty}", "type", kind.__name__, f"type({var}).__name__")
+    changed(f"{var}.dtype is not {dt}", "dtype", t.dtype, f"{var}.dtype")
+    changed(f"{var}.device != {dev}", "device", t.device, f"{var}.device")
+    changed(f"{var}.requires_grad is not {t.requires_grad}", "requires_grad", t.requires_grad, f"{var}.requires_grad")
+    changed(f"{var}.dim() != {t.dim()}", "number of dims", t.dim(), f"{var}.dim()")
     sizes, strides, offset = static_ints(t.shape), static_ints(t.stride()), static_ints([t.storage_offset()])[0]
     if None not in sizes and None not in strides and offset is not None:
-        g.check(f"{var}.size() != {tuple(sizes)}", _first_diff(var, label, "size", sizes))
-        g.check(f"{var}.stride() != {tuple(strides)}", _first_diff(var, label, "stride", strides))
-        g.check(f"{var}.storage_offset() != {offset}",
-                f"{label}: storage offset changed from {offset} to {{{var}.storage_offset()}}")
+        for what, expected in (("size", sizes), ("stride", strides)):
+            g.check(f"{var}.{what}() != {tuple(expected)}", "{label}: {diff}", label=label,
+                    diff=Live(f"_{what}_diff({var}.{what}(), {tuple(expected)})"))
+        changed(f"{var}.storage_offset() != {offset}", "storage offset", offset, f"{var}.storage_offset()")
         return
     for d, n in enumerate(sizes):
         if n is not None:
-            g.check(f"{var}.size({d}) != {n}", f"{label}: size of dim {d} changed from {n} to {{{var}.size({d})}}")
+            changed(f"{var}.size({d}) != {n}", f"size of dim {d}", n, f"{var}.size({d})")
     for d, n in enumerate(strides):
         if n is not None:
-            g.check(f"{var}.stride({d}) != {n}",
-                    f"{label}: stride of dim {d} changed from {n} to {{{var}.stride({d})}}")
+            changed(f"{var}.stride({d}) != {n}", f"stride of dim {d}", n, f"{var}.stride({d})")
     if offset is not None:
-        g.check(f"{var}.storage_offset() != {offset}",
-                f"{label}: storage offset changed from {offset} to {{{var}.storage_offset()}}")
-
-
-def _first_diff(var: str, label: str, what: str, expected: list[int]) -> str:
-    """An f-string naming the first dim whose size (or stride) differs from `expected`."""
-    return f"{label}: {{_{what}_diff({var}.{what}(), {tuple(expected)})}}"
+        changed(f"{var}.storage_offset() != {offset}", "storage offset", offset, f"{var}.storage_offset()")
 
 
 def _size_diff(got: tuple, expected: tuple) -> str:
@@ -137,20 +168,16 @@ def value_check(g: GuardBuilder, var: str, label: str, value: Any) -> None:
     """Python scalars and other leaves: specialized by type and value (by identity for objects without value)."""
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.memory_format)):
         ty = g.const("T", type(value))
-        if value is None:
-            g.check(f"{var} is not None", f"{label}: changed from None to {{{var}!r}}")
-            return
-        g.check(f"type({var}) is not {ty} or {var} != {g.const('C', value)}",
-                f"{label}: changed from {value!r} to {{{var}!r}}")
+        failed = f"{var} is not None" if value is None else f"type({var}) is not {ty} or {var} != {g.const('C', value)}"
+        g.check(failed, "{label}: changed from {old!r} to {new!r}", label=label, old=value, new=Live(var))
         return
-    g.check(f"{var} is not {g.const('O', value)}", f"{label}: is a different object")
+    g.check(f"{var} is not {g.const('O', value)}", "{label}: is a different object", label=label)
 
 
 def shape_env_checks(g: GuardBuilder, guards: list[str], names: dict[str, tuple[str, str]]) -> None:
-    """The shape environment's guards (`L['t0'].size()[0] >= 2`), each rewritten over the guard's locals.
-    `names` maps `t0` to (local variable, readable label)."""
+    """The shape environment's guards (`L['t0'].size()[0] >= 2`, code torch prints from its own symbols), each
+    rewritten over the guard's locals. `names` maps `t0` to (local variable, readable label)."""
     for expr in guards:
         code = re.sub(r"L\['(t\d+)'\]", lambda m: names[m.group(1)][0], expr)
         text = re.sub(r"L\['(t\d+)'\]", lambda m: names[m.group(1)][1], expr)
-        g.check(f"not ({code})", "shape guard failed: " + text.replace("{", "{{").replace("}", "}}"))
-
+        g.check(f"not ({code})", "shape guard failed: {guard}", guard=text)

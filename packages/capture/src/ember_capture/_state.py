@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
-from ._guards import GuardBuilder
+from ._guards import GuardBuilder, Live
 
 
 @dataclass
@@ -91,12 +91,12 @@ class ModuleState:
             for path, module in owner.module.named_modules():
                 var = f"m{j}_{len(found)}"
                 parent, _, leaf = path.rpartition(".")
-                g.let(var, owner.access if not path else f"{found[parent]}._modules.get({leaf!r})")
+                g.let(var, owner.access if not path else f"{found[parent]}._modules.get({g.const('N', leaf)})")
                 found[path] = var
                 label = ".".join(p for p in (owner.prefix, path) if p) or type(module).__name__
-                g.check(f"{var} is not {g.const('M', module)}", f"module {label} was replaced")
-                g.check(f"{var}.training is not {module.training}",
-                        f"module {label}: training changed from {module.training} to {{{var}.training}}")
+                g.check(f"{var} is not {g.const('M', module)}", "module {label} was replaced", label=label)
+                g.check(f"{var}.training is not {module.training}", "module {label}: training changed from {old} to "
+                        "{new}", label=label, old=module.training, new=Live(f"{var}.training"))
                 for attr in ("_parameters", "_buffers"):
                     for name, t in getattr(module, attr).items():
                         if id(t) in lifted:
@@ -106,10 +106,12 @@ class ModuleState:
     def _tensor_checks(g: GuardBuilder, var: str, attr: str, name: str, t: torch.Tensor, label: str) -> None:
         kind = "parameter" if attr == "_parameters" else "buffer"
         p = g.const("P", t)
-        g.check(f"{var}.{attr}.get({name!r}) is not {p}", f"{kind} {label} was replaced by another tensor")
-        g.check(f"{p}.requires_grad is not {t.requires_grad}",
-                f"{kind} {label}: requires_grad changed from {t.requires_grad} to {{{p}.requires_grad}}")
-        g.check(f"{p}.dtype is not {g.const('D', t.dtype)}",
-                f"{kind} {label}: dtype changed from {t.dtype} to {{{p}.dtype}}")
-        g.check(f"{p}.size() != {tuple(t.shape)}",
-                f"{kind} {label}: shape changed from {list(t.shape)} to {{list({p}.shape)}}")
+        g.check(f"{var}.{attr}.get({g.const('N', name)}) is not {p}", "{kind} {label} was replaced by another tensor",
+                kind=kind, label=label)
+        for what, failed, old, new in (
+            ("requires_grad", f"{p}.requires_grad is not {t.requires_grad}", t.requires_grad, f"{p}.requires_grad"),
+            ("dtype", f"{p}.dtype is not {g.const('D', t.dtype)}", t.dtype, f"{p}.dtype"),
+            ("shape", f"{p}.size() != {tuple(t.shape)}", list(t.shape), f"list({p}.shape)"),
+        ):
+            g.check(failed, "{kind} {label}: {what} changed from {old} to {new}", kind=kind, label=label, what=what,
+                    old=old, new=Live(new))

@@ -14,13 +14,14 @@ import builtins
 import contextlib
 import inspect
 import re
+import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember_core import EmberError
+from ember_core import EmberError, tracing_lock
 from torch._dynamo.source import LocalSource
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
@@ -40,7 +41,7 @@ from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unfla
 
 from ._aten import capture_graph
 from ._errors import CaptureError, located
-from ._guards import GuardBuilder, shape_env_checks, static_ints, tensor_checks, value_check
+from ._guards import GuardBuilder, Live, shape_env_checks, static_ints, tensor_checks, value_check
 from ._options import options_of
 from ._report import qualname, report
 from ._runner import GraphRunner
@@ -85,7 +86,7 @@ class TracedFunction:
         self.__wrapped__ = fn
         self.name = qualname(fn)
         self.entries: list[Entry] = []
-        self._hot: list[tuple[Callable, Callable]] = []  # (check, run) per entry: what a call walks
+        self._hot: tuple[tuple[Callable, Callable], ...] = ()  # (check, run) per entry: what a call walks
         self.compiles = 0
         self.fallback_reason: str | None = None  # set once the function runs eagerly for good
         self._limit_warned = False
@@ -105,11 +106,24 @@ class TracedFunction:
     def _miss(self, args: tuple, kwargs: dict, flat: list, spec: Any) -> Any:
         if any(isinstance(x, (FakeTensor, FunctionalTensor)) for x in flat):
             return self.fn(*args, **kwargs)  # called while another function is traced: inline it
+        with tracing_lock():  # one trace at a time in the process; eager fallbacks run after it is released
+            run = self._hit(flat, spec) or self._compile_or_fallback(args, kwargs, flat, spec)
+        return self.fn(*args, **kwargs) if run is None else run(flat)
+
+    def _hit(self, flat: list, spec: Any) -> Callable[[list], Any] | None:
+        """The entry that takes the call, if another thread compiled one while this one waited for the lock."""
+        return next((run for check, run in self._hot if check(flat, spec)), None)
+
+    def _compile_or_fallback(self, args: tuple, kwargs: dict, flat: list, spec: Any) -> Callable[[list], Any] | None:
+        """A new entry's runner; None when the call must run eagerly (recompile limit, or not one graph)."""
+        if self.fallback_reason is not None:
+            return None
         reason = self._explain(flat, spec)
         if reason is not None:
             report("guard_failed", f"{self.name}: {reason}", function=self.name, reason=reason)
         if len(self.entries) >= self.options["recompile_limit"]:
-            return self._over_limit(args, kwargs, reason)
+            self._over_limit(reason)
+            return None
         self._grow_dynamic(flat, spec)
         try:
             entry = self._compile(args, kwargs, flat, spec)
@@ -118,13 +132,13 @@ class TracedFunction:
                 raise
             self.fallback_reason = str(e)
             report("fallback", f"{self.name} runs eagerly from now on: {e}", function=self.name)
-            return self.fn(*args, **kwargs)
+            return None
         if reason is not None:
             report("recompiled", f"{self.name}: {reason}", function=self.name, reason=reason,
                    entries=len(self.entries) + 1)
         self.entries.append(entry)
-        self._hot.append((entry.check, entry.run))
-        return entry.run(flat)
+        self._hot = (*self._hot, (entry.check, entry.run))  # a new tuple: calls in other threads walk a snapshot
+        return entry.run
 
     def _explain(self, flat: list, spec: Any) -> str | None:
         """Why no entry took the call, in words: one reason, or one per entry."""
@@ -133,14 +147,13 @@ class TracedFunction:
             return reasons[0] if reasons else None
         return "; ".join(f"entry {k}: {r}" for k, r in enumerate(reasons))
 
-    def _over_limit(self, args: tuple, kwargs: dict, reason: str | None) -> Any:
+    def _over_limit(self, reason: str | None) -> None:
         if not self._limit_warned:
             self._limit_warned = True
             message = (f"ember: {self.name} reached recompile_limit ({self.options['recompile_limit']}); calls that "
                        f"miss every guard run eagerly. Last guard failure: {reason}")
-            warnings.warn(message, stacklevel=3)
+            warnings.warn(message, stacklevel=5)
             report("fallback", message, function=self.name)
-        return self.fn(*args, **kwargs)
 
     def _grow_dynamic(self, flat: list, spec: Any) -> None:
         """Automatic dynamic (dynamic=None): a static dim whose size changed since the last entry becomes symbolic."""
@@ -188,10 +201,10 @@ class TracedFunction:
 
     def _guard(self, flat, spec, labels, leaves, user_fakes, shape_env, state) -> tuple[Callable, Callable, str]:
         g = GuardBuilder()
-        g.check(f"spec != {g.const('SPEC', spec)}",
-                f"argument structure changed (pytree of {len(flat)} leaves, now {{len(flat)}})")
+        g.check(f"spec != {g.const('SPEC', spec)}", "argument structure changed (pytree of {old} leaves, now {new})",
+                old=len(flat), new=Live("len(flat)"))
         grad = torch.is_grad_enabled()
-        g.check(f"is_grad_enabled() is not {grad}", f"grad mode changed from {grad} to {not grad}")
+        g.check(f"is_grad_enabled() is not {grad}", "grad mode changed from {old} to {new}", old=grad, new=not grad)
         fakes = dict(zip(leaves, user_fakes))
         for i, x in enumerate(flat):
             g.let(f"a{i}", f"flat[{i}]")
@@ -301,22 +314,62 @@ def _anchor_stack_traces(fn: Callable) -> None:
         anchor(target)
 
 
-@contextlib.contextmanager
-def _side_effects_forbidden():
-    """While tracing, `print` and `Tensor.register_hook` raise `_SideEffect`: a graph cannot replay them."""
-    print_, hook = builtins.print, torch.Tensor.register_hook
+class _Interception:
+    """While a thread traces, `print` and `Tensor.register_hook` raise `_SideEffect` in that thread: a graph cannot
+    replay them. Other threads keep the real functions: the replacements check a thread-local flag and delegate.
+    The replacements are installed by the first tracer and the originals put back by the last one, under a lock,
+    also when a trace raises."""
 
-    def no_print(*args: Any, **kwargs: Any) -> None:
-        raise _SideEffect("print()")
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tracers = 0
+        self.local = threading.local()
+        self.originals: tuple[Callable, Callable] = (builtins.print, torch.Tensor.register_hook)
+        self.installed: tuple[Callable, Callable] = self.originals
 
-    def no_hook(*args: Any, **kwargs: Any) -> None:
-        raise _SideEffect("Tensor.register_hook()")
+    def forbidden(self) -> bool:
+        return getattr(self.local, "on", False)
 
-    builtins.print, torch.Tensor.register_hook = no_print, no_hook
-    try:
-        yield
-    finally:
-        builtins.print, torch.Tensor.register_hook = print_, hook
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self.forbidden():
+            raise _SideEffect("print()")
+        return self.originals[0](*args, **kwargs)
+
+    def register_hook(self, *args: Any, **kwargs: Any) -> Any:
+        if self.forbidden():
+            raise _SideEffect("Tensor.register_hook()")
+        return self.originals[1](*args, **kwargs)
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self.lock:
+            if self.tracers == 0:
+                self.originals = (builtins.print, torch.Tensor.register_hook)
+                self.installed = (self.print, _as_method(self.register_hook))
+                builtins.print, torch.Tensor.register_hook = self.installed
+            self.tracers += 1
+        before, self.local.on = self.forbidden(), True
+        try:
+            yield
+        finally:
+            self.local.on = before
+            with self.lock:
+                self.tracers -= 1
+                if self.tracers == 0:  # put back what is still ours (someone may have patched them since)
+                    if builtins.print == self.installed[0]:
+                        builtins.print = self.originals[0]
+                    if torch.Tensor.register_hook is self.installed[1]:
+                        torch.Tensor.register_hook = self.originals[1]
+
+
+def _as_method(fn: Callable) -> Callable:
+    """A plain function (so that `tensor.register_hook(h)` passes the tensor) that calls fn."""
+    def register_hook(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+    return register_hook
+
+
+_side_effects_forbidden = _Interception()
 
 
 def leaf_labels(fn: Callable, args: tuple, kwargs: dict) -> list[str]:

@@ -19,6 +19,7 @@ from ._printer import format_graph, format_node
 from ._pycode import keyword_name
 from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value, iter_refs, node_refs
 from ._stages import CompiledGraph, JointGraph, Partition
+from ._tracing import tracing_lock
 from ._verify import verify
 from .hookspecs import hookimpl
 
@@ -33,5 +34,5 @@ __all__ = [
     "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager", "graph_from_json",
     "graph_to_json", "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path",
     "keyword_name", "load", "loads", "node_refs", "parse_expr", "reset_plugin_manager", "resolve_op", "save",
-    "to_dtype", "to_fx", "value_of", "verify",
+    "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
 ]
