@@ -5,41 +5,20 @@ from __future__ import annotations
 
 import builtins
 import copy
-import threading
 
 import ember
 import pytest
 import torch
 from conftest import FRONTENDS
+from ember_core.testing import in_threads
 from torch.testing import assert_close
 
-THREADS, ROUNDS = 4, 3
+ROUNDS = 3
 PRINT, REGISTER_HOOK = builtins.print, torch.Tensor.register_hook
 
 
 def mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
-
-
-def in_threads(work) -> None:
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(THREADS)
-
-    def body(k: int) -> None:
-        try:
-            barrier.wait()
-            work(k)
-        except BaseException as e:  # re-raised below, in the test's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    if errors:
-        raise errors[0]
 
 
 def train_step_matches_eager(frontend: str, k: int) -> None:

@@ -8,28 +8,10 @@ import threading
 
 import torch
 from ember_capture import TraceFrontend
+from ember_core.testing import in_threads
 from torch.testing import assert_close
 
 PRINT, REGISTER_HOOK = builtins.print, torch.Tensor.register_hook
-
-
-def run_threads(target, n: int = 4) -> list:
-    errors: list = []
-    barrier = threading.Barrier(n)
-
-    def body(k: int) -> None:
-        try:
-            barrier.wait()
-            target(k)
-        except BaseException as e:  # collected and re-raised by the test
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return errors
 
 
 def test_four_threads_compile_modules_at_once(compile_graph):
@@ -42,14 +24,14 @@ def test_four_threads_compile_modules_at_once(compile_graph):
             assert_close(compiled(x), model(x))
 
     for _ in range(3):
-        assert run_threads(work) == []
+        in_threads(work)
     assert builtins.print is PRINT and torch.Tensor.register_hook is REGISTER_HOOK
 
 
 def test_one_traced_function_shared_by_threads_compiles_each_shape_once(compile_graph):
     compiled = TraceFrontend().wrap(lambda x: (x * 2).sin(), compile_graph, {"dynamic": False})
     x = torch.randn(6)
-    assert run_threads(lambda k: [assert_close(compiled(x), (x * 2).sin()) for _ in range(20)]) == []
+    in_threads(lambda k: [assert_close(compiled(x), (x * 2).sin()) for _ in range(20)])
     assert compile_graph.count == 1 and len(compiled.entries) == 1
 
 

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 import sympy
+from ember_core import as_sympy
 from ember_core import parse_expr as core_parse_expr
 
 Expr = sympy.Expr
@@ -35,15 +36,12 @@ def parse_expr(text: str) -> Expr:
 
 
 def to_expr(x: int | str | Expr) -> Expr:
-    if isinstance(x, sympy.Basic):
-        return x
-    if isinstance(x, bool):
-        return sympy.Integer(int(x))
-    if isinstance(x, int):
-        return sympy.Integer(x)
+    """An index expression from an int, a sympy expression or text (parsed, never evaluated)."""
     if isinstance(x, str):
         return parse_expr(x)
-    raise TypeError(f"not an index expression: {x!r}")
+    if isinstance(x, float):
+        raise TypeError(f"not an index expression: {x!r}")
+    return as_sympy(x)
 
 
 def names_in(expr: Expr) -> set[str]:

@@ -16,6 +16,7 @@ _EXPORTS = {
     "graph_to_device": "._devices", "inputs_to_device": "._devices",
     "assert_golden": "._golden", "accepting": "._golden",
     "random_inputs": "._inputs",
+    "in_threads": "._threads",
     "PAYLOADS": "._fuzz", "assert_no_code_ran": "._fuzz", "fuzz_examples": "._fuzz", "fuzz_settings": "._fuzz",
 }
 __all__ = sorted(_EXPORTS)
