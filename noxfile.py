@@ -28,6 +28,10 @@ PACKAGES = {
     "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
+# The fuzz tests of every loader: graph JSON, cache sidecars, loop-IR text (one pytest run each: test file names
+# repeat across packages).
+FUZZ_TESTS = ["packages/core/tests/test_fuzz_graph_json.py", "packages/core/tests/test_disk_cache.py",
+              "packages/lowering/tests/test_fuzz_plan_text.py"]
 TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy", "hypothesis>=6"]
 
 
@@ -67,7 +71,8 @@ def fuzz(session: nox.Session) -> None:
     install_siblings(session, [f"packages/{p}" for p in PACKAGES])
     session.env.setdefault("EMBER_FUZZ_EXAMPLES", "5000")
     session.env.setdefault("EMBER_FUZZ_SEED", "random")
-    pytest(session, "-k", "fuzz", "packages/core/tests", "packages/lowering/tests")
+    for path in FUZZ_TESTS:
+        pytest(session, "-k", "fuzz", path)
 
 
 @nox.session(python=PYTHON)
