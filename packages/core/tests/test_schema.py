@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 import torch
-from ember_core import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Value
+from ember_core import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Value, rename_reads
 from ember_core._schema import INPUT_KINDS, OUTPUT_KINDS, iter_refs, node_refs
 
 
@@ -71,3 +71,10 @@ def test_graph_str_is_the_printed_text():
 def test_kind_tuples_name_every_kind_once():
     assert len(set(INPUT_KINDS)) == len(INPUT_KINDS) and "user" in INPUT_KINDS
     assert {"mutation", "alias", "grad", "saved", "user"} == set(OUTPUT_KINDS)
+
+
+def test_rename_reads_renames_every_read_inside_lists_and_kwargs_but_not_outputs():
+    node = Node(("y",), "aten.cat.default", ((Ref("a"), Ref("b")),), {"out": Ref("a")})
+    renamed = rename_reads(node, {"a": "c", "y": "z"})
+    assert renamed == Node(("y",), "aten.cat.default", ((Ref("c"), Ref("b")),), {"out": Ref("c")})
+    assert rename_reads(node, {}) is node

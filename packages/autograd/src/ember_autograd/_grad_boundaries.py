@@ -11,10 +11,7 @@ returned unchanged: their gradients flow through every differentiable op.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-from ember_core import Graph, Node, Ref, to_dtype
+from ember_core import Graph, Node, Ref, node_refs, rename_reads, to_dtype
 
 from ._primals import differentiable_dtype
 
@@ -59,32 +56,10 @@ def insert_grad_boundaries(graph: Graph) -> Graph:
     values = dict(graph.values)
     nodes: list[Node] = []
     for node in graph.nodes:
-        nodes.append(_read_renamed(node, renamed))
+        nodes.append(rename_reads(node, renamed))
         for name in node.outputs:
             if name in renamed:
                 nodes.append(Node((renamed[name],), DETACH, (Ref(name),), meta=dict(node.meta)))
                 values[renamed[name]] = values[name].replace(base=name)
     outputs = tuple(o.__class__(renamed.get(o.name, o.name), o.kind, o.input) for o in graph.outputs)
     return graph.replace(nodes=tuple(nodes), values=values, outputs=outputs)
-
-
-def _read_renamed(node: Node, renamed: dict[str, str]) -> Node:
-    def arg(a):
-        if isinstance(a, Ref):
-            return Ref(renamed.get(a.name, a.name))
-        if isinstance(a, (list, tuple)):
-            return type(a)(arg(x) for x in a)
-        return a
-
-    return node.replace(args=arg(node.args), kwargs={k: arg(v) for k, v in node.kwargs.items()})
-
-
-def node_refs(node: Node) -> Iterator[str]:
-    """The names of the values a node reads."""
-    stack: list[Any] = [node.args, tuple(node.kwargs.values())]
-    while stack:
-        a = stack.pop()
-        if isinstance(a, Ref):
-            yield a.name
-        elif isinstance(a, (list, tuple)):
-            stack.extend(a)

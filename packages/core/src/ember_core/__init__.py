@@ -17,7 +17,21 @@ from ._options import OptionSpec
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
 from ._pycode import keyword_name
-from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value, iter_refs, node_refs
+from ._schema import (
+    SCHEMA_VERSION,
+    Constant,
+    Graph,
+    Input,
+    Node,
+    Output,
+    Ref,
+    Sym,
+    Symbol,
+    Value,
+    iter_refs,
+    node_refs,
+    rename_reads,
+)
 from ._stages import CompiledGraph, JointGraph, Partition
 from ._tracing import tracing_lock
 from ._verify import verify
@@ -33,6 +47,6 @@ __all__ = [
     "canonical", "clear_disk_cache", "decompositions", "disk_cache_usage", "dtype_name", "dumps", "emit",
     "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager", "graph_from_json",
     "graph_to_json", "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path",
-    "keyword_name", "load", "loads", "node_refs", "parse_expr", "reset_plugin_manager", "resolve_op", "save",
-    "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "keyword_name", "load", "loads", "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager",
+    "resolve_op", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
 ]

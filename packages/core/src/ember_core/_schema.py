@@ -9,6 +9,7 @@ and `Sym` (a symbolic size expression over the graph's symbols). JSON I/O lives 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,3 +169,19 @@ def node_refs(node: Node):
     """Yield the names of the values a node reads, in argument order."""
     yield from iter_refs(node.args)
     yield from iter_refs(node.kwargs)
+
+
+def _map_refs(arg: Any, names: Mapping[str, str]) -> Any:
+    if isinstance(arg, Ref):
+        return Ref(names.get(arg.name, arg.name))
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_map_refs(a, names) for a in arg)
+    return arg
+
+
+def rename_reads(node: Node, names: Mapping[str, str]) -> Node:
+    """`node` reading `names[v]` wherever it read a value `v` named in `names` (its outputs unchanged)."""
+    if not names:
+        return node
+    kwargs = {k: _map_refs(v, names) for k, v in node.kwargs.items()}
+    return node.replace(args=_map_refs(node.args, names), kwargs=kwargs)

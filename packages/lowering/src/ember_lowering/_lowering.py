@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, resolve_op
+from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, node_refs, resolve_op
 
 from ._context import LoweringContext, TensorRef
 from ._errors import LoweringError, Unsupported
@@ -104,17 +104,6 @@ def lower_graph(graph: Graph) -> KernelPlan:
     plan = KernelPlan(graph.name, tuple(ctx.buffers.values()), tuple(ctx.steps), graph.input_names, outputs,
                       graph.symbols, ("lower",), device)
     return name_kernels(drop_unused_buffers(order_buffers(plan)))
-
-
-def node_refs(node: Node):
-    """The value names a node reads."""
-    stack = [*node.args, *node.kwargs.values()]
-    while stack:
-        a = stack.pop()
-        if isinstance(a, Ref):
-            yield a.name
-        elif isinstance(a, (list, tuple)):
-            stack.extend(a)
 
 
 def _needed(graph: Graph) -> set[str]:

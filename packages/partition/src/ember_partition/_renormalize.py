@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ember_core import Graph, Input, JointGraph, Node, Output, Ref, Value
+from ember_core import Graph, Input, JointGraph, Node, Output, Ref, Value, rename_reads
 
 from ._refs import iter_refs, node_reads
 from ._split import Split
@@ -159,18 +159,7 @@ def _fresh(name: str, *taken: Mapping[str, Value]) -> str:
 
 def _rename_node(node: Node, stands_for: Mapping[str, str]) -> Node:
     """`node` reading the chain end wherever it read a norm output (`stands_for`: chain end → norm output)."""
-    return _swap_refs(node, {out: end for end, out in stands_for.items()}) if stands_for else node
-
-
-def _swap_refs(node: Node, names: Mapping[str, str]) -> Node:
-    def swap(a):
-        if isinstance(a, Ref):
-            return Ref(names.get(a.name, a.name))
-        if isinstance(a, (list, tuple)):
-            return type(a)(swap(x) for x in a)
-        return a
-
-    return node.replace(args=swap(node.args), kwargs={k: swap(v) for k, v in node.kwargs.items()})
+    return rename_reads(node, {out: end for end, out in stands_for.items()}) if stands_for else node
 
 
 def _rename(graph: Graph, names: Mapping[str, str]) -> Graph:
@@ -182,7 +171,7 @@ def _rename(graph: Graph, names: Mapping[str, str]) -> Graph:
     values = {k: v for k, v in graph.values.items() if k not in names}
     for old, new in names.items():
         values.setdefault(new, graph.values[old])
-    nodes = tuple(_swap_refs(n, names) for n in graph.nodes)
+    nodes = tuple(rename_reads(n, names) for n in graph.nodes)
     return graph.replace(inputs=inputs, nodes=nodes, outputs=outputs, values=values)
 
 

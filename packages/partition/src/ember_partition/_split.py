@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ember_core import Graph, GraphError, Input, Node, Output, Ref, Sym
+from ember_core import Graph, GraphError, Input, Node, Output, Ref, Sym, rename_reads
 
 from ._joint import JointInfo, ancestors
 from ._refs import iter_refs
@@ -124,7 +124,7 @@ def _backward_graph(info: JointInfo, nodes: list[int], saved: tuple[str, ...], r
     graph = info.graph
     body = [_with_meta(graph.nodes[i], region="backward", recomputed=i in recomputed) for i in nodes]
     if copies:
-        body = [_rename_reads(n, copies) for n in body]
+        body = [rename_reads(n, copies) for n in body]
     inputs = (*(Input(v, "saved") for v in saved), *(Input(t, "tangent") for t in info.tangents))
     values = {c: graph.values[p].replace(base=None) for p, c in copies.items()}
     grads = tuple(Output(copies.get(g.name, g.name), g.kind, g.input) for g in info.grads)
@@ -155,14 +155,3 @@ def _with_meta(node: Node, region: str, recomputed: bool = False) -> Node:
     if recomputed:
         meta["recomputed"] = "1"
     return node.replace(meta=meta)
-
-
-def _rename_reads(node: Node, names: dict[str, str]) -> Node:
-    def rename(a):
-        if isinstance(a, Ref):
-            return Ref(names.get(a.name, a.name))
-        if isinstance(a, (list, tuple)):
-            return type(a)(rename(x) for x in a)
-        return a
-
-    return node.replace(args=rename(node.args), kwargs={k: rename(v) for k, v in node.kwargs.items()})
