@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import sympy
-from ember_core import Graph, GraphError, Sym, Symbol
-from ember_core._symbolic import evaluate, parse  # not exported by ember-core yet; one copy of size arithmetic
+from ember_core import Graph, GraphError, Sym, Symbol, dim_value, parse_expr
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 
@@ -44,7 +43,7 @@ class SymbolTable:
     def dim(self, d: int | str) -> Any:
         """A dimension of the schema (an int or an expression over the graph's symbols) as an int or SymInt."""
         try:
-            return evaluate(d, self.symints)
+            return dim_value(d, self.symints)
         except KeyError as e:
             raise GraphError(f"size {d!r} uses symbol {e.args[0]!r}, which the graph does not declare") from None
 
@@ -57,7 +56,7 @@ class SymbolTable:
         def text(d: Any) -> Any:
             if not isinstance(d, str):
                 return d
-            expr = parse(d)
+            expr = parse_expr(d)
             swap = {s: sympy.Symbol(names[s.name], integer=True) for s in expr.free_symbols if s.name in names}
             return str(expr.xreplace(swap)) if swap else d
 

@@ -33,6 +33,7 @@ from ._schema import (
     rename_reads,
 )
 from ._stages import CompiledGraph, JointGraph, Partition
+from ._symbolic import evaluate as dim_value
 from ._tracing import tracing_lock
 from ._verify import verify
 from .hookspecs import hookimpl
@@ -44,8 +45,8 @@ __all__ = [
     "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph", "Node", "OptionError",
     "OptionSpec", "Output", "Partition", "PluginError", "PluginManager", "PluginRegistry", "Ref", "SCHEMA_VERSION",
     "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy", "cache_root", "cache_size_limit",
-    "canonical", "clear_disk_cache", "decompositions", "disk_cache_usage", "dtype_name", "dumps", "emit",
-    "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager", "graph_from_json",
+    "canonical", "clear_disk_cache", "decompositions", "dim_value", "disk_cache_usage", "dtype_name", "dumps",
+    "emit", "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager", "graph_from_json",
     "graph_to_json", "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path",
     "keyword_name", "load", "loads", "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager",
     "resolve_op", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",

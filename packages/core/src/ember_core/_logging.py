@@ -21,6 +21,7 @@ class EventLogger:
         self.dump_dir: Path | None = None
         self._counter = itertools.count()
         self._dump_warned = False
+        self._last_graph: str | None = None
 
     def configure(self, logs: str, dump: str | None) -> None:
         names = {a.strip() for a in (logs or "").split(",") if a.strip()}
@@ -45,7 +46,7 @@ class EventLogger:
         if event.artifact in self.artifacts:
             text = event.message
             if event.graph is not None and event.artifact in ("graphs", "joint", "partition", "kernels"):
-                text += "\n" + str(event.graph)
+                text += self._graph_text(event.graph)
             if event.source and event.artifact in ("guards", "kernels", "partition"):
                 text += "\n" + event.source
             log.getChild(event.artifact).info(text)
@@ -54,6 +55,15 @@ class EventLogger:
                 self.dump(event, self.dump_dir)
             except OSError as e:
                 self._dump_failed(self.dump_dir, e)
+
+    def _graph_text(self, graph) -> str:
+        """The graph's text, or a pointer to where it was printed when the last graph logged was the same one
+        (capture and codegen both report a graph that no pass changed)."""
+        text = str(graph)
+        if text == self._last_graph:
+            return f" (graph {graph.name!r} as printed above)"
+        self._last_graph = text
+        return "\n" + text
 
     def _dump_failed(self, folder: Path, error: OSError) -> None:
         """A dump is a debugging aid: one that cannot be written is reported once and never stops a compile."""
