@@ -83,3 +83,12 @@ def test_unknown_frontend_is_an_error_naming_it(toy):
 def test_other_backends_go_to_torch_compile(x):
     compiled = compile(f, backend="eager")
     torch.testing.assert_close(compiled(x), f(x))
+
+
+def test_dynamo_backend_needs_a_frontend_that_declares_backend(toy, x, monkeypatch):
+    from ember_runtime import Pipeline, dynamo_backend
+
+    monkeypatch.setattr(Pipeline, "frontend", lambda self, name=None: toy.frontend)  # a frontend with wrap() only
+    gm = torch.fx.symbolic_trace(f)
+    with pytest.raises(PluginError, match=r"frontend 'dynamo' .* has no backend\(compile_graph, options\)"):
+        dynamo_backend(gm, [x])

@@ -32,7 +32,7 @@ from ._schema import (
     node_refs,
     rename_reads,
 )
-from ._stages import CompiledGraph, JointGraph, Partition
+from ._stages import BackendFrontend, CompiledGraph, Frontend, JointGraph, Partition
 from ._symbolic import evaluate as dim_value
 from ._tracing import tracing_lock
 from ._verify import verify
@@ -41,13 +41,13 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event", "ExprError",
-    "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph", "Node", "OptionError",
-    "OptionSpec", "Output", "Partition", "PluginError", "PluginManager", "PluginRegistry", "Ref", "SCHEMA_VERSION",
-    "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy", "cache_root", "cache_size_limit",
-    "canonical", "clear_disk_cache", "decompositions", "dim_value", "disk_cache_usage", "dtype_name", "dumps",
-    "emit", "fingerprint", "format_graph", "format_node", "from_fx", "get_plugin_manager", "graph_from_json",
-    "graph_to_json", "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path",
-    "keyword_name", "load", "loads", "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager",
-    "resolve_op", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
+    "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter",
+    "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager",
+    "PluginRegistry", "Ref", "SCHEMA_VERSION", "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy",
+    "cache_root", "cache_size_limit", "canonical", "clear_disk_cache", "decompositions", "dim_value",
+    "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph", "format_node", "from_fx",
+    "get_plugin_manager", "graph_from_json", "graph_to_json", "hookimpl", "interpret", "is_random", "iter_refs",
+    "json_schema", "json_schema_path", "keyword_name", "load", "loads", "node_refs", "parse_expr", "rename_reads",
+    "reset_plugin_manager", "resolve_op", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
 ]

@@ -65,6 +65,14 @@ class Frontend(Protocol):
 
 
 @runtime_checkable
+class BackendFrontend(Frontend, Protocol):
+    """A frontend that also serves as a plain Dynamo backend: `torch.compile(model, backend="ember")` calls the
+    `backend(...)` of the frontend named `dynamo` with each GraphModule Dynamo captured."""
+
+    def backend(self, compile_graph: CompileGraph, options: Mapping[str, Any]) -> Callable[[Any, list], Callable]: ...
+
+
+@runtime_checkable
 class GraphPass(Protocol):
     id: str
 

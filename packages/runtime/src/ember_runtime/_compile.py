@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from ember_core import OptionError
+from ember_core import BackendFrontend, OptionError, PluginError
 
 from ._pipeline import Pipeline
 
@@ -73,5 +73,8 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str 
         raise OptionError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in MODES)}")
     pipeline = Pipeline.from_options(options, fullgraph=False, dynamic=None, mode=mode)
     frontend = pipeline.frontend("dynamo")
+    if not isinstance(frontend, BackendFrontend):
+        raise PluginError(f"frontend 'dynamo' ({type(frontend).__name__}) has no backend(compile_graph, options) "
+                          "method: torch.compile(backend='ember') needs one (see ember_core.BackendFrontend)")
     return frontend.backend(pipeline.compile_graph, pipeline.frontend_options)(gm, example_inputs)
 
