@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 import torch
-from ember_core import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Value, rename_reads
+from ember_core import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Value, graph_device, rename_reads
 from ember_core._schema import INPUT_KINDS, OUTPUT_KINDS, iter_refs, node_refs
 
 
@@ -78,3 +78,10 @@ def test_rename_reads_renames_every_read_inside_lists_and_kwargs_but_not_outputs
     renamed = rename_reads(node, {"a": "c", "y": "z"})
     assert renamed == Node(("y",), "aten.cat.default", ((Ref("c"), Ref("b")),), {"out": Ref("c")})
     assert rename_reads(node, {}) is node
+
+
+def test_graph_device_is_the_first_tensor_inputs_then_a_constants_then_cpu():
+    cuda = Value(shape=(2,), stride=(1,), device="cuda:1")
+    g = Graph("g", (Input("n"), Input("x")), (), (Output("x"),), {"n": Value(type="sym", dtype="int64"), "x": cuda})
+    assert graph_device(g) == "cuda:1"
+    assert graph_device(Graph("e", (), (), (), {})) == "cpu"

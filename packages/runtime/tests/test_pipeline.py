@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import torch
-from ember_core import Graph, get_plugin_manager, hookimpl
-from ember_runtime import clear_cache, compile, graph_device, record_events
+from ember_core import Graph, get_plugin_manager, graph_device, hookimpl
+from ember_runtime import clear_cache, compile, record_events
 
 
 class CountingPass:

@@ -27,7 +27,7 @@ from typing import Any
 
 import sympy
 import torch
-from ember_core import Ref, Sym, keyword_name, resolve_op, to_dtype
+from ember_core import Ref, Sym, direct_call, keyword_name, resolve_op, returns_sequence, to_dtype
 from ember_lowering import Buffer, Extern, KernelPlan, PlanInterpreter
 
 from ._exprs import ExprPrinter, parse_expr
@@ -243,7 +243,7 @@ class WrapperWriter:
 
     def _extern(self, ext: Extern) -> None:
         op = resolve_op(ext.op)
-        fn = self.const(_direct(op), "_op")
+        fn = self.const(direct_call(op), "_op")
         args = [self._arg(a) for a in ext.args] + [f"{keyword_name(k)}={self._arg(v)}" for k, v in ext.kwargs.items()]
         outs = [o for o in ext.outs]
         call = f"{fn}({', '.join(args)})"
@@ -251,7 +251,7 @@ class WrapperWriter:
             if outs[0] == "_":
                 self.emit(f"{call}  # {ext.op}")
             else:
-                pick = "[0]" if _returns_sequence(op) else ""
+                pick = "[0]" if returns_sequence(op) else ""
                 self.emit(f"{self.layout.local[outs[0]]} = {call}{pick}  # {ext.op}")
         else:
             self.emit(f"_r = {call}  # {ext.op}")
@@ -288,17 +288,6 @@ def _refs(args: Any):
             yield a
         elif isinstance(a, (tuple, list)):
             yield from _refs(a)
-
-
-def _returns_sequence(op: Any) -> bool:
-    rets = getattr(getattr(op, "_schema", None), "returns", ())
-    return len(rets) > 1 or (len(rets) == 1 and "[]" in str(rets[0].type))
-
-
-def _direct(op: Any) -> Any:
-    """An OpOverload's C++ entry point (one Python frame less per call), as ember-core's wrapper does."""
-    direct = getattr(op, "_op", None)
-    return direct if callable(direct) and getattr(op, "_schema", None) is not None else op
 
 
 def interpreted_kernel(plan: KernelPlan, step: InterpretedKernel, touched: list[str], symbols: list[str]) -> Callable:

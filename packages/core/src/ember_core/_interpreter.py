@@ -10,7 +10,7 @@ import torch
 from ._errors import GraphError
 from ._ops import resolve_op
 from ._printer import format_node
-from ._schema import Graph, Ref, Sym, node_refs
+from ._schema import Graph, Ref, Sym, has_sym, node_refs
 from ._symbolic import evaluate
 
 
@@ -21,7 +21,7 @@ class Interpreter:
         self.graph = graph
         self._ops = [resolve_op(n.op) for n in graph.nodes]
         self._frees = self._plan_frees(graph)
-        self._has_syms = any(_has_sym(n.args) or _has_sym(tuple(n.kwargs.values())) for n in graph.nodes)
+        self._has_syms = any(has_sym(n.args) or has_sym(tuple(n.kwargs.values())) for n in graph.nodes)
         self._outputs = [o.name for o in graph.outputs]
 
     @staticmethod
@@ -88,14 +88,6 @@ def _read(a: Any, env: dict[str, Any], syms: dict[str, int]) -> Any:
     if isinstance(a, tuple):
         return [_read(x, env, syms) for x in a]
     return a
-
-
-def _has_sym(args: Any) -> bool:
-    if isinstance(args, Sym):
-        return True
-    if isinstance(args, (list, tuple)):
-        return any(_has_sym(a) for a in args)
-    return False
 
 
 def interpret(graph: Graph, inputs: Sequence[Any]) -> list[Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from ._errors import GraphError
 from ._interpreter import Interpreter
 from ._ops import resolve_op
-from ._schema import Graph, Ref, Sym, node_refs
+from ._schema import Graph, Ref, Sym, has_sym, node_refs
 from ._symbolic import evaluate
 
 _counter = itertools.count()
@@ -64,17 +64,17 @@ def python_source(graph: Graph) -> tuple[str, dict[str, Any]]:
     for name, c in graph.constants.items():
         namer.globals[f"_c_{namer.local(name)}"] = c.tensor
         lines.append(f"    {namer.local(name)} = _c_{namer.local(name)}")
-    if any(_has_sym(n.args) or _has_sym(tuple(n.kwargs.values())) for n in graph.nodes):
+    if any(has_sym(n.args) or has_sym(tuple(n.kwargs.values())) for n in graph.nodes):
         namer.globals["_bindings"] = Interpreter(graph).bindings
         lines.append("    _syms = _bindings(inputs)")
     last_use = {r: i for i, n in enumerate(graph.nodes) for r in node_refs(n)}
     keep = {o.name for o in graph.outputs} | set(graph.constants)
     for i, node in enumerate(graph.nodes):
         op = f"_op{i}"
-        namer.globals[op] = _direct(resolve_op(node.op))
+        namer.globals[op] = direct_call(resolve_op(node.op))
         args = [namer.arg(a) for a in node.args] + [f"{keyword_name(k)}={namer.arg(v)}" for k, v in node.kwargs.items()]
         outs = [namer.local(o) for o in node.outputs]
-        single = len(outs) == 1 and not _returns_sequence(resolve_op(node.op))
+        single = len(outs) == 1 and not returns_sequence(resolve_op(node.op))
         lhs = outs[0] if single else ", ".join(outs) + ("," if len(outs) == 1 else "")
         lines.append(f"    {lhs} = {op}({', '.join(args)})  # {node.op}")
         dead = [namer.locals[r] for r in dict.fromkeys(node_refs(node)) if last_use[r] == i and r not in keep]
@@ -102,23 +102,16 @@ def keyword_name(key: str) -> str:
     return key
 
 
-def _direct(op: Any) -> Any:
+def direct_call(op: Any) -> Any:
     """An OpOverload's C++ entry point: what `OpOverload.__call__` forwards to, minus one Python frame per call."""
     direct = getattr(op, "_op", None)
     return direct if callable(direct) and getattr(op, "_schema", None) is not None else op
 
 
-def _returns_sequence(op: Any) -> bool:
+def returns_sequence(op: Any) -> bool:
+    """Whether an op returns several values (a tuple or a list of tensors) rather than one."""
     schema = getattr(op, "_schema", None)
     if schema is None:
         return False
     rets = schema.returns
     return len(rets) > 1 or (len(rets) == 1 and "[]" in str(rets[0].type))
-
-
-def _has_sym(args: Any) -> bool:
-    if isinstance(args, Sym):
-        return True
-    if isinstance(args, (list, tuple)):
-        return any(_has_sym(a) for a in args)
-    return False

@@ -165,6 +165,27 @@ def iter_refs(arg: Any):
             yield from iter_refs(a)
 
 
+def graph_device(graph: Graph) -> str:
+    """The device a graph computes on, as torch names it (`cpu`, `cuda:0`): that of its first tensor input, else of
+    its first constant, else of its first tensor value, else `cpu`."""
+    for inp in graph.inputs:
+        v = graph.values.get(inp.name)
+        if v is not None and v.type == "tensor":
+            return v.device
+    for c in graph.constants.values():
+        return str(c.tensor.device)
+    return next((v.device for v in graph.values.values() if v.type == "tensor"), "cpu")
+
+
+def has_sym(arg: Any) -> bool:
+    """Whether an argument is, or holds in its lists, a symbolic size."""
+    if isinstance(arg, Sym):
+        return True
+    if isinstance(arg, (list, tuple)):
+        return any(has_sym(a) for a in arg)
+    return False
+
+
 def node_refs(node: Node):
     """Yield the names of the values a node reads, in argument order."""
     yield from iter_refs(node.args)

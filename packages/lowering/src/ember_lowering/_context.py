@@ -19,7 +19,7 @@ from ember_core import Graph, Ref, Sym, as_sympy
 
 from ._builder import KernelBuilder, Val
 from ._errors import LoweringError
-from ._indexing import ONE, ZERO, Ranges, contiguous_strides, simplify, sym, to_expr
+from ._indexing import ONE, ZERO, Ranges, contiguous_strides, linear_index, simplify, sym, to_expr
 from ._loop_ir import Buffer, Dim, Op
 
 Expr = sympy.Expr
@@ -182,7 +182,7 @@ class LoweringContext:
                 v = self.load(b, x, idx)
                 v = prologue(b, v) if prologue else b.cast(v, acc or v.dtype)
                 if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
-                    linear = _linear([idx[d] for d in dims], [x.shape[d] for d in dims])
+                    linear = linear_index([idx[d] for d in dims], [x.shape[d] for d in dims])
                     results = (b.reduce(op, v, b.index(linear)),)
                 else:
                     results = b.reduce(op, v)
@@ -242,12 +242,3 @@ def _trivial_reduction(b: KernelBuilder, op: Op, v: Val) -> tuple[Val, ...]:
     if op in (Op.REDUCE_ANY, Op.REDUCE_ALL):
         return (b.cast(v, "bool"),)
     return (v,)
-
-
-def _linear(idx: Sequence[Expr], sizes: Sequence[Expr]) -> Expr:
-    """Row-major linear index of idx within sizes."""
-    out, acc = ZERO, ONE
-    for e, s in zip(reversed(idx), reversed(sizes)):
-        out += e * acc
-        acc *= s
-    return out

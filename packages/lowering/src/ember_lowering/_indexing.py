@@ -44,6 +44,15 @@ def to_expr(x: int | str | Expr) -> Expr:
     return as_sympy(x)
 
 
+def linear_index(idx: Sequence[Expr], sizes: Sequence[Expr]) -> Expr:
+    """Row-major linear index of `idx` within `sizes`."""
+    out, acc = ZERO, ONE
+    for e, s in zip(reversed(idx), reversed(sizes)):
+        out += e * acc
+        acc *= s
+    return out
+
+
 def names_in(expr: Expr) -> set[str]:
     return {s.name for s in expr.free_symbols}
 

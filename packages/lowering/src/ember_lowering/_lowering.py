@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, node_refs, resolve_op
+from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, graph_device, node_refs, resolve_op
 
 from ._context import LoweringContext, TensorRef
 from ._errors import LoweringError, Unsupported
@@ -84,7 +84,7 @@ def bind_args(node: Node) -> dict[str, Any]:
 def lower_graph(graph: Graph) -> KernelPlan:
     """The unfused plan: one kernel per lowered op (views are index arithmetic), externs for the rest."""
     ctx = LoweringContext(graph)
-    device = next((v.device for v in graph.values.values() if v.type == "tensor"), "cpu")
+    device = graph_device(graph)
     for inp in graph.inputs:
         v = graph.values[inp.name]
         if v.type == "tensor":

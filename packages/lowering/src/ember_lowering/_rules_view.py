@@ -15,7 +15,7 @@ from ember_core import Node
 
 from ._context import LoweringContext, TensorRef
 from ._errors import Unsupported
-from ._indexing import ONE, ZERO, to_expr
+from ._indexing import ONE, ZERO, linear_index, to_expr
 
 Expr = sympy.Expr
 
@@ -28,7 +28,7 @@ def reshape_index(ctx: LoweringContext, src: Sequence[Expr], dst: Sequence[Expr]
     ins = [k for k, d in enumerate(src) if d != 1]
     outs = [k for k, d in enumerate(dst) if d != 1]
     for gin, gout in _groups(ctx, [src[k] for k in ins], [dst[k] for k in outs]):
-        linear = _linear([v[outs[k]] for k in gout], [dst[outs[k]] for k in gout])
+        linear = linear_index([v[outs[k]] for k in gout], [dst[outs[k]] for k in gout])
         sizes = [src[ins[k]] for k in gin]
         for j, k in enumerate(gin):
             inner = sympy.Mul(*sizes[j + 1:]) if j + 1 < len(sizes) else ONE
@@ -60,14 +60,6 @@ def _groups(ctx: LoweringContext, src: list[Expr], dst: list[Expr]) -> list[tupl
             return [(list(range(len(src))), list(range(len(dst))))]
         groups.append((gi, gj))
     return groups
-
-
-def _linear(idx: Sequence[Expr], sizes: Sequence[Expr]) -> Expr:
-    out, acc = ZERO, ONE
-    for e, s in zip(reversed(idx), reversed(sizes)):
-        out += e * acc
-        acc *= s
-    return out
 
 
 def _norm(d: int, rank: int) -> int:

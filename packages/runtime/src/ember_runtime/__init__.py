@@ -2,9 +2,9 @@
 
 from ._compile import MODES, CompiledModule, compile, dynamo_backend
 from ._events import record_events
-from ._pipeline import Pipeline, clear_cache, graph_device
+from ._pipeline import Pipeline, clear_cache
 
 __version__ = "0.1.0"
 
 __all__ = ["MODES", "CompiledModule", "Pipeline", "__version__", "clear_cache", "compile", "dynamo_backend",
-           "graph_device", "record_events"]
+           "record_events"]

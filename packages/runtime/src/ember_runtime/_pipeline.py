@@ -6,7 +6,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, PluginError, PluginManager, fingerprint, get_plugin_manager
+from ember_core import (
+    CompiledGraph,
+    Event,
+    Graph,
+    PluginError,
+    PluginManager,
+    fingerprint,
+    get_plugin_manager,
+    graph_device,
+)
 
 from ._graph_cache import GraphCache
 
@@ -17,17 +26,6 @@ _cache = GraphCache()
 def clear_cache() -> None:
     """Forget every compiled graph (tests, benchmarks of cold compiles)."""
     _cache.clear()
-
-
-def graph_device(graph: Graph) -> str:
-    """The device type the graph computes on: that of its first tensor input or constant, else cpu."""
-    for inp in graph.inputs:
-        v = graph.values[inp.name]
-        if v.type == "tensor":
-            return torch.device(v.device).type
-    for c in graph.constants.values():
-        return c.tensor.device.type
-    return "cpu"
 
 
 class Pipeline:
@@ -119,7 +117,7 @@ class Pipeline:
 
     def codegen_graph(self, graph: Graph, example_inputs: Sequence[Any] | None) -> CompiledGraph:
         """The device's codegen for one graph, through the cache."""
-        codegen = self.codegen(graph_device(graph))
+        codegen = self.codegen(torch.device(graph_device(graph)).type)
         key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] else None
         if key is not None:
             hit = _cache.get(key)
