@@ -3,7 +3,7 @@
 from ._cache_dir import cache_root
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
 from ._disk_cache import CacheLookup, DiskCache
-from ._dtypes import dtype_name, to_dtype
+from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
 from ._events import Event
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
@@ -45,11 +45,11 @@ __all__ = [
     "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
     "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter",
     "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager",
-    "PluginRegistry", "Ref", "SCHEMA_VERSION", "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy",
-    "cache_root", "cache_size_limit", "canonical", "clear_disk_cache", "decompositions", "dim_value", "direct_call",
-    "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph", "format_node", "from_fx",
-    "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl", "interpret", "is_random",
-    "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load", "loads", "node_refs", "parse_expr",
-    "rename_reads", "reset_plugin_manager", "resolve_op", "returns_sequence", "save", "to_dtype", "to_fx",
-    "tracing_lock", "value_of", "verify",
+    "PluginRegistry", "Ref", "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value",
+    "__version__", "as_sympy", "cache_root", "cache_size_limit", "canonical", "clear_disk_cache", "decompositions",
+    "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
+    "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl",
+    "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load", "loads",
+    "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager", "resolve_op", "returns_sequence", "save",
+    "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
 ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import torch
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -28,6 +31,7 @@ _SHORT = {
 }
 
 DTYPE_NAMES = tuple(_DTYPES)
+SHORT_DTYPE_NAMES: Mapping[str, str] = MappingProxyType(_SHORT)  # schema name → the name printed text uses
 
 
 def dtype_name(dtype: torch.dtype) -> str:

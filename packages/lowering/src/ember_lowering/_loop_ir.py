@@ -36,22 +36,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
-from ember_core import Symbol
+from ember_core import SHORT_DTYPE_NAMES, Symbol, to_dtype
 
 # ---------------------------------------------------------------------------------------------- dtypes
 
-# Dtypes a kernel computes with (schema name → short name used in text). The others only pass through externs.
-KERNEL_DTYPES: dict[str, str] = {
-    "float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
-    "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "b8",
-}
-DTYPE_SHORT: dict[str, str] = {**KERNEL_DTYPES, "complex64": "c64", "complex128": "c128",
-                               "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
+# Short names in text are ember-core's (`f32`). Kernels compute with the dtypes below; the others only pass
+# through externs.
+DTYPE_SHORT: dict[str, str] = dict(SHORT_DTYPE_NAMES)
+KERNEL_DTYPES: dict[str, str] = {name: DTYPE_SHORT[name] for name in (
+    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
 DTYPE_LONG: dict[str, str] = {v: k for k, v in DTYPE_SHORT.items()}
 FLOAT_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
 INT_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8"})
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-            "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1}
+ITEMSIZE = {name: to_dtype(name).itemsize for name in DTYPE_SHORT}
 
 NAN = float("nan")  # the one NaN object: consts holding it compare equal, so parse(print(plan)) == plan
 
