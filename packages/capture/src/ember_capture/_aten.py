@@ -18,7 +18,7 @@ from typing import Any
 import ember_core
 import torch
 import torch.fx as fx
-from ember_core import Graph, Input, Output, decompositions, tracing_lock
+from ember_core import Graph, Input, Output, decompositions, iter_refs, tracing_lock
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -169,7 +169,7 @@ def _requires_grad(graph: Graph, gm: fx.GraphModule, fake_inputs: Sequence[Any],
     for inp, x in zip(graph.inputs, fake_inputs):
         values[inp.name] = values[inp.name].replace(requires_grad=isinstance(x, torch.Tensor) and x.requires_grad)
     for node in graph.nodes:
-        reads = any(r in values and values[r].requires_grad for r in _refs((node.args, node.kwargs)))
+        reads = any(r in values and values[r].requires_grad for r in iter_refs((node.args, node.kwargs)))
         on = grad_of.get(node.outputs[0], True)
         for o in node.outputs:
             v = values[o]
@@ -180,17 +180,6 @@ def _requires_grad(graph: Graph, gm: fx.GraphModule, fake_inputs: Sequence[Any],
         rg = facts.out_requires_grad[j] if j < n_user else facts.mutated_requires_grad[j - n_user]
         values[out.name] = values[out.name].replace(requires_grad=rg)
     return graph.replace(values=values)
-
-
-def _refs(arg: Any):
-    if isinstance(arg, ember_core.Ref):
-        yield arg.name
-    elif isinstance(arg, (list, tuple)):
-        for a in arg:
-            yield from _refs(a)
-    elif isinstance(arg, dict):
-        for a in arg.values():
-            yield from _refs(a)
 
 
 def _differentiable(dtype: str) -> bool:

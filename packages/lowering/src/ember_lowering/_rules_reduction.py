@@ -15,8 +15,9 @@ from ember_core import Node
 
 from ._builder import KernelBuilder, Val
 from ._context import LoweringContext, TensorRef
-from ._indexing import ONE, ZERO
+from ._indexing import ONE
 from ._loop_ir import Op, opmath
+from ._rules_view import drop_dims
 
 
 def reduce_dims(x: TensorRef, dim: Any) -> list[int]:
@@ -29,16 +30,6 @@ def reduce_dims(x: TensorRef, dim: Any) -> list[int]:
 
 def count(x: TensorRef, dims: Sequence[int]) -> sympy.Expr:
     return sympy.Mul(*(x.shape[d] for d in dims)) if dims else ONE
-
-
-def drop_dims(t: TensorRef, dims: Sequence[int]) -> TensorRef:
-    """A view of t without its size-1 dims `dims` (keepdim → not keepdim)."""
-    kept = [k for k in range(t.rank) if k not in dims]
-
-    def index_of(v):
-        it = iter(v)
-        return [ZERO if k in dims else next(it) for k in range(t.rank)]
-    return t.view([t.shape[k] for k in kept], index_of)
 
 
 def _acc(kind: str, x: TensorRef, out_dtype: str) -> str:

@@ -104,17 +104,21 @@ def _unsqueeze(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     return x.view([*x.shape[:d], ONE, *x.shape[d:]], lambda v: [*v[:d], *v[d + 1:]])
 
 
+def drop_dims(t: TensorRef, dims: Sequence[int]) -> TensorRef:
+    """A view of t without its size-1 dims `dims` (keepdim → not keepdim)."""
+    kept = [k for k in range(t.rank) if k not in dims]
+
+    def index_of(v):
+        it = iter(v)
+        return [ZERO if k in dims else next(it) for k in range(t.rank)]
+    return t.view([t.shape[k] for k in kept], index_of)
+
+
 def _squeeze(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     x = ctx.tensor(a["self"])
     dims = a.get("dim", a.get("dims"))
     dims = range(x.rank) if dims is None else [dims] if isinstance(dims, int) else dims
-    gone = {_norm(d, x.rank) for d in dims if x.rank and x.shape[_norm(d, x.rank)] == 1}
-    kept = [k for k in range(x.rank) if k not in gone]
-
-    def index_of(v):
-        it = iter(v)
-        return [ZERO if k in gone else next(it) for k in range(x.rank)]
-    return x.view([x.shape[k] for k in kept], index_of)
+    return drop_dims(x, {_norm(d, x.rank) for d in dims if x.rank and x.shape[_norm(d, x.rank)] == 1})
 
 
 def _slice(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
