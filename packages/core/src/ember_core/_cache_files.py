@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ._file_lock import file_lock
+from ._sidecar import open_regular
 
 KEY = re.compile(r"[A-Za-z0-9_]{1,128}")
 ENTRY_FILE = re.compile(r"(?P<key>[A-Za-z0-9_]{1,128})\.(?P<suffix>[a-z0-9]{1,16})")
@@ -110,10 +111,7 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def sha256_file(path: Path) -> str:
     """The sha256 of the regular file at path, read without following a symlink or blocking on a fifo."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
+    with open_regular(path) as f:
         h = hashlib.sha256()
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)

@@ -461,7 +461,7 @@ def load(path: str | os.PathLike) -> Graph:
     path = Path(path)
     _check_regular_file(path, str(path), "graph file")
     try:
-        text = path.read_bytes()[:MAX_FILE_BYTES + 1].decode()
+        text = path.read_bytes().decode()
     except (OSError, UnicodeDecodeError) as e:
         raise SchemaError(str(path), f"cannot read graph file: {e}") from None
     return graph_from_json(_parse_json(text, str(path)), str(path), base_dir=path.parent)

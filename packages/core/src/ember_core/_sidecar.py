@@ -15,7 +15,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 FORMAT = 1
 MAX_BYTES = 64 * 1024
@@ -67,12 +67,20 @@ def _read_text(path: Path) -> str:
         raise BadEntry("sidecar is not UTF-8 text") from None
 
 
-def read_regular(path: Path, limit: int) -> bytes:
-    """At most `limit` bytes of the regular file at path, opened without following a symlink or blocking."""
+def open_regular(path: Path) -> BinaryIO:
+    """The regular file at path, opened for reading without following a symlink or blocking on a fifo;
+    `BadEntry` for anything else there."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadEntry(f"{path.name} is not a regular file")
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise BadEntry(f"{path.name} is not a regular file")
+    return f
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of the regular file at path (see `open_regular`)."""
+    with open_regular(path) as f:
         return f.read(limit)
 
 
