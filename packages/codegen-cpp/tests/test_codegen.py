@@ -36,8 +36,8 @@ def test_compile_many_builds_in_parallel_and_returns_loaded_graphs():
 
 
 def test_graph_the_printer_cannot_handle_runs_in_the_interpreter(monkeypatch, caplog):
-    from ember_codegen_cpp import _program
-    from ember_codegen_cpp._errors import CannotPrint
+    from ember_codegen_cpp import CannotPrint
+    from ember_codegen_cpp import _codegen as _program
 
     class Refuses(_program.KernelPrinter):
         def print(self):

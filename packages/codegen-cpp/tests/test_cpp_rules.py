@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from ember_codegen_cpp import cpp_rules
+from ember_codegen_cpp import CannotPrint, cpp_rules
 from ember_codegen_cpp._cpp_rules import cast, expression, literal
-from ember_codegen_cpp._errors import CannotPrint
 from ember_lowering import POINTWISE_OPS, Op
 
 

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 from ember_codegen_cpp import KernelPrinter
-from ember_codegen_cpp._layout import PlanLayout
 from ember_lowering import lower
+from ember_lowering.codegen import PlanLayout
 from helpers import check, trace
 
 SPECIAL = torch.tensor([0.0, -0.0, 1.5, -2.5, 0.5, 3.0, math.inf, -math.inf, math.nan, 1e-40, -7.0, 65504.0, 70000.0])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from ember_codegen_cpp import Builder, compiler
-from ember_codegen_cpp._fallback import UseFallback
 from ember_codegen_cpp._loader import LazyLibrary
 from ember_core import Graph
+from ember_lowering.codegen import UseFallback
 
 
 @pytest.mark.skipif(compiler() is None, reason="no C++ compiler")

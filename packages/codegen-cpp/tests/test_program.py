@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 from ember_codegen_cpp import build_program
-from ember_codegen_cpp._program import InterpretedKernel, Segment
 from ember_lowering import Extern, lower
+from ember_lowering.codegen import InterpretedKernel, Segment
 from helpers import trace
 
 
@@ -15,10 +15,10 @@ def test_kernels_between_externs_form_segments():
     program = build_program(plan)
     kinds = [type(s).__name__ for s in program.steps]
     assert "Extern" in kinds and kinds.count("Segment") == len(program.segments) >= 1
-    assert program.cpp.count('extern "C"') == len(program.segments) + 1  # + the libm block
+    assert program.source.count('extern "C"') == len(program.segments) + 1  # + the libm block
     assert all(isinstance(s, (Segment, InterpretedKernel, Extern)) for s in program.steps)
 
 
 def test_graph_without_kernels_has_no_translation_unit():
     plan = lower(trace(lambda x, w: (x @ w,), torch.randn(4, 8), torch.randn(8, 2)), emit_event=False)
-    assert build_program(plan).cpp == ""
+    assert build_program(plan).source == ""

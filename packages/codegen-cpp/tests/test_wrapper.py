@@ -63,8 +63,8 @@ def test_extern_results_feed_kernels_and_constants_are_read_in_place():
 
 
 def test_interpreted_kernel_writes_into_the_plans_buffers(monkeypatch):
-    from ember_codegen_cpp import _program
-    from ember_codegen_cpp._errors import CannotPrint
+    from ember_codegen_cpp import CannotPrint
+    from ember_codegen_cpp import _codegen as _program
 
     class RefusesReductions(_program.KernelPrinter):
         def print(self):

@@ -1,13 +1,14 @@
 """ember-codegen-cpp: KernelPlan → C++ (OpenMP + SIMD) built with the system compiler, cached, called via ctypes."""
 
+from ember_lowering.codegen import BuildError, CannotPrint, Program
+
 from ._build import FLAGS, Builder, compiler
 from ._cache import cache_dir, cache_root
 from ._codegen import CppCodegen
 from ._cpp_rules import cpp_rules
-from ._errors import BuildError, CannotPrint
 from ._kernel_printer import KernelPrinter
 from ._prelude import prelude
-from ._program import Program, build_program
+from ._program import build_program
 
 __version__ = "0.1.1"
 

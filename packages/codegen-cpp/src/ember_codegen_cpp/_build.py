@@ -1,10 +1,9 @@
-"""Building a translation unit into a shared library with the system compiler, through the disk cache, in a pool.
+"""Building a translation unit into a shared library with the system compiler.
 
-`Builder.library(source)` gives a `Build`: either a verified cached library (`hit`), or a future of one that a
-worker thread is compiling (`g++` runs as a subprocess, so builds of several graphs overlap on several cores).
-The cache key hashes the source, the flags, the compiler's version and the CPU (because of `-march=native`).
-Threads of one process share a build of the same key (`Builder._inflight`); processes share one through the
-cache's lock file: a worker holds `<key>.lock` while it compiles, and one that waited for it looks up again.
+`Builder.library(source)` gives a `Build` of the shared layer's `BuildPool`: a verified cached library, or a
+future of one that a worker thread is compiling (`g++` runs as a subprocess, so builds of several graphs overlap
+on several cores). What is C++ here: the compiler, its flags, and the cache key, which hashes the source, the
+flags, the compiler's version and the CPU (because of `-march=native`).
 """
 
 from __future__ import annotations
@@ -15,14 +14,12 @@ import platform
 import shlex
 import shutil
 import subprocess
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ember_lowering.codegen import Build, BuildError, BuildPool
+
 from ._cache import CACHE
-from ._errors import BuildError
 
 # -O3: -O2 builds only ~10% faster (0.61 s vs 0.70 s for a 1900-line training graph) and vectorizes less.
 # No -ffast-math: results must match torch's, NaN and inf included. -fno-math-errno lets sqrt and libm calls
@@ -87,78 +84,27 @@ def run_compiler(cxx: str, flags: tuple[str, ...], source: str, work: Path) -> P
     return out
 
 
-@dataclass
-class Build:
-    """A library being made: `hit` says it came from the cache; `future` resolves to its path or BuildError."""
-
-    key: str
-    future: Future
-    hit: bool
-    reason: str = ""  # why it was not a hit
-
-
 class Builder:
-    """Builds through the cache; one worker thread per core; concurrent requests of one key share a build."""
+    """Builds through the cache in the shared pool; concurrent requests of one key share a build."""
 
     def __init__(self, flags: tuple[str, ...] = FLAGS, cxx: str | None = None):
         self.flags = tuple(flags)
         self._cxx = cxx
-        self._pool: ThreadPoolExecutor | None = None
-        self._inflight: dict[str, Future] = {}
-        self._lock = threading.RLock()
+        self.pool = BuildPool(CACHE, "cpp")
 
     @property
     def cxx(self) -> str | None:
         return self._cxx or compiler()
 
-    def pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1),
-                                                thread_name_prefix="ember-cpp-build")
-            return self._pool
-
     def library(self, source: str) -> Build:
+        """A Build whose future resolves to the cache entry's files: `so` (the library) and `cpp`."""
         cxx = self.cxx
         if cxx is None:
-            return Build("", _failed(BuildError("no C++ compiler found (set CXX, or install g++)")), False,
-                         "no compiler")
-        key = build_key(source, self.flags, cxx)
+            return Build.failed(BuildError("no C++ compiler found (set CXX, or install g++)"), "no compiler")
         expect = {"source_sha256": hashlib.sha256(source.encode()).hexdigest()}
-        with self._lock:
-            running = self._inflight.get(key)
-            if running is not None:
-                return Build(key, running, False, "being built")
-            found = CACHE.lookup(key, expect)
-            if found.hit:
-                done: Future = Future()
-                done.set_result(found.files["so"])
-                return Build(key, done, True)
-            future = self.pool().submit(self._build, key, source, expect, cxx)
-            self._inflight[key] = future
-        future.add_done_callback(lambda _f, key=key: self._forget(key))
-        return Build(key, future, False, found.reason)
 
-    def _forget(self, key: str) -> None:
-        with self._lock:
-            self._inflight.pop(key, None)
+        def make(work: Path) -> tuple[dict, dict]:
+            built = run_compiler(cxx, self.flags, source, work)
+            return {"so": built, "cpp": source.encode()}, {"flags": list(self.flags), "compiler": compiler_version(cxx)}
 
-    def _build(self, key: str, source: str, expect: dict[str, str], cxx: str) -> Path:
-        """Compile under the key's lock, unless the process we waited for has built it meanwhile."""
-        with CACHE.lock(key):
-            found = CACHE.lookup(key, expect)
-            if found.hit:
-                return found.files["so"]
-            with CACHE.work_folder(key) as work:
-                built = run_compiler(cxx, self.flags, source, work)
-                meta = {**expect, "flags": list(self.flags), "compiler": compiler_version(cxx)}
-                try:
-                    return CACHE.store(key, {"so": built, "cpp": source.encode()}, meta)["so"]
-                except OSError as e:
-                    raise BuildError(f"the cache could not keep the library built for {key}: {e}") from e
-
-
-def _failed(error: Exception) -> Future:
-    f: Future = Future()
-    f.set_exception(error)
-    return f
+        return self.pool.get(build_key(source, self.flags, cxx), expect, make)

@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from ember_lowering import Op
-
-from ._errors import CannotPrint
+from ember_lowering.codegen import CannotPrint
 
 CTYPE = {
     "float64": "double", "float32": "float", "float16": "float", "bfloat16": "float", "int64": "int64_t",

@@ -1,138 +1,36 @@
-"""Index and size expressions (sympy over loop vars, graph symbols and SSA values) as C++ and as Python text.
-
-Both follow Python's integer semantics, as the loop IR says: `floor` is floor division and `Mod` takes the
-divisor's sign. C++ spells that with `ember_ifloor`/`ember_imod`, or with plain `/` and `%` where the operands are
-provably nonnegative (loop vars and sizes are), which keeps inner loops simple enough to vectorize.
+"""Index and size expressions in C++, with the loop IR's Python integer semantics: `floor` is floor division and
+`Mod` takes the divisor's sign. C++ spells that `ember_ifloor`/`ember_imod`, or plain `/` and `%` where the
+operands are provably nonnegative (loop vars and sizes are), which keeps inner loops simple enough to vectorize.
+The walk over the expression and the bounds are the shared `IndexPrinter`'s; only the leaves are C++ here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-
 import sympy
-from ember_core import as_sympy
-from ember_core import parse_expr as core_parse_expr
-
-from ._errors import CannotPrint
+from ember_lowering.codegen import IndexPrinter
 
 _INT64_MIN = -(1 << 63)
-def parse_expr(text: str) -> sympy.Expr:
-    """An `ember_core.Sym` expression as sympy, read as lowering reads loop-IR indices (never evaluated)."""
-    return core_parse_expr(text, "index")
 
 
-class ExprPrinter:
-    """Prints expressions; `names` maps each symbol name to its spelling, `lower` gives a symbol's known lower
-    bound (None: unknown), so that plain C++ operators can be used where the operands are nonnegative."""
-
-    def __init__(self, names: Mapping[str, str], lower: Callable[[str], int | None], python: bool = False):
-        self.names, self.lower_of, self.python = names, lower, python
-
-    # ------------------------------------------------------------------ facts
-
-    def lower(self, e: sympy.Expr) -> int | None:
-        """A lower bound of e over every value of its symbols, or None."""
-        if e.is_Integer:
-            return int(e)
-        if e.is_Symbol:
-            return self.lower_of(e.name)
-        args = [self.lower(a) for a in e.args]
-        if isinstance(e, sympy.Add):
-            return None if None in args else sum(args)
-        if isinstance(e, sympy.Mul):
-            if None in args or any(a < 0 for a in args):
-                return None
-            out = 1
-            for a in args:
-                out *= a
-            return out
-        if isinstance(e, sympy.Max):
-            known = [a for a in args if a is not None]
-            return max(known) if known else None
-        if isinstance(e, sympy.Min):
-            return None if None in args else min(args)
-        if isinstance(e, sympy.floor):
-            num, den = sympy.fraction(sympy.together(e.args[0]))
-            return 0 if self.nonneg(num) and self.positive(den) else None
-        if isinstance(e, sympy.Mod) or type(e).__name__ == "ModularIndexing":
-            return 0 if self.positive(e.args[-1]) else None
-        if type(e).__name__ in ("FloorDiv", "CleanDiv"):
-            return 0 if self.nonneg(e.args[0]) and self.positive(e.args[1]) else None
-        return None
-
-    def nonneg(self, e: sympy.Expr) -> bool:
-        low = self.lower(e)
-        return low is not None and low >= 0
-
-    def positive(self, e: sympy.Expr) -> bool:
-        low = self.lower(e)
-        return low is not None and low >= 1
-
-    # ------------------------------------------------------------------ printing
-
-    def __call__(self, e: sympy.Expr) -> str:
-        return self.print(as_sympy(e))
-
-    def print(self, e: sympy.Expr) -> str:
-        if e.is_Integer:
-            return self.integer(int(e))
-        if e.is_Symbol:
-            if e.name not in self.names:
-                raise CannotPrint(f"unknown symbol {e.name!r} in {e}")
-            return self.names[e.name]
-        if isinstance(e, sympy.Add):
-            return "(" + " + ".join(self.print(a) for a in e.args) + ")"
-        if isinstance(e, sympy.Mul):
-            num, den = sympy.fraction(e)
-            if den != 1:
-                raise CannotPrint(f"index expression {e} is not an integer")
-            return "(" + " * ".join(self.print(a) for a in e.args) + ")"
-        if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) >= 0:
-            return "(" + " * ".join([self.print(e.args[0])] * int(e.args[1]) or ["1"]) + ")"
-        if isinstance(e, (sympy.floor, sympy.ceiling)):
-            num, den = sympy.fraction(sympy.together(e.args[0]))
-            if isinstance(e, sympy.floor):
-                return self.floordiv(num, den)
-            return f"(-{self.floordiv(-num, den)})"
-        if isinstance(e, sympy.Mod):
-            return self.mod(*e.args)
-        if isinstance(e, (sympy.Max, sympy.Min)):
-            return self.extremum(e)
-        name = type(e).__name__
-        if name in ("FloorDiv", "CleanDiv", "IntTrueDiv"):
-            return self.floordiv(*e.args)
-        if name == "ModularIndexing":
-            return self.mod(sympy.floor(e.args[0] / e.args[1]), e.args[2])
-        raise CannotPrint(f"cannot print index expression {e} ({name})")
+class ExprPrinter(IndexPrinter):
+    """C++ spelling of index expressions (int64 literals, floor division and modulo that match Python's)."""
 
     def integer(self, n: int) -> str:
-        if self.python:
-            return str(n)
         if n == _INT64_MIN:
             return "(-9223372036854775807LL - 1)"
         return f"{n}LL" if not -(1 << 31) <= n < (1 << 31) else str(n)
 
     def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
         a, b = self.print(num), self.print(den)
-        if self.python:
-            return f"({a} // {b})"
         if self.nonneg(num) and self.positive(den):
             return f"({a} / {b})"
         return f"ember_ifloor({a}, {b})"
 
     def mod(self, num: sympy.Expr, den: sympy.Expr) -> str:
         a, b = self.print(num), self.print(den)
-        if self.python:
-            return f"({a} % {b})"
         if self.nonneg(num) and self.positive(den):
             return f"({a} % {b})"
         return f"ember_imod({a}, {b})"
 
     def extremum(self, e: sympy.Expr) -> str:
-        fn = ("max" if isinstance(e, sympy.Max) else "min") if self.python else \
-            ("ember_imax" if isinstance(e, sympy.Max) else "ember_imin")
-        args = [self.print(a) for a in e.args]
-        out = args[0]
-        for a in args[1:]:
-            out = f"{fn}({out}, {a})"
-        return out
+        return self.fold("ember_imax" if isinstance(e, sympy.Max) else "ember_imin", [self.print(a) for a in e.args])

@@ -20,17 +20,14 @@ torch's own softmax does), and values a later loop would recompute expensively c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy
 from ember_core import as_sympy
 from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index
+from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
 from ._coalesce import coalesce
 from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
-from ._errors import CannotPrint
 from ._exprs import ExprPrinter
-from ._layout import PlanLayout
 from ._reductions import FOLD, LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
 from ._stash import Stash, is_transcendental, plan_stash
 
@@ -39,16 +36,6 @@ BLOCK = 128  # i-points per parallel work item of an outer-contiguous reduction 
 _SIMD = "#pragma omp simd"
 _PARALLEL = "#pragma omp parallel for schedule(static)"
 _ERR = " reduction(|:ember_err)"
-
-
-@dataclass(frozen=True)
-class CKernel:
-    """A printed kernel: its C++ function name, the roots it takes (in order), those it writes, its text."""
-
-    name: str
-    roots: tuple[str, ...]
-    writes: frozenset[str]
-    text: str
 
 
 class KernelPrinter:
@@ -75,7 +62,7 @@ class KernelPrinter:
 
     # ------------------------------------------------------------------ entry
 
-    def print(self) -> CKernel:
+    def print(self) -> PrintedKernel:
         body = self._body()
         roots = sorted(self.roots, key=list(self.layout.buffers).index)
         params = []
@@ -88,7 +75,7 @@ class KernelPrinter:
         text = "\n".join([head, "  int ember_err = 0;", *body, "  return ember_err;", "}"])
         if self.uses_err:  # known once the body is printed: add the flag to every loop pragma
             text = text.replace(_SIMD, _SIMD + _ERR).replace(_PARALLEL, _PARALLEL + _ERR)
-        return CKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text)
+        return PrintedKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text)
 
     def _body(self) -> list[str]:
         out = [f"  const int64_t n_{d.var} = {self.expr(d.size)};" for d in self.k.dims]

@@ -10,9 +10,9 @@ dividing in every lane; the scalar tail keeps its own (mean, m2, count). Lanes m
 from __future__ import annotations
 
 from ember_lowering import Instr, Op
+from ember_lowering.codegen import CannotPrint
 
 from ._cpp_rules import CTYPE, FLOATS, highest, literal, lowest
-from ._errors import CannotPrint
 
 LANES = 32  # lanes of a reduction accumulator: 2 AVX-512 vectors of float, enough to hide add latency
 FOLD = 32 * LANES  # elements of the r-dim between two folds of a float32 sum's lanes into its cascade

@@ -16,7 +16,7 @@ from ._ops import resolve_op
 from ._options import OptionSpec
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
-from ._pycode import direct_call, keyword_name, returns_sequence
+from ._pycode import direct_call, keyword_name, load_function, returns_sequence
 from ._schema import (
     SCHEMA_VERSION,
     Constant,
@@ -49,7 +49,7 @@ __all__ = [
     "__version__", "as_sympy", "cache_root", "cache_size_limit", "canonical", "clear_disk_cache", "decompositions",
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
     "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl",
-    "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load", "loads",
-    "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager", "resolve_op", "returns_sequence", "save",
-    "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
+    "load_function", "loads", "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager", "resolve_op",
+    "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
 ]

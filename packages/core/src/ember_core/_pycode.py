@@ -87,11 +87,17 @@ def python_source(graph: Graph) -> tuple[str, dict[str, Any]]:
 def python_function(graph: Graph) -> tuple[Callable[[Sequence[Any]], list], str]:
     """Compile the graph to a Python function `fn(inputs) -> outputs`; returns it with its source."""
     source, env = python_source(graph)
-    filename = f"<ember-graph-{next(_counter)}-{graph.name}>"
+    return load_function(source, env, source.split("(", 1)[0].removeprefix("def "), f"graph-{graph.name}"), source
+
+
+def load_function(source: str, env: dict[str, Any], fn_name: str, label: str) -> Callable:
+    """Run source that ember generated (never text from a user: names in it are ember's, values reach it through
+    `env`) in `env` and return its function `fn_name`. The source is registered with linecache under
+    `<ember-N-label>`, so tracebacks and debuggers show the generated lines."""
+    filename = f"<ember-{next(_counter)}-{label}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    code = compile(source, filename, "exec")
-    exec(code, env)  # noqa: S102 - our own generated source
-    return env[source.split("(", 1)[0].removeprefix("def ")], source
+    exec(compile(source, filename, "exec"), env)  # noqa: S102 - ember's own generated source
+    return env[fn_name]
 
 
 def keyword_name(key: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ember_codegen_cpp._fallback import UseFallback, fix_layout, non_overlapping, same_layout
+from ember_lowering.codegen import UseFallback, fix_layout, non_overlapping, same_layout
 
 
 def test_same_layout_ignores_size_one_and_empty_dims():

@@ -6,6 +6,7 @@ assumes, a kernel's error flag, a failed build. Each ends in a correct result or
   runs in ember-core's interpreter codegen.
 - `fix_layout`: the same for an extern's result that kernels read.
 - `UseFallback`: raised inside the wrapper to run the whole graph in the interpreter codegen instead.
+- `report_fallback`: the log line and `fallback` event of a graph (or kernel) that a codegen does not run natively.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import Event, Graph, emit, get_plugin_manager
+from ember_core import CompiledGraph, Event, Graph, emit, get_plugin_manager
 
 log = logging.getLogger("ember.kernels")
 
@@ -85,16 +86,19 @@ class InterpreterFallback:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self._fn: Callable | None = None
+        self._compiled: CompiledGraph | None = None
         self._lock = threading.Lock()
         self._told: set[str] = set()
 
-    def fn(self) -> Callable:
+    def compiled(self) -> CompiledGraph:
         with self._lock:
-            if self._fn is None:
+            if self._compiled is None:
                 impl = get_plugin_manager().registry.find("codegen", "interpreter").impl
-                self._fn = impl.compile(self.graph, None, {}).fn
-            return self._fn
+                self._compiled = impl.compile(self.graph, None, {})
+            return self._compiled
+
+    def fn(self) -> Callable:
+        return self.compiled().fn
 
     def __call__(self, inputs: Sequence[Any], why: str = "") -> list:
         if why and why not in self._told:
@@ -107,7 +111,8 @@ class InterpreterFallback:
         return self(inputs, "a kernel flagged an integer division by zero or an index out of bounds")
 
 
-def report_fallback(graph: Graph, reason: str, source: str | None = None) -> None:
-    log.warning("codegen cpp: graph %r falls back to the interpreter codegen: %s", graph.name, reason)
-    emit(Event(kind="fallback", stage="codegen-cpp", message=f"graph {graph.name!r}: {reason}", graph=graph,
+def report_fallback(stage: str, graph: Graph, reason: str, source: str | None = None) -> None:
+    """`stage` names the codegen (`codegen-cpp`); the reason says what runs where instead, and why."""
+    log.warning("%s: graph %r: %s", stage, graph.name, reason)
+    emit(Event(kind="fallback", stage=stage, message=f"graph {graph.name!r}: {reason}", graph=graph,
                source=source, data={"reason": reason}))

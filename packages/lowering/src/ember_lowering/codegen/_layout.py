@@ -1,9 +1,10 @@
-"""Where each buffer of a plan lives: its storage root, its offset from that root, and the names both codes use.
+"""Where each buffer of a plan lives: its storage root, its offset from that root, and the names the wrapper
+and the kernels both use.
 
-A root is a buffer that owns a pointer the wrapper passes to C++: an input, a constant, an extern's result, or a
-buffer a kernel writes that reuses no other storage (an "owner"). A view or a temp that reuses an owner's
+A root is a buffer that owns the storage the wrapper hands to kernels: an input, a constant, an extern's result,
+or a buffer a kernel writes that reuses no other storage (an "owner"). A view or a temp that reuses an owner's
 storage is addressed as `root + rel_offset + sum(index * stride)`. Symbols the plan's sizes use are bound by the
-wrapper from the inputs' shapes and strides (as `PlanInterpreter.bindings`) and passed to C++ as int64 values.
+wrapper from the inputs' shapes and strides (as `PlanInterpreter.bindings`) and passed to kernels as integers.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 
 import sympy
 from ember_core import Ref, Sym, as_sympy
-from ember_lowering import Buffer, Extern, Kernel, KernelPlan
 
+from .._indexing import parse_expr
+from .._loop_ir import Buffer, Extern, Kernel, KernelPlan
 from ._errors import CannotPrint
-from ._exprs import parse_expr
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*$")
 

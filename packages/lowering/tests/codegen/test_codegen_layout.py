@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ember_codegen_cpp._errors import CannotPrint
-from ember_codegen_cpp._layout import PlanLayout
 from ember_lowering import lower
-from helpers import trace
+from ember_lowering.codegen import CannotPrint, PlanLayout
+from lowering_checks import trace
 
 
 def test_views_are_addressed_from_their_root_with_an_offset():

@@ -1,0 +1,29 @@
+"""The layer every codegen of the loop IR shares: program steps, buffer layout, the generated Python wrapper,
+layout checks and ATen/interpreter fallbacks with their events, lazy binding of builds, and the build pool over
+ember-core's verified disk cache. A codegen subclasses `PlanCodegen` and says only what is its own: how a kernel
+prints, how its unit builds and how the wrapper calls a segment (see ember-codegen-cpp)."""
+
+from ._build_pool import Build, BuildPool
+from ._codegen import PlanCodegen
+from ._errors import BuildError, CannotPrint
+from ._exprs import IndexPrinter
+from ._fallback import (
+    InterpreterFallback,
+    UseFallback,
+    fix_layout,
+    non_overlapping,
+    relayout,
+    report_fallback,
+    same_layout,
+)
+from ._layout import PlanLayout
+from ._lazy import LazyBinding
+from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, identifier, plan_program
+from ._wrapper import WrapperWriter, interpreted_kernel
+
+__all__ = [
+    "Build", "BuildError", "BuildPool", "CannotPrint", "IndexPrinter", "InterpretedKernel", "InterpreterFallback",
+    "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel", "Program", "Segment", "Step", "UseFallback",
+    "WrapperWriter", "fix_layout", "identifier", "interpreted_kernel", "non_overlapping", "plan_program",
+    "relayout", "report_fallback", "same_layout",
+]

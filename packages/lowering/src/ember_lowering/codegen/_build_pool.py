@@ -1,0 +1,91 @@
+"""Builds of kernel binaries through a verified disk cache, in a pool of worker threads.
+
+`BuildPool.get(key, expect, make)` gives a `Build`: either a verified cache entry (`hit`), or a future of one
+that a worker thread is making (`make` typically runs a compiler as a subprocess, so builds of several graphs
+overlap on several cores). Threads of one process share the build of a key (`_inflight`); processes share one
+through the cache entry's lock: a worker holds it while it builds, and one that waited for it looks up again.
+The future resolves to the entry's files ({suffix: path}) or raises `BuildError`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ember_core import DiskCache
+
+from ._errors import BuildError
+
+# make(work folder) -> (files to keep {suffix: path or bytes}, extra sidecar metadata)
+Maker = Callable[[Path], tuple[Mapping[str, Path | bytes], Mapping[str, Any]]]
+
+
+@dataclass
+class Build:
+    """A binary being made: `hit` says it came from the cache; `future` resolves to its files or `BuildError`."""
+
+    key: str
+    future: Future
+    hit: bool
+    reason: str = ""  # why it was not a hit
+
+    @classmethod
+    def failed(cls, error: Exception, reason: str) -> Build:
+        future: Future = Future()
+        future.set_exception(error)
+        return cls("", future, False, reason)
+
+
+class BuildPool:
+    """One worker thread per core (created on first use); concurrent requests of one key share a build."""
+
+    def __init__(self, cache: DiskCache, name: str, workers: int | None = None):
+        self.cache, self.name = cache, name
+        self.workers = workers or max(os.cpu_count() or 1, 1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._inflight: dict[str, Future] = {}
+        self._lock = threading.RLock()
+
+    def pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"ember-{self.name}-build")
+            return self._pool
+
+    def get(self, key: str, expect: Mapping[str, str], make: Maker) -> Build:
+        """The entry `key` whose sidecar holds `expect`, from the cache or made by `make` in a worker."""
+        with self._lock:
+            running = self._inflight.get(key)
+            if running is not None:
+                return Build(key, running, False, "being built")
+            found = self.cache.lookup(key, dict(expect))
+            if found.hit:
+                done: Future = Future()
+                done.set_result(found.files)
+                return Build(key, done, True)
+            future = self.pool().submit(self._build, key, dict(expect), make)
+            self._inflight[key] = future
+        future.add_done_callback(lambda _f, key=key: self._forget(key))
+        return Build(key, future, False, found.reason)
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+
+    def _build(self, key: str, expect: dict[str, str], make: Maker) -> dict[str, Path]:
+        """Make the entry under the key's lock, unless the process we waited for has made it meanwhile."""
+        with self.cache.lock(key):
+            found = self.cache.lookup(key, expect)
+            if found.hit:
+                return found.files
+            with self.cache.work_folder(key) as work:
+                files, meta = make(work)
+                try:
+                    return self.cache.store(key, files, {**expect, **meta})
+                except OSError as e:
+                    raise BuildError(f"the {self.name} cache could not keep the build of {key}: {e}") from e

@@ -1,0 +1,14 @@
+"""The two failures a codegen built on this layer has, and neither reaches a user: each has a fallback."""
+
+from __future__ import annotations
+
+from ember_core import EmberError
+
+
+class CannotPrint(Exception):
+    """A kernel uses something the codegen's printer does not handle: that kernel runs in the loop-IR
+    interpreter (or, raised for the plan as a whole, the graph runs in ember-core's interpreter codegen)."""
+
+
+class BuildError(EmberError):
+    """Making a kernel binary failed (a compiler error, a missing compiler); the message says how."""

@@ -1,0 +1,125 @@
+"""Index and size expressions (sympy over loop vars, graph symbols and SSA values) as source text.
+
+`IndexPrinter` walks an expression once and spells it in Python, which every generated wrapper needs; a codegen
+subclasses it for its kernel language (C++ spells floor division `ember_ifloor`, Triton its own way) by
+overriding the leaf spellings (`integer`, `floordiv`, `mod`, `extremum`). The printer also knows lower bounds
+(`lower`, `nonneg`, `positive`), so a subclass may use its language's plain operators where the operands are
+provably nonnegative: loop vars and sizes are. Python's own `//` and `%` already have the loop IR's meaning
+(floor division, remainder with the divisor's sign).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import sympy
+from ember_core import as_sympy
+
+from ._errors import CannotPrint
+
+
+class IndexPrinter:
+    """Prints expressions as Python; `names` maps each symbol name to its spelling, `lower` gives a symbol's known
+    lower bound (None: unknown)."""
+
+    def __init__(self, names: Mapping[str, str], lower: Callable[[str], int | None] = lambda name: None):
+        self.names, self.lower_of = names, lower
+
+    # ------------------------------------------------------------------ facts
+
+    def lower(self, e: sympy.Expr) -> int | None:
+        """A lower bound of e over every value of its symbols, or None."""
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            return self.lower_of(e.name)
+        args = [self.lower(a) for a in e.args]
+        if isinstance(e, sympy.Add):
+            return None if None in args else sum(args)
+        if isinstance(e, sympy.Mul):
+            if None in args or any(a < 0 for a in args):
+                return None
+            out = 1
+            for a in args:
+                out *= a
+            return out
+        if isinstance(e, sympy.Max):
+            known = [a for a in args if a is not None]
+            return max(known) if known else None
+        if isinstance(e, sympy.Min):
+            return None if None in args else min(args)
+        if isinstance(e, sympy.floor):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            return 0 if self.nonneg(num) and self.positive(den) else None
+        if isinstance(e, sympy.Mod) or type(e).__name__ == "ModularIndexing":
+            return 0 if self.positive(e.args[-1]) else None
+        if type(e).__name__ in ("FloorDiv", "CleanDiv"):
+            return 0 if self.nonneg(e.args[0]) and self.positive(e.args[1]) else None
+        return None
+
+    def nonneg(self, e: sympy.Expr) -> bool:
+        low = self.lower(e)
+        return low is not None and low >= 0
+
+    def positive(self, e: sympy.Expr) -> bool:
+        low = self.lower(e)
+        return low is not None and low >= 1
+
+    # ------------------------------------------------------------------ printing
+
+    def __call__(self, e: sympy.Expr) -> str:
+        return self.print(as_sympy(e))
+
+    def print(self, e: sympy.Expr) -> str:
+        if e.is_Integer:
+            return self.integer(int(e))
+        if e.is_Symbol:
+            if e.name not in self.names:
+                raise CannotPrint(f"unknown symbol {e.name!r} in {e}")
+            return self.names[e.name]
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(self.print(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            num, den = sympy.fraction(e)
+            if den != 1:
+                raise CannotPrint(f"index expression {e} is not an integer")
+            return "(" + " * ".join(self.print(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) >= 0:
+            return "(" + " * ".join([self.print(e.args[0])] * int(e.args[1]) or ["1"]) + ")"
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            if isinstance(e, sympy.floor):
+                return self.floordiv(num, den)
+            return f"(-{self.floordiv(-num, den)})"
+        if isinstance(e, sympy.Mod):
+            return self.mod(*e.args)
+        if isinstance(e, (sympy.Max, sympy.Min)):
+            return self.extremum(e)
+        name = type(e).__name__
+        if name in ("FloorDiv", "CleanDiv", "IntTrueDiv"):
+            return self.floordiv(*e.args)
+        if name == "ModularIndexing":
+            return self.mod(sympy.floor(e.args[0] / e.args[1]), e.args[2])
+        raise CannotPrint(f"cannot print index expression {e} ({name})")
+
+    # ------------------------------------------------------------------ leaves (override per language)
+
+    def integer(self, n: int) -> str:
+        return str(n)
+
+    def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
+        return f"({self.print(num)} // {self.print(den)})"
+
+    def mod(self, num: sympy.Expr, den: sympy.Expr) -> str:
+        return f"({self.print(num)} % {self.print(den)})"
+
+    def extremum(self, e: sympy.Expr) -> str:
+        return self.fold("max" if isinstance(e, sympy.Max) else "min", [self.print(a) for a in e.args])
+
+    @staticmethod
+    def fold(fn: str, args: list[str]) -> str:
+        """`fn(fn(a, b), c)`: a two-argument function over several arguments."""
+        out = args[0]
+        for a in args[1:]:
+            out = f"{fn}({out}, {a})"
+        return out

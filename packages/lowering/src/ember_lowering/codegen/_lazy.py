@@ -1,0 +1,75 @@
+"""Binding built kernels into a wrapper's globals on the wrapper's first call.
+
+`compile()` does not wait for a build: the wrapper's segment globals (`ember_seg0` ...) start as stubs. The first
+stub called waits for the build, lets the codegen bind the real callables into the wrapper's globals (`bind`:
+codegen-cpp loads a library with ctypes), so later calls go straight to the kernels. If the build failed, the
+stubs raise `UseFallback` instead: the wrapper then runs the graph in the interpreter codegen, now and on every
+call, and the failure is reported once as a `fallback` event.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ember_core import Graph
+
+from ._build_pool import Build
+from ._errors import BuildError
+from ._fallback import UseFallback, report_fallback
+
+Binder = Callable[[Any, dict[str, Any]], None]  # (the build's result, the wrapper's globals)
+
+
+class LazyBinding:
+    """The segment globals `names` of a wrapper's `env`, bound by `bind` once `build` is done."""
+
+    def __init__(self, build: Build, graph: Graph, names: Iterable[str], env: dict[str, Any], bind: Binder,
+                 stage: str):
+        self.build, self.graph, self.env, self.bind, self.stage = build, graph, env, bind, stage
+        self.names = tuple(names)
+        self._lock = threading.Lock()
+        self._bound = False
+        self.failed: str | None = None
+
+    def install_stubs(self) -> None:
+        for name in self.names:
+            self.env[name] = self._stub(name)
+
+    def _stub(self, name: str) -> Callable:
+        def stub(*args: Any) -> Any:
+            self.load()
+            return self.env[name](*args)
+
+        return stub
+
+    def load(self) -> None:
+        """Wait for the build and bind the real functions (or the failing ones); idempotent."""
+        with self._lock:
+            if self.failed is not None:
+                raise UseFallback(self.failed)
+            if self._bound:
+                return
+            try:
+                self.bind(self.build.future.result(), self.env)
+            except (BuildError, OSError) as e:
+                self.failed = f"the build failed, the graph runs in the interpreter codegen: {e}"
+                report_fallback(self.stage, self.graph, self.failed)
+                for name in self.names:
+                    self.env[name] = _raise(self.failed)
+                raise UseFallback(self.failed) from None
+            self._bound = True
+
+    def bind_now(self) -> None:
+        """Bind a build that is already done (a cache hit) without stubs; OSError if it cannot be bound."""
+        with self._lock:
+            self.bind(self.build.future.result(), self.env)
+            self._bound = True
+
+
+def _raise(reason: str) -> Callable:
+    def failed(*args: Any) -> Any:
+        raise UseFallback(reason)
+
+    return failed

@@ -1,0 +1,108 @@
+"""A KernelPlan as a program: the steps a generated wrapper runs in order, whatever language the kernels are in.
+
+Consecutive kernels that print become one *segment*: a codegen calls a segment's kernels in one go (codegen-cpp
+makes it one `extern "C"` function, so the wrapper makes one native call per run of kernels between extern
+calls). A kernel the codegen cannot print becomes an `InterpretedKernel` step (the loop-IR interpreter runs it);
+an `Extern` step calls the ATen op.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .._loop_ir import Extern, Kernel, KernelPlan
+from ._errors import CannotPrint
+from ._layout import PlanLayout
+
+log = logging.getLogger("ember.kernels")
+
+
+@dataclass(frozen=True)
+class PrintedKernel:
+    """A printed kernel: its function name, the roots it takes (in order), those it writes, its text."""
+
+    name: str
+    roots: tuple[str, ...]
+    writes: frozenset[str]
+    text: str
+
+
+@dataclass
+class Segment:
+    """Kernels run by one call: `name(roots..., symbols...)`; `writes` are the roots a kernel stores to."""
+
+    name: str
+    kernels: list[PrintedKernel] = field(default_factory=list)
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r for k in self.kernels for r in k.roots))
+
+    @property
+    def writes(self) -> frozenset[str]:
+        return frozenset().union(*(k.writes for k in self.kernels))
+
+
+@dataclass(frozen=True)
+class InterpretedKernel:
+    """A kernel run by the loop-IR interpreter, and why the codegen does not print it."""
+
+    kernel: Kernel
+    reason: str
+
+
+Step = Segment | InterpretedKernel | Extern
+
+# print_kernel(kernel, layout, name) -> PrintedKernel, or CannotPrint
+KernelPrinterFn = Callable[[Kernel, PlanLayout, str], PrintedKernel]
+
+
+@dataclass
+class Program:
+    """`source` is the kernels' unit in the codegen's language ("" when no kernel printed); the codegen fills
+    it in once the steps are known (see `PlanCodegen.unit_source`)."""
+
+    plan: KernelPlan
+    layout: PlanLayout
+    steps: list[Step]
+    source: str = ""
+
+    @property
+    def segments(self) -> list[Segment]:
+        return [s for s in self.steps if isinstance(s, Segment)]
+
+    @property
+    def interpreted(self) -> list[InterpretedKernel]:
+        return [s for s in self.steps if isinstance(s, InterpretedKernel)]
+
+    @property
+    def kernels(self) -> list[PrintedKernel]:
+        return [k for s in self.segments for k in s.kernels]
+
+
+def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
+    """Print every kernel `print_kernel` can; `CannotPrint` only if the plan as a whole cannot run (a layout
+    or symbol the wrapper cannot express)."""
+    layout = PlanLayout(plan)
+    steps: list[Step] = []
+    for k, step in enumerate(plan.steps):
+        if isinstance(step, Extern):
+            steps.append(step)
+            continue
+        try:
+            printed = print_kernel(step, layout, f"k{k}_{identifier(step.name)}")
+        except CannotPrint as e:
+            log.info("kernel %s of %r runs in the loop-IR interpreter: %s", step.name, plan.name, e)
+            steps.append(InterpretedKernel(step, str(e)))
+            continue
+        if not steps or not isinstance(steps[-1], Segment):
+            steps.append(Segment(f"ember_seg{sum(isinstance(s, Segment) for s in steps)}"))
+        steps[-1].kernels.append(printed)
+    return Program(plan, layout, steps)
+
+
+def identifier(name: str) -> str:
+    """`name` with every character that cannot be in an identifier made `_`."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)

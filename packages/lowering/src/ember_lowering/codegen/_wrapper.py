@@ -1,0 +1,296 @@
+"""The generated Python wrapper: straight-line code that binds sizes, checks layouts, allocates, calls the kernels
+and ATen. Every codegen built on this layer writes its wrapper with `WrapperWriter`; a codegen says only how a
+segment of its kernels is called (`call_segment`). codegen-cpp's wrapper, for a softmax over dynamic rows:
+
+    def graph_softmax(inputs):
+        b_x_1, = inputs
+        try:
+            S_s0 = b_x_1.shape[0]
+            if b_x_1.shape != (S_s0, 7) or b_x_1.stride() != (7, 1):
+                return _relayout(inputs)
+            b_out = _empty_strided((S_s0, 7), (7, 1), dtype=_dt0)
+            if ember_seg0(b_x_1.data_ptr(), b_out.data_ptr(), S_s0):
+                return _on_error(inputs)
+            return [b_out]
+        except _UseFallback:
+            return _fallback(inputs)
+
+Everything that does not depend on the call (ops, dtypes, constants' pointers, static sizes) is computed once and
+bound as a global; the `try` costs nothing unless the fallback runs. `_relayout`, `_on_error` and `_fallback`
+are bound by `PlanCodegen` (see `_fallback.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+from ember_core import Ref, Sym, direct_call, keyword_name, resolve_op, returns_sequence, to_dtype
+
+from .._indexing import parse_expr
+from .._interpreter import PlanInterpreter
+from .._loop_ir import Buffer, Extern, KernelPlan
+from ._exprs import IndexPrinter
+from ._fallback import UseFallback, fix_layout
+from ._program import InterpretedKernel, Program, Segment
+
+
+class WrapperWriter:
+    """Writes the wrapper of one program; `source()` gives its text and the globals it needs. Subclasses say how a
+    segment is called (`call_segment`); everything else (bindings, checks, allocation, externs, interpreted
+    kernels, frees, outputs) is the same for every codegen."""
+
+    def __init__(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]):
+        self.p, self.layout, self.plan = program, program.layout, program.plan
+        self.constants = constants
+        self.fn_name = fn_name
+        self.globals: dict[str, Any] = {"_empty_strided": torch.empty_strided, "_as_strided": torch.as_strided,
+                                        "_UseFallback": UseFallback, "_fix_layout": fix_layout}
+        names = dict(self.layout.sym_local)
+        self.py = IndexPrinter(names)
+        self.have: set[str] = set()
+        self.allocated: set[str] = set()
+        self.lines: list[str] = []
+        self._consts: dict[int, str] = {}
+        self.kernel_roots = {r for s in program.segments for r in s.roots}
+        self.viewed_roots = {self.layout.root(b.name) for b in self.plan.buffers if b.kind == "view"}
+
+    # ------------------------------------------------------------------ helpers
+
+    def const(self, obj: Any, stem: str = "_k") -> str:
+        key = id(obj)
+        if key not in self._consts:
+            name = f"{stem}{len(self.globals)}"
+            self.globals[name] = obj
+            self._consts[key] = name
+        return self._consts[key]
+
+    def tup(self, exprs) -> str:
+        items = [self.py(e) for e in exprs]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+    def emit(self, line: str, depth: int = 2) -> None:
+        self.lines.append("    " * depth + line)
+
+    def tensor(self, name: str) -> str:
+        """The Python local holding buffer `name`, making a view of its root first when needed."""
+        local = self.layout.local[name]
+        if name in self.have:
+            return local
+        b = self.layout.buffers[name]
+        root = self.layout.root(name)
+        rel = self.py(self.layout.rel_offset(name))
+        root_local = self.tensor(root) if root != name else None
+        if root_local is None:
+            raise AssertionError(f"buffer {name!r} has no value yet")
+        owner = self.layout.is_owner(root)
+        offset = rel if owner else (f"{root_local}.storage_offset() + {rel}" if rel != "0"
+                                    else f"{root_local}.storage_offset()")
+        self.emit(f"{local} = _as_strided({root_local}, {self.tup(b.shape)}, {self.tup(b.stride)}, {offset})")
+        self.have.add(name)
+        return local
+
+    def dtype(self, name: str) -> str:
+        return self.const(to_dtype(name), "_dt")
+
+    # ------------------------------------------------------------------ source
+
+    def source(self) -> tuple[str, dict[str, Any]]:
+        plan = self.plan
+        constants = {n: c for n, c in self.constants.items() if n in self.layout.buffers}
+        for name, c in constants.items():
+            self.globals[f"_c_{self.layout.local[name]}"] = c
+        head = [f"def {self.fn_name}(inputs):"]
+        targets = self._targets()
+        if targets:
+            head.append(f"    {', '.join(targets)}{',' if len(targets) == 1 else ''} = inputs")
+        self.have |= {n for n in plan.inputs if n in self.layout.buffers}
+        for name in constants:
+            self.emit(f"{self.layout.local[name]} = _c_{self.layout.local[name]}")
+            self.have.add(name)
+        self._bind_and_check()
+        last = self._last_uses()
+        for k, step in enumerate(self.p.steps):
+            if isinstance(step, Segment):
+                self._segment(step)
+            elif isinstance(step, InterpretedKernel):
+                self._interpreted(step)
+            else:
+                self._extern(step)
+            dead = sorted(n for n in self.have if last.get(n, -1) == k)
+            if dead:  # free storage as soon as nothing reads it (ATen results keep what they alias alive)
+                self.emit(f"del {', '.join(self.layout.local[n] for n in dead)}")
+                self.have -= set(dead)
+        outs = [self.tensor(o) if isinstance(o, str) else self.py(parse_expr(o.expr)) for o in plan.outputs]
+        self.emit(f"return [{', '.join(outs)}]")
+        body = head + ["    try:"] + self.lines + ["    except _UseFallback:", "        return _fallback(inputs)"]
+        return "\n".join(body + [""] + self._layouts_fn()) + "\n", self.globals
+
+    def _last_uses(self) -> dict[str, int]:
+        """The last step that needs each buffer's Python local; absent for inputs, constants and outputs and
+        the buffers those are made from (they live to the end)."""
+        layout, last = self.layout, {}
+        for k, step in enumerate(self.p.steps):
+            if isinstance(step, Segment):
+                names = set(step.roots)
+            elif isinstance(step, InterpretedKernel):
+                names = {i.buffer for i in step.kernel.instrs() if i.buffer}
+            else:
+                names = {a.name for a in _refs((*step.args, *step.kwargs.values()))} | {o for o in step.outs}
+            for n in names | {layout.root(n) for n in names if n in layout.buffers}:
+                last[n] = k
+        keep = set(self.plan.inputs) | set(self.constants)
+        for o in self.plan.outputs:
+            if isinstance(o, str):
+                keep |= {o, layout.root(o), self.layout.buffers[o].base or o}
+        return {n: k for n, k in last.items() if n not in keep and n in layout.buffers}
+
+    def _targets(self) -> list[str]:
+        out = []
+        for k, n in enumerate(self.plan.inputs):
+            if n in self.layout.buffers:
+                out.append(self.layout.local[n])
+            elif n in self.layout.sym_local:
+                out.append(self.layout.sym_local[n])
+            else:
+                out.append(f"_unused{k}")
+        return out
+
+    def _bindings(self, depth: int) -> list[str]:
+        out = []
+        for sym, expr in self.layout.bindings():
+            local = self.layout.sym_local[sym]
+            if expr.startswith("int(inputs"):
+                out.append("    " * depth + f"{local} = int({local})")
+            else:
+                out.append("    " * depth + f"{local} = {expr}")
+        return out
+
+    def checked_inputs(self) -> list[tuple[int, Buffer]]:
+        """Inputs whose layout the fast path relies on: kernels address them, or views are made of them."""
+        out = []
+        for k, n in enumerate(self.plan.inputs):
+            b = self.layout.buffers.get(n)
+            if b is not None and (n in self.kernel_roots or n in self.viewed_roots):
+                out.append((k, b))
+        return out
+
+    def _bind_and_check(self) -> None:
+        self.lines += self._bindings(2)
+        tests = self._range_tests("<")
+        for _, b in self.checked_inputs():
+            local = self.layout.local[b.name]
+            tests.append(f"{local}.shape != {self.tup(b.shape)} or {local}.stride() != {self.tup(b.stride)}")
+        if tests:
+            self.emit(f"if {' or '.join(tests)}:")
+            self.emit("return _relayout(inputs)", 3)
+
+    def _range_tests(self, op: str) -> list[str]:
+        """Symbols against the lower bounds the plan assumes (a divisor may be a symbol)."""
+        return [f"{self.layout.sym_local[s]} {op} {self.layout.lowers[s]}" for s in self.layout.symbols
+                if self.layout.lowers.get(s, 0) > 0]
+
+    def _layouts_fn(self) -> list[str]:
+        """`_layouts(inputs)`: whether the symbols are in range, and the (index, shape, stride, may_copy) of each
+        checked input, for these inputs."""
+        aliased = {self.layout.root(o) for o in self.plan.outputs if isinstance(o, str)}
+        lines = ["def _layouts(inputs):"]
+        targets = self._targets()
+        if targets:
+            lines.append(f"    {', '.join(targets)}{',' if len(targets) == 1 else ''} = inputs")
+        lines += self._bindings(1)
+        items = [f"({k}, {self.tup(b.shape)}, {self.tup(b.stride)}, {b.name not in aliased})"
+                 for k, b in self.checked_inputs()]
+        ranges = " and ".join(self._range_tests(">=")) or "True"
+        lines.append(f"    return {ranges}, [{', '.join(items)}]")
+        return lines
+
+    # ------------------------------------------------------------------ steps
+
+    def _allocate(self, writes) -> None:
+        for r in sorted(writes, key=list(self.layout.buffers).index):
+            if r in self.allocated or not self.layout.is_owner(r):
+                continue
+            b = self.layout.buffers[r]
+            self.emit(f"{self.layout.local[r]} = _empty_strided({self.tup(b.shape)}, {self.tup(b.stride)}, "
+                      f"dtype={self.dtype(b.dtype)})")
+            self.allocated.add(r)
+            self.have.add(r)
+
+    def _segment(self, seg: Segment) -> None:
+        self._allocate(seg.writes)
+        self.call_segment(seg)
+
+    def call_segment(self, seg: Segment) -> None:
+        """Emit the call of one segment; its outputs are allocated. `self.tensor(root)` gives a root's local,
+        `self.layout.sym_local` the symbols' locals; a nonzero error flag should `return _on_error(inputs)`."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how to call a segment")
+
+    def _interpreted(self, step: InterpretedKernel) -> None:
+        touched = list(dict.fromkeys(i.buffer for i in step.kernel.instrs() if i.buffer))
+        writes = {self.layout.root(i.buffer) for i in step.kernel.instrs() if i.op.value == "store"}
+        self._allocate(writes)
+        fn = interpreted_kernel(self.plan, step, touched, self.layout.symbols)
+        name = self.const(fn, "_interp")
+        args = [self.tensor(b) for b in touched] + [self.layout.sym_local[s] for s in self.layout.symbols]
+        self.emit(f"{name}([{', '.join(args)}])")
+
+    def _extern(self, ext: Extern) -> None:
+        op = resolve_op(ext.op)
+        fn = self.const(direct_call(op), "_op")
+        args = [self._arg(a) for a in ext.args] + [f"{keyword_name(k)}={self._arg(v)}" for k, v in ext.kwargs.items()]
+        outs = [o for o in ext.outs]
+        call = f"{fn}({', '.join(args)})"
+        if len(outs) == 1:
+            if outs[0] == "_":
+                self.emit(f"{call}  # {ext.op}")
+            else:
+                pick = "[0]" if returns_sequence(op) else ""
+                self.emit(f"{self.layout.local[outs[0]]} = {call}{pick}  # {ext.op}")
+        else:
+            self.emit(f"_r = {call}  # {ext.op}")
+            for j, o in enumerate(outs):
+                if o != "_":
+                    self.emit(f"{self.layout.local[o]} = _r[{j}]")
+        for o in outs:
+            if o == "_":
+                continue
+            self.have.add(o)
+            if o in self.kernel_roots or o in self.viewed_roots:
+                b, local = self.layout.buffers[o], self.layout.local[o]
+                sh, st = self.tup(b.shape), self.tup(b.stride)
+                self.emit(f"if {local}.shape != {sh} or {local}.stride() != {st}:")
+                self.emit(f"{local} = _fix_layout({local}, {sh}, {st})", 3)
+
+    def _arg(self, a: Any) -> str:
+        if isinstance(a, Ref):
+            return self.tensor(a.name)
+        if isinstance(a, Sym):
+            return self.py(parse_expr(a.expr))
+        if isinstance(a, sympy.Basic):
+            return self.py(a)
+        if isinstance(a, (tuple, list)):
+            return "[" + ", ".join(self._arg(x) for x in a) + "]"
+        if a is None or isinstance(a, (bool, int, str)) or (isinstance(a, float) and math.isfinite(a)):
+            return repr(a)
+        return self.const(a)
+
+
+def _refs(args: Any):
+    for a in args:
+        if isinstance(a, Ref):
+            yield a
+        elif isinstance(a, (tuple, list)):
+            yield from _refs(a)
+
+
+def interpreted_kernel(plan: KernelPlan, step: InterpretedKernel, touched: list[str], symbols: list[str]) -> Callable:
+    """`fn([tensors of touched buffers..., symbol values...])`: the loop-IR interpreter runs the kernel, writing
+    into the given tensors (every buffer it touches is an input of a one-kernel plan)."""
+    buffers = plan.buffer_map
+    bufs = tuple(Buffer(n, buffers[n].dtype, buffers[n].shape, buffers[n].stride, "input") for n in touched)
+    sub = plan.replace(buffers=bufs, steps=(step.kernel,), inputs=(*touched, *symbols), outputs=())
+    return PlanInterpreter(sub).run

@@ -1,0 +1,176 @@
+"""The shared codegen layer carries a second codegen: `ToyCodegen` says only how its kernels "print" (they stay
+loop IR, run by the loop-IR interpreter), how its unit builds (a text file in a verified disk cache, made in the
+build pool) and how the wrapper calls a segment. Everything else (steps, layout, wrapper, relayout, fallbacks and
+their events, lazy binding) is the layer's, and the codegen conformance kit passes on it."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pytest
+import torch
+from ember_core import DiskCache, Event, get_plugin_manager, hookimpl
+from ember_core.testing import CodegenConformance
+from ember_lowering import Kernel
+from ember_lowering.codegen import (
+    BuildPool,
+    CannotPrint,
+    InterpretedKernel,
+    LazyBinding,
+    PlanCodegen,
+    PlanLayout,
+    PrintedKernel,
+    Program,
+    Segment,
+    WrapperWriter,
+    interpreted_kernel,
+)
+from lowering_checks import trace
+
+
+@dataclass(frozen=True)
+class ToyKernel(PrintedKernel):
+    kernel: Kernel | None = None
+    touched: tuple[str, ...] = ()
+
+
+class ToyWriter(WrapperWriter):
+    def call_segment(self, seg: Segment) -> None:
+        syms = [self.layout.sym_local[s] for s in self.layout.symbols]
+        for k in seg.kernels:
+            self.emit(f"{k.name}([{', '.join([self.tensor(b) for b in k.touched] + syms)}])")
+
+
+class ToyCodegen(PlanCodegen):
+    name, stage, language = "toy", "codegen-toy", "toy"
+
+    def __init__(self, refuse: str = "", cache: DiskCache | None = None):
+        self.refuse = refuse
+        self.pool = BuildPool(cache or DiskCache("toy_codegen_test", ("txt",)), "toy")
+        self.builds = 0
+
+    def print_kernel(self, kernel: Kernel, layout: PlanLayout, name: str) -> PrintedKernel:
+        if self.refuse and self.refuse in kernel.name:
+            raise CannotPrint(f"toy refuses {self.refuse} kernels")
+        touched = tuple(dict.fromkeys(i.buffer for i in kernel.instrs() if i.buffer))
+        writes = frozenset(layout.root(i.buffer) for i in kernel.instrs() if i.op.value == "store")
+        roots = tuple(dict.fromkeys(layout.root(b) for b in touched))
+        return ToyKernel(name, roots, writes, f"{name}: {kernel.name}", kernel, touched)
+
+    def wrapper_writer(self, program: Program, fn_name: str, constants: dict) -> WrapperWriter:
+        return ToyWriter(program, fn_name, constants)
+
+    def start_build(self, graph, program: Program, writer: WrapperWriter, env: dict) -> LazyBinding:
+        def make(work):
+            self.builds += 1
+            return {"txt": program.source.encode()}, {}
+
+        build = self.pool.get(hashlib.sha256(program.source.encode()).hexdigest()[:40], {"graph": graph.name}, make)
+
+        def bind(files: dict, env: dict) -> None:
+            assert files["txt"].read_text() == program.source  # what the build made is what was printed
+            for k in program.kernels:
+                step = InterpretedKernel(k.kernel, "toy")
+                env[k.name] = interpreted_kernel(program.plan, step, list(k.touched), program.layout.symbols)
+
+        lazy = LazyBinding(build, graph, [k.name for k in program.kernels], env, bind, self.stage)
+        lazy.install_stubs()
+        return lazy
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    @hookimpl
+    def ember_event(self, event: Event) -> None:
+        self.events.append(event)
+
+    def __enter__(self) -> Events:
+        get_plugin_manager().register(self, name=f"events-{id(self)}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        get_plugin_manager().pm.unregister(self)
+
+    def kinds(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+
+def softmax(x):
+    return (torch.softmax(x, -1) * 2,)
+
+
+def test_a_second_codegen_runs_kernels_through_the_layer():
+    x = torch.randn(6, 10)
+    codegen = ToyCodegen()
+    with Events() as ev:
+        compiled = codegen.compile(trace(softmax, x))
+        torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
+        torch.testing.assert_close(compiled([x + 1])[0], softmax(x + 1)[0])
+    assert compiled.codegen == "toy" and codegen.builds == 1
+    assert not ev.kinds("fallback")
+    [generated] = [e for e in ev.kinds("kernels_generated") if e.stage == "codegen-toy"]
+    assert "toy kernels in 1 segments" in generated.message
+    assert "def graph_graph(inputs):" in compiled.source and "k0_" in compiled.source
+
+
+def test_inputs_in_another_layout_are_relaid_out_by_the_layer():
+    x = torch.randn(10, 6)
+    compiled = ToyCodegen().compile(trace(softmax, x.t().contiguous()))
+    torch.testing.assert_close(compiled([x.t()])[0], softmax(x.t())[0])
+
+
+def test_a_kernel_the_codegen_cannot_print_runs_interpreted_and_is_reported():
+    x = torch.randn(4, 8)
+    with Events() as ev:
+        compiled = ToyCodegen(refuse="reduce").compile(trace(softmax, x))
+        torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
+    reasons = [e.data["reason"] for e in ev.kinds("fallback")]
+    assert reasons and all("runs in the loop-IR interpreter: toy refuses reduce kernels" in r for r in reasons)
+
+
+def test_a_failed_build_runs_the_graph_in_the_interpreter_codegen():
+    class Broken(ToyCodegen):
+        def start_build(self, graph, program, writer, env):
+            def make(work):
+                raise OSError("disk on fire")
+
+            build = self.pool.get("0" * 40, {}, make)
+            lazy = LazyBinding(build, graph, [k.name for k in program.kernels], env, lambda f, e: None, self.stage)
+            lazy.install_stubs()
+            return lazy
+
+    x = torch.randn(4, 8)
+    with Events() as ev:
+        compiled = Broken().compile(trace(softmax, x))
+        for _ in range(2):
+            torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
+    [event] = ev.kinds("fallback")
+    assert "the build failed" in event.data["reason"] and "disk on fire" in event.data["reason"]
+
+
+def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(monkeypatch):
+    import ember_lowering.codegen._codegen as flow
+
+    def fail(graph):
+        raise RuntimeError("no lowering today")
+
+    monkeypatch.setattr(flow, "lower", fail)
+    x = torch.randn(3, 4)
+    with Events() as ev:
+        compiled = ToyCodegen().compile(trace(softmax, x))
+    torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
+    assert compiled.codegen == "interpreter"
+    [event] = ev.kinds("fallback")
+    assert "runs in the interpreter codegen: lowering failed: RuntimeError: no lowering today" in event.message
+
+
+class TestToyCodegenConformance(CodegenConformance):
+    codegen = ToyCodegen()
