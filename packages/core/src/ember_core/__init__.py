@@ -17,6 +17,7 @@ from ._options import OptionSpec
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
+from ._recording import record_events
 from ._schema import (
     SCHEMA_VERSION,
     Constant,
@@ -50,6 +51,6 @@ __all__ = [
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
     "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl",
     "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
-    "load_function", "loads", "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager", "resolve_op",
-    "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "load_function", "loads", "node_refs", "parse_expr", "record_events", "rename_reads", "reset_plugin_manager",
+    "resolve_op", "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
 ]

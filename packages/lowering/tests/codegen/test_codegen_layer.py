@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from ember_core import DiskCache, Event, get_plugin_manager, hookimpl
+from ember_core import DiskCache, record_events
 from ember_core.testing import CodegenConformance
 from ember_lowering import Kernel
 from ember_lowering.codegen import (
@@ -84,25 +84,6 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
 
 
-class Events:
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    @hookimpl
-    def ember_event(self, event: Event) -> None:
-        self.events.append(event)
-
-    def __enter__(self) -> Events:
-        get_plugin_manager().register(self, name=f"events-{id(self)}")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        get_plugin_manager().pm.unregister(self)
-
-    def kinds(self, kind: str) -> list[Event]:
-        return [e for e in self.events if e.kind == kind]
-
-
 def softmax(x):
     return (torch.softmax(x, -1) * 2,)
 
@@ -110,7 +91,7 @@ def softmax(x):
 def test_a_second_codegen_runs_kernels_through_the_layer():
     x = torch.randn(6, 10)
     codegen = ToyCodegen()
-    with Events() as ev:
+    with record_events() as ev:
         compiled = codegen.compile(trace(softmax, x))
         torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
         torch.testing.assert_close(compiled([x + 1])[0], softmax(x + 1)[0])
@@ -129,7 +110,7 @@ def test_inputs_in_another_layout_are_relaid_out_by_the_layer():
 
 def test_a_kernel_the_codegen_cannot_print_runs_interpreted_and_is_reported():
     x = torch.randn(4, 8)
-    with Events() as ev:
+    with record_events() as ev:
         compiled = ToyCodegen(refuse="reduce").compile(trace(softmax, x))
         torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
     reasons = [e.data["reason"] for e in ev.kinds("fallback")]
@@ -148,7 +129,7 @@ def test_a_failed_build_runs_the_graph_in_the_interpreter_codegen():
             return lazy
 
     x = torch.randn(4, 8)
-    with Events() as ev:
+    with record_events() as ev:
         compiled = Broken().compile(trace(softmax, x))
         for _ in range(2):
             torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
@@ -164,7 +145,7 @@ def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(m
 
     monkeypatch.setattr(flow, "lower", fail)
     x = torch.randn(3, 4)
-    with Events() as ev:
+    with record_events() as ev:
         compiled = ToyCodegen().compile(trace(softmax, x))
     torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
     assert compiled.codegen == "interpreter"

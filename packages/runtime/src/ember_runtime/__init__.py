@@ -1,7 +1,8 @@
 """ember-runtime: `compile()` and the stage assembly behind it, found through the plugin manager."""
 
+from ember_core import record_events  # re-exported: ember's users know it from here
+
 from ._compile import MODES, CompiledModule, compile, dynamo_backend
-from ._events import record_events
 from ._pipeline import Pipeline, clear_cache
 
 __version__ = "0.1.0"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ember_core import Event, get_plugin_manager, hookimpl
+from ._events import Event
+from ._plugins import get_plugin_manager
+from .hookspecs import hookimpl
 
 
 class _Recorder:
@@ -17,7 +19,12 @@ class _Recorder:
         self.events.append(event)
 
     def kinds(self, kind: str) -> list[Event]:
+        """The events of one kind, in order."""
         return [e for e in self.events if e.kind == kind]
+
+    def kinds_of(self, stage: str) -> list[str]:
+        """The kinds one stage emitted, in order (`codegen-cpp` → ["cache_miss", "kernels_generated"])."""
+        return [e.kind for e in self.events if e.stage == stage]
 
 
 @contextlib.contextmanager
