@@ -56,11 +56,16 @@ def with_indices(value_op: Op, index_op: Op) -> Callable:
     return rule
 
 
-def _mean(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+def _operands(ctx: LoweringContext, node: Node, a: dict) -> tuple[TensorRef, str, str, list[int]]:
+    """What a reduction rule starts from: its input, its output dtype, the dtype it accumulates in (torch's
+    opmath of the output) and the reduced dims."""
     x = ctx.tensor(a["self"])
     out = ctx.values[node.outputs[0]].dtype
-    acc = opmath(out)
-    dims = reduce_dims(x, a.get("dim"))
+    return x, out, opmath(out), reduce_dims(x, a.get("dim"))
+
+
+def _mean(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    x, out, acc, dims = _operands(ctx, node, a)
     total = ctx.reduction(Op.REDUCE_SUM, x, dims, bool(a.get("keepdim", False)), acc, acc=acc)
     n = count(x, dims)
     return ctx.pointwise(lambda b, s: s / n, [total], total.shape, out)
@@ -81,10 +86,7 @@ def variance(b: KernelBuilder, m2: Val, n: sympy.Expr, correction: Any) -> Val:
 def _var(kind: str) -> Callable:
     """var / std (one output) and var_mean / std_mean (two)."""
     def rule(ctx: LoweringContext, node: Node, a: dict) -> Any:
-        x = ctx.tensor(a["self"])
-        out = ctx.values[node.outputs[0]].dtype
-        acc = opmath(out)
-        dims = reduce_dims(x, a.get("dim"))
+        x, out, acc, dims = _operands(ctx, node, a)
         mean, m2 = welford(ctx, x, dims, bool(a.get("keepdim", False)), acc)
         n, correction = count(x, dims), a.get("correction")
 
@@ -100,10 +102,7 @@ def _var(kind: str) -> Callable:
 
 
 def _logsumexp(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
-    x = ctx.tensor(a["self"])
-    out = ctx.values[node.outputs[0]].dtype
-    acc = opmath(out)
-    dims = reduce_dims(x, a.get("dim"))
+    x, out, acc, dims = _operands(ctx, node, a)
     m = ctx.reduction(Op.REDUCE_MAX, x, dims, True, acc, acc=acc)
     safe = ctx.pointwise(lambda b, v: b.where(b.isinf(v), 0.0, v), [m], m.shape, acc)
     total = _sum_exp(ctx, x, safe, dims, acc)
