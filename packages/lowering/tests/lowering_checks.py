@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from ember_core import Graph, Interpreter, from_fx
-from ember_lowering import KernelPlan, Op, lower, run_plan
+from ember_lowering import Decision, KernelPlan, Op, lower, run_plan
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -66,6 +66,11 @@ def clone(x: Any) -> Any:
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
+def verdicts(decisions: Sequence[Decision]) -> set[tuple[str, str]]:
+    """(verdict, reason) of each decision."""
+    return {(d.verdict, d.reason) for d in decisions}
+
+
 def count_ops(plan: KernelPlan, op: Op) -> int:
     return sum(1 for k in plan.kernels for i in k.instrs() if i.op is op)
 
@@ -77,7 +82,7 @@ def before_after(fn: Callable, *args: Any, passes: Sequence, mode: str = "fake")
 
     graph = trace(fn, *args, mode=mode)
     before = lower_graph(graph)
-    decisions: list[str] = []
+    decisions: list[Decision] = []
     after = schedule(before, passes=passes, check=True, decisions=decisions)
     constants = {n: c.tensor for n, c in graph.constants.items()}
     assert_same(run_plan(before, [clone(x) for x in args], constants), run_plan(after, [clone(x) for x in args],

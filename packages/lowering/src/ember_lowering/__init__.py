@@ -1,5 +1,6 @@
 """ember-lowering: ATen graphs → a backend-neutral loop IR (KernelPlan), fused and with buffers planned."""
 
+from ._decisions import VERDICTS, Decision
 from ._errors import LoweringError, PlanError, Unsupported
 from ._indexing import Ranges, flat_index, simplify, storage_size
 from ._interpreter import PlanInterpreter, interpreter_rules, run_plan
@@ -14,9 +15,9 @@ from ._verify import check_round_trip, verify_plan
 __version__ = "0.1.0"
 
 __all__ = [
-    "KERNEL_DTYPES", "NAN", "POINTWISE_OPS", "REDUCTIONS", "Buffer", "Dim", "Extern", "Instr", "Kernel",
-    "KernelPlan", "Loop", "LoweringError", "Op", "Pass", "PlanError", "PlanInterpreter", "Ranges", "Unsupported",
-    "__version__", "bind_args", "check_round_trip", "default_passes", "flat_index", "format_instr", "format_plan",
-    "interpreter_rules", "lower", "lower_graph", "lowering_rules", "opmath", "parse_plan", "run_plan", "schedule",
-    "simplify", "storage_size", "sym_rules", "verify_plan",
+    "KERNEL_DTYPES", "NAN", "POINTWISE_OPS", "REDUCTIONS", "VERDICTS", "Buffer", "Decision", "Dim", "Extern",
+    "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError", "Op", "Pass", "PlanError", "PlanInterpreter",
+    "Ranges", "Unsupported", "__version__", "bind_args", "check_round_trip", "default_passes", "flat_index",
+    "format_instr", "format_plan", "interpreter_rules", "lower", "lower_graph", "lowering_rules", "opmath",
+    "parse_plan", "run_plan", "schedule", "simplify", "storage_size", "sym_rules", "verify_plan",
 ]
