@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from ember_core.testing import assert_golden
-from ember_lowering import Decision, LoweringError, Op, lower, lower_graph, schedule
+from ember_lowering import Decision, Loop, LoweringError, Op, lower, lower_graph, schedule
 from lowering_checks import check, count_ops, trace
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -85,7 +85,8 @@ def test_decisions_are_logged_with_reasons(caplog):
 
 def test_passes_are_stamped_and_kernels_named_by_kind_and_shape():
     plan = lower(trace(lambda x: (x.exp(), x.sum(1), x.t().sin()), X), emit_event=False)
-    assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "plan-buffers")
+    assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "coalesce-dims", "stash-values",
+                           "plan-buffers")
     assert sorted(k.name for k in plan.kernels) == ["pointwise_32x8", "reduce_8x32"]
 
 
@@ -95,10 +96,27 @@ def test_snapshot_softmax():
     assert_golden(str(plan), SNAPSHOTS / "softmax.txt")
 
 
+def test_softmax_stashes_its_exp_and_keeps_no_dead_value():
+    plan = lower(trace(lambda x: torch.softmax(x, -1), torch.randn(4, 8), name="softmax"), check=True,
+                 emit_event=False)
+    (kernel,) = plan.kernels
+    assert [(b.name, b.kind) for b in plan.buffers if b.kind == "local"] == [("stash0", "local")]
+    *_, last = [s for s in kernel.body if isinstance(s, Loop)]
+    assert [(i.op, i.buffer) for i in last.body] == [(Op.LOAD, "stash0"), (Op.DIV, None), (Op.STORE, "_softmax")]
+    assert_golden(str(plan), SNAPSHOTS / "softmax_static.txt")
+
+
 def test_snapshot_layer_norm():
     graph = trace(lambda x, w, b: F.layer_norm(x, (8,), w, b), torch.randn(4, 8), torch.randn(8), torch.randn(8),
                   name="layer_norm")
     assert_golden(str(lower(graph, check=True, emit_event=False)), SNAPSHOTS / "layer_norm.txt")
+
+
+def test_snapshot_mean_over_h_and_w_walks_them_as_one_dim():
+    graph = trace(lambda x: x.mean((2, 3)), torch.randn(2, 3, 4, 4), name="mean_hw")
+    plan = lower(graph, check=True, emit_event=False)
+    assert [str(d.size) for d in plan.kernels[0].dims] == ["6", "16"]
+    assert_golden(str(plan), SNAPSHOTS / "mean_hw.txt")
 
 
 def test_snapshot_gelu_mlp_epilogue():

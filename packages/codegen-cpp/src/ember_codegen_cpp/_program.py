@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ember_lowering import Extern, Kernel, KernelPlan
+from ember_lowering import Extern, Kernel, KernelPlan, recompute_locals
 
 from ._cpp_rules import STORAGE_CTYPE
 from ._errors import CannotPrint
@@ -77,7 +77,7 @@ def build_program(plan: KernelPlan) -> Program:
             ck = KernelPrinter(step, layout, f"k{k}_{_ident(step.name)}").print()
         except CannotPrint as e:
             log.info("kernel %s of %r runs in the loop-IR interpreter: %s", step.name, plan.name, e)
-            steps.append(InterpretedKernel(step, str(e)))
+            steps.append(InterpretedKernel(recompute_locals(step, set(_locals(plan))), str(e)))
             continue
         if not steps or not isinstance(steps[-1], Segment):
             steps.append(Segment(f"ember_seg{sum(isinstance(s, Segment) for s in steps)}"))
@@ -85,6 +85,11 @@ def build_program(plan: KernelPlan) -> Program:
     program = Program(plan, layout, steps, "")
     program.cpp = translation_unit(program) if program.segments else ""
     return program
+
+
+def _locals(plan: KernelPlan) -> list[str]:
+    """The plan's per-row stashes; the wrapper hands the interpreter plan buffers only."""
+    return [b.name for b in plan.buffers if b.kind == "local"]
 
 
 def _ident(name: str) -> str:

@@ -31,17 +31,21 @@ class Pass(Protocol):
 
 
 def default_passes() -> tuple[Pass, ...]:
+    """Fusion first (it matches iteration spaces dim by dim), then the shape of each kernel's loops
+    (coalesce-dims, stash-values), then storage (plan-buffers)."""
+    from .passes.coalesce_dims import CoalesceDims
     from .passes.fuse_inline import FuseInline
     from .passes.fuse_siblings import FuseSiblings
     from .passes.fuse_vertical import FuseVertical
     from .passes.plan_buffers import PlanBuffers
+    from .passes.stash_values import StashValues
 
-    return FuseInline(), FuseVertical(), FuseSiblings(), PlanBuffers()
+    return FuseInline(), FuseVertical(), FuseSiblings(), CoalesceDims(), StashValues(), PlanBuffers()
 
 
 def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: bool = False,
              decisions: list[Decision] | None = None) -> KernelPlan:
-    """Run `passes` (default: fuse-inline, fuse-vertical, fuse-siblings, plan-buffers) over a plan."""
+    """Run `passes` (default: `default_passes()`) over a plan."""
     from ._verify import check_round_trip, verify_plan
 
     if check:

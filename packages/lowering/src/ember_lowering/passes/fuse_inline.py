@@ -10,17 +10,9 @@ An expensive value with several consumers stays materialized.
 
 from __future__ import annotations
 
+from .._costs import BROADCAST_BUDGET, RECOMPUTE_BUDGET, kernel_cost
 from .._decisions import Note
-from .._fusion import (
-    BROADCAST_BUDGET,
-    RECOMPUTE_BUDGET,
-    describe,
-    kernel_cost,
-    numel_hint,
-    remove_dead_stores,
-    step_reads,
-    view_roots,
-)
+from .._fusion import describe, numel_hint, remove_dead_stores, step_reads, view_roots
 from .._indexing import sym
 from .._loop_ir import Instr, Kernel, KernelPlan, Loop, Op, Stmt, scalar_of
 from .._rewrite import canonicalize, defined_names, rename_values, substitute_vars
