@@ -141,6 +141,8 @@ STASH = """\
     (STASH.replace("  return (m)\n", "  extern z = aten.neg.default(st)\n  return (m)\n"),
      "extern aten.neg.default reads local buffer 'st'"),
     (STASH.replace("return (m)", "return (st)"), "output 'st' is a local buffer"),
+    ("  st: f32[1] local\n  kernel k[i0 < s0, i1 < 8]:\n    t0: f32 = load x[i0, i1]\n    store st[0] = t0\n"
+     "    store y[i0, i1] = t0\n  return (m)\n", "local st in a kernel without r-dims"),
     (STASH.replace("  return (m)\n", """\
   kernel k2[i0 < s0, r0 < 8]:
     loop:

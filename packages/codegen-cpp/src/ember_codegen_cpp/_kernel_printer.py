@@ -69,6 +69,8 @@ class KernelPrinter:
         used = {i.buffer for i in kernel.instrs()}
         self.locals: dict[str, Buffer] = {n: b for n, b in layout.buffers.items() if b.kind == "local" and n in used}
         self.outer_contiguous = False
+        if self.locals and not kernel.reduce_dims:
+            raise CannotPrint("a local buffer in a kernel without r-dims")
         if kernel.reduce_dims:
             plain = recompute_locals(kernel, set(self.locals)) if self.locals else kernel
             self.outer_contiguous = _outer_contiguous(plain, layout)

@@ -62,7 +62,7 @@ def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: b
 
 def _recorder(p: Pass, decisions: list[Decision] | None) -> Note:
     def note(verdict: str, reason: str, subjects: Sequence[str], detail: str = "") -> None:
-        d = make_decision(p.id, p.reasons, verdict, reason, subjects, detail)
+        d = make_decision(p.id, getattr(p, "reasons", frozenset()), verdict, reason, subjects, detail)
         log.debug("%s", d)
         if decisions is not None:
             decisions.append(d)

@@ -251,6 +251,8 @@ class _KernelChecker:
 
     def local_access(self, i: Instr, b: Buffer, key: tuple) -> None:
         rvars = {d.var for d in self.kernel.reduce_dims}
+        if not rvars:
+            raise self.fail(key, f"local {b.name} in a kernel without r-dims (a local holds one row of them)")
         other = sorted({s.name for e in i.index for s in as_sympy(e).free_symbols} - rvars)
         if other:
             raise self.fail(key, f"local {b.name} is indexed by {', '.join(other)}; only r-dims may index a local")
