@@ -165,3 +165,42 @@ def test_symbolic_reductions_and_views_at_several_sizes():
     x = torch.randn(5, 12)
     check(lambda x: (x.sum(0), x.view(-1, 3).amax(1), x.t().contiguous() * 2, x[:, 1::2].mean(1)), x,
           mode="symbolic", others=[(torch.randn(9, 12),), (torch.randn(2, 12),)])
+
+
+def _printed(fn, *args):
+    plan = lower(trace(fn, *args), emit_event=False)
+    layout = PlanLayout(plan)
+    return plan, [KernelPrinter(k, layout, f"k{n}").print().text for n, k in enumerate(plan.kernels)]
+
+
+def test_a_stash_of_the_plan_is_a_stack_array_of_the_row():
+    plan, (text,) = _printed(lambda x: (torch.softmax(x, -1),), torch.randn(4, 64))
+    assert [b.name for b in plan.buffers if b.kind == "local"] == ["stash0"]
+    head, *body = text.splitlines()
+    assert "stash" not in head and "    float b_stash0[64];" in body
+    assert text.count("b_stash0[r0] = ") == 1 and text.count("= b_stash0[r0];") == 1
+    assert text.count("ember_expf") == 1
+
+
+def test_a_stash_is_recomputed_when_the_lanes_are_outer_iterations():
+    plan, (text,) = _printed(lambda x: (torch.softmax(x * 3, 0),), torch.randn(37, 300))
+    assert any(b.kind == "local" for b in plan.buffers)
+    assert "stash" not in text and text.count("ember_expf") == 2
+
+
+def test_stashed_kernels_match_eager():
+    x = torch.randn(37, 300).abs()
+    check(lambda x: (torch.softmax(x, -1), torch.log_softmax(x, -1), torch.softmax(x * 3, 0),
+                     x.sqrt() / x.sqrt().sum(-1, keepdim=True)), x)
+
+
+def test_dims_the_plan_merged_print_as_one_loop():
+    plan, (text,) = _printed(lambda x: (x.mean((2, 3)),), torch.randn(2, 4, 8, 8))
+    assert [str(d.size) for d in plan.kernels[0].dims] == ["8", "64"]
+    assert "const int64_t n_r0 = 64;" in text and "(r0 + (64 * i0))" in text
+
+
+def test_coalesced_kernels_match_eager():
+    x = torch.randn(3, 4, 6, 10)
+    check(lambda x: (x.mean((2, 3)), x.amax((0, 2, 3)), x.permute(0, 2, 3, 1) * 2, x.argmin(-1), x.flatten(1).sum(1)),
+          x)

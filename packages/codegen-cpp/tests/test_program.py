@@ -22,3 +22,17 @@ def test_kernels_between_externs_form_segments():
 def test_graph_without_kernels_has_no_translation_unit():
     plan = lower(trace(lambda x, w: (x @ w,), torch.randn(4, 8), torch.randn(8, 2)), emit_event=False)
     assert build_program(plan).source == ""
+
+
+def test_a_kernel_with_a_stash_that_cannot_print_is_interpreted_with_its_stash_recomputed(monkeypatch):
+    from ember_codegen_cpp import CannotPrint, _program
+
+    class Refuses(_program.KernelPrinter):
+        def print(self):
+            raise CannotPrint("refused for this test")
+
+    monkeypatch.setattr(_program, "KernelPrinter", Refuses)
+    plan = lower(trace(lambda x: (torch.softmax(x, -1),), torch.randn(4, 16)), emit_event=False)
+    (step,) = build_program(plan).interpreted
+    assert any(b.kind == "local" for b in plan.buffers)
+    assert not any(i.buffer == "stash0" for i in step.kernel.instrs())

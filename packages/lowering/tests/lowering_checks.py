@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from ember_core import Graph, Interpreter, from_fx
-from ember_lowering import KernelPlan, Op, lower, run_plan
+from ember_core import Graph, Interpreter, from_fx, to_dtype
+from ember_lowering import Decision, KernelPlan, Op, lower, run_plan
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -66,6 +66,11 @@ def clone(x: Any) -> Any:
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
+def verdicts(decisions: Sequence[Decision]) -> set[tuple[str, str]]:
+    """(verdict, reason) of each decision."""
+    return {(d.verdict, d.reason) for d in decisions}
+
+
 def count_ops(plan: KernelPlan, op: Op) -> int:
     return sum(1 for k in plan.kernels for i in k.instrs() if i.op is op)
 
@@ -77,9 +82,36 @@ def before_after(fn: Callable, *args: Any, passes: Sequence, mode: str = "fake")
 
     graph = trace(fn, *args, mode=mode)
     before = lower_graph(graph)
-    decisions: list[str] = []
+    decisions: list[Decision] = []
     after = schedule(before, passes=passes, check=True, decisions=decisions)
     constants = {n: c.tensor for n, c in graph.constants.items()}
     assert_same(run_plan(before, [clone(x) for x in args], constants), run_plan(after, [clone(x) for x in args],
                                                                                 constants))
     return before, after, decisions
+
+
+def random_inputs(plan: KernelPlan, seed: int = 0) -> list[torch.Tensor]:
+    """Inputs of a plan with static input shapes: normal floats, small non-negative integers."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for name in plan.inputs:
+        b = plan.buffer(name)
+        shape, dtype = [int(d) for d in b.shape], to_dtype(b.dtype)
+        if dtype.is_floating_point:
+            out.append(torch.randn(shape, generator=gen).to(dtype))
+        else:
+            out.append(torch.randint(0, 4, shape, generator=gen).to(dtype))
+    return out
+
+
+def run_passes(text: str, passes: Sequence) -> tuple[KernelPlan, list[Decision]]:
+    """Parse a plan from text, run `passes` over it (checked after each) and return the result and the
+    decisions; the plan gives the same results before and after, on random inputs."""
+    from ember_lowering import parse_plan, schedule
+
+    before = parse_plan(text)
+    decisions: list[Decision] = []
+    after = schedule(before, passes=passes, check=True, decisions=decisions)
+    inputs = random_inputs(before)
+    assert_same(run_plan(before, [clone(x) for x in inputs]), run_plan(after, [clone(x) for x in inputs]))
+    return after, decisions

@@ -14,8 +14,8 @@ SEEDS = {p.stem: p.read_text() for p in sorted((Path(__file__).parent / "snapsho
 TIME_BOUND_S = 5.0
 # Tokens that mean something in plan text, to splice in where a mutation lands.
 TOKENS = ["[", "]", "(", ")", ", ", ": ", " = ", "  ", "i0", "r0", "s0", "t0", "load", "store", "const", "kernel",
-          "loop:", "extern", "sym('s0')", "torch.float32", "torch.ember", "device('cpu')", "f32", "i64", "inf", "nan",
-          "-", "1e309", "0x10", "if", "else", "return (", "# symbols: s0=4 in [0, inf]"]
+          "loop:", "extern", " local", "sym('s0')", "torch.float32", "torch.ember", "device('cpu')", "f32", "i64",
+          "inf", "nan", "-", "1e309", "0x10", "if", "else", "return (", "# symbols: s0=4 in [0, inf]"]
 FUZZ = fuzz_settings()
 
 

@@ -110,3 +110,23 @@ def test_symbols_are_bound_from_input_shapes():
 def test_wrong_input_count_is_an_error():
     with pytest.raises(PlanError, match="takes 1 inputs, got 0"):
         run_plan(parse_plan(HEAD + "  return (x)\n"), [])
+
+
+def test_a_local_is_one_row_per_outer_iteration():
+    x = torch.randn(4, 6)
+    (y,) = run("""\
+  y: f32[s0, 6] output
+  st: f32[6] local
+  kernel k[i0 < s0, r0 < 6]:
+    loop:
+      t0: f32 = load x[i0, r0]
+      t1: f32 = exp t0
+      store st[r0] = t1
+      t2: f32 = reduce_sum t1
+    loop:
+      t3: f32 = load st[r0]
+      t4: f32 = div t3, t2
+      store y[i0, r0] = t4
+  return (y)
+""", x)
+    torch.testing.assert_close(y, torch.softmax(x, -1))

@@ -6,7 +6,7 @@ import ember_lowering
 import pytest
 import torch
 from ember_core import Graph, Input, Node, Output, Ref, Value
-from ember_lowering import Extern, bind_args, lower, lower_graph, lowering_rules, run_plan
+from ember_lowering import Decision, Extern, bind_args, lower, lower_graph, lowering_rules, run_plan
 from lowering_checks import check, trace
 
 
@@ -98,6 +98,9 @@ def test_lower_emits_kernels_generated_with_the_plan_text(monkeypatch):
     (event,) = events
     assert event.kind == "kernels_generated" and event.stage == "lowering" and event.source == str(plan)
     assert event.artifact == "kernels" and "1 kernels" in event.message
+    decisions = event.data["decisions"]
+    assert decisions and all(isinstance(d, Decision) for d in decisions)
+    assert ("fuse-vertical", "fused", "same-iteration") in {(d.pass_id, d.verdict, d.reason) for d in decisions}
 
 
 def test_public_names():

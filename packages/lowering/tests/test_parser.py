@@ -12,6 +12,7 @@ HEAD = "# ember kernel plan 'g' on cpu\ndef g(x):\n  x: f32[4] input\n"
     ("  kernel k[i0 < 4]:\n    t0: f32 = load x[i0] if t1\n", "expected 'if MASK else VALUE'"),
     ("  extern y = aten.mm.default(x, open('f'))\n", "bad extern arguments"),
     ("  banana\n", "expected 'NAME: DTYPE[SHAPE] KIND'"),
+    ("  y: f32[4] scratch\n", "line 4: unknown buffer kind 'scratch'"),
 ])
 def test_errors_name_the_line(body, message):
     with pytest.raises(PlanError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):

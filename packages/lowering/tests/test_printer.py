@@ -21,9 +21,11 @@ def every_kind(x, idx, n):
   g: f32[4, 16] output
   e: f32[s0, 16] output
   z: c64[2] output
+  st: f32[16] local
   kernel reduce_s0x16[i0 < s0, r0 < 16]:  # from amax, argmax
     loop:
       t0: f32 = load x[i0, r0]
+      store st[r0] = t0
       t1: f32 = reduce_max t0
       t2: i64 = index 16*i0 + r0
       t3: i64 = reduce_argmax t0, t2

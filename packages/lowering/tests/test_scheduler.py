@@ -4,10 +4,11 @@ snapshots of the fused loop IR (tests/snapshots/, rewritten by `EMBER_ACCEPT=1 p
 import logging
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from ember_core.testing import assert_golden
-from ember_lowering import Op, lower, lower_graph, schedule
+from ember_lowering import Decision, Loop, LoweringError, Op, lower, lower_graph, schedule
 from lowering_checks import check, count_ops, trace
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -77,14 +78,15 @@ def test_decisions_are_logged_with_reasons(caplog):
     with caplog.at_level(logging.DEBUG, logger="ember.kernels"):
         schedule(lower_graph(trace(lambda x: (lambda y: (y.sum(0), y.sum(1)))(x.sin().exp().tanh()), X)),
                  decisions=decisions)
-    assert any(d.startswith("fuse-inline: keep") and "expensive" in d for d in decisions)
-    assert any(d.startswith("fuse-inline: inline") and "single consumer" in d for d in decisions)
-    assert "fuse-inline:" in caplog.text
+    fields = {(d.pass_id, d.verdict, d.reason) for d in decisions}
+    assert {("fuse-inline", "kept", "expensive"), ("fuse-inline", "fused", "single-consumer")} <= fields
+    assert "fuse-inline: kept" in caplog.text
 
 
 def test_passes_are_stamped_and_kernels_named_by_kind_and_shape():
     plan = lower(trace(lambda x: (x.exp(), x.sum(1), x.t().sin()), X), emit_event=False)
-    assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "plan-buffers")
+    assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "coalesce-dims", "stash-values",
+                           "plan-buffers")
     assert sorted(k.name for k in plan.kernels) == ["pointwise_32x8", "reduce_8x32"]
 
 
@@ -94,13 +96,51 @@ def test_snapshot_softmax():
     assert_golden(str(plan), SNAPSHOTS / "softmax.txt")
 
 
+def test_softmax_stashes_its_exp_and_keeps_no_dead_value():
+    plan = lower(trace(lambda x: torch.softmax(x, -1), torch.randn(4, 8), name="softmax"), check=True,
+                 emit_event=False)
+    (kernel,) = plan.kernels
+    assert [(b.name, b.kind) for b in plan.buffers if b.kind == "local"] == [("stash0", "local")]
+    *_, last = [s for s in kernel.body if isinstance(s, Loop)]
+    assert [(i.op, i.buffer) for i in last.body] == [(Op.LOAD, "stash0"), (Op.DIV, None), (Op.STORE, "_softmax")]
+    assert_golden(str(plan), SNAPSHOTS / "softmax_static.txt")
+
+
 def test_snapshot_layer_norm():
     graph = trace(lambda x, w, b: F.layer_norm(x, (8,), w, b), torch.randn(4, 8), torch.randn(8), torch.randn(8),
                   name="layer_norm")
     assert_golden(str(lower(graph, check=True, emit_event=False)), SNAPSHOTS / "layer_norm.txt")
 
 
+def test_snapshot_mean_over_h_and_w_walks_them_as_one_dim():
+    graph = trace(lambda x: x.mean((2, 3)), torch.randn(2, 3, 4, 4), name="mean_hw")
+    plan = lower(graph, check=True, emit_event=False)
+    assert [str(d.size) for d in plan.kernels[0].dims] == ["6", "16"]
+    assert_golden(str(plan), SNAPSHOTS / "mean_hw.txt")
+
+
 def test_snapshot_gelu_mlp_epilogue():
     args = (torch.randn(4, 8), torch.randn(8, 16), torch.randn(16), torch.randn(16, 8), torch.randn(8))
     graph = trace(gelu_mlp, *args, name="gelu_mlp")
     assert_golden(str(lower(graph, check=True, emit_event=False)), SNAPSHOTS / "gelu_mlp.txt")
+
+
+class _Chatty:
+    id = "chatty"
+    reasons = frozenset({"known"})
+
+    def __init__(self, verdict: str, reason: str):
+        self.verdict, self.reason = verdict, reason
+
+    def run(self, plan, note):
+        note(self.verdict, self.reason, ("k",), "for people")
+        return plan
+
+
+def test_decisions_are_structured_and_checked_against_the_passs_reasons():
+    plan, decisions = lower_graph(trace(lambda x: x + 1, X)), []
+    schedule(plan, passes=[_Chatty("kept", "known")], decisions=decisions)
+    assert decisions == [Decision("chatty", "kept", "known", ("k",), "for people")]
+    for verdict, reason in (("kept", "unknown"), ("pondered", "known")):
+        with pytest.raises(LoweringError, match="chatty"):
+            schedule(plan, passes=[_Chatty(verdict, reason)])

@@ -113,3 +113,43 @@ def test_no_arithmetic_in_half_precision():
         verify_text(body)
     verify_text(body.replace("t2: f16 = add t1, t1", "t2: f16 = where t3, t1, t1").replace(
         "    t1: f16 = cast t0\n", "    t1: f16 = cast t0\n    t3: b8 = const True\n"))
+
+
+STASH = """\
+  st: f32[8] local
+  kernel k[i0 < s0, r0 < 8]:
+    loop:
+      t0: f32 = load x[i0, r0]
+      t1: f32 = exp t0
+      store st[r0] = t1
+      t2: f32 = reduce_sum t1
+    loop:
+      t3: f32 = load st[r0]
+      t4: f32 = div t3, t2
+      store y[i0, r0] = t4
+    store m[i0] = t2
+  return (m)
+"""
+
+
+@pytest.mark.parametrize("body, message", [
+    (STASH, None),
+    (STASH.replace("st: f32[8] local", "st: f32[s0] local"), "local buffer 'st' needs a static shape"),
+    (STASH.replace("st: f32[8] local", "st: f32[8]{2} local"), "local buffer 'st' must be row-major"),
+    (STASH.replace("load st[r0]", "load st[i0]"), "local st is indexed by i0; only r-dims may index a local"),
+    (STASH.replace("      store st[r0] = t1\n", ""), "load of local 'st' before this kernel stores it"),
+    (STASH.replace("  return (m)\n", "  extern z = aten.neg.default(st)\n  return (m)\n"),
+     "extern aten.neg.default reads local buffer 'st'"),
+    (STASH.replace("return (m)", "return (st)"), "output 'st' is a local buffer"),
+    ("  st: f32[1] local\n  kernel k[i0 < s0, i1 < 8]:\n    t0: f32 = load x[i0, i1]\n    store st[0] = t0\n"
+     "    store y[i0, i1] = t0\n  return (m)\n", "local st in a kernel without r-dims"),
+    (STASH.replace("  return (m)\n", """\
+  kernel k2[i0 < s0, r0 < 8]:
+    loop:
+      t0: f32 = load st[r0]
+      store y[i0, r0] = t0
+  return (m)
+"""), "load of local 'st' before this kernel stores it"),
+])
+def test_locals_belong_to_one_kernel_with_a_static_row_major_shape(body, message):
+    test_broken_rules_are_named(body, message)

@@ -13,8 +13,10 @@ returns the kernel's error flag (an integer division by zero, an index out of bo
   full set of lanes runs as scalar code.
 
 Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
-torch's own softmax does), and values a later loop would recompute expensively come from a stash
-(`_stash.py`). The parallel loop only forks when the work is at least `EMBER_PAR_MIN` element-iterations
+torch's own softmax does). The plan decides the rest: dims arrive merged (`coalesce-dims`), and a `local`
+buffer (`stash-values`) is a per-row stack array, declared inside the parallel loop. When lanes are i-points
+the kernel is printed with its stashes recomputed (`recompute_locals`): a stash would be one row per lane.
+The parallel loop only forks when the work is at least `EMBER_PAR_MIN` element-iterations
 (16384: on 2 cores a fork pays off from about 8K elements of a sigmoid; cheap ops need more).
 """
 
@@ -22,14 +24,23 @@ from __future__ import annotations
 
 import sympy
 from ember_core import as_sympy
-from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index
+from ember_lowering import (
+    REDUCTIONS,
+    TRANSCENDENTAL,
+    Buffer,
+    Instr,
+    Kernel,
+    Loop,
+    Op,
+    Ranges,
+    flat_index,
+    recompute_locals,
+)
 from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
-from ._coalesce import coalesce
 from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
 from ._exprs import ExprPrinter
 from ._reductions import FOLD, LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
-from ._stash import Stash, is_transcendental, plan_stash
 
 CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
 BLOCK = 128  # i-points per parallel work item of an outer-contiguous reduction (its lanes)
@@ -42,7 +53,16 @@ class KernelPrinter:
     """Prints one kernel; `CannotPrint` if it uses anything the printer does not handle."""
 
     def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
-        kernel = coalesce(kernel, layout.buffers)
+        used = {i.buffer for i in kernel.instrs()}
+        self.locals: dict[str, Buffer] = {n: b for n, b in layout.buffers.items() if b.kind == "local" and n in used}
+        self.outer_contiguous = False
+        if self.locals and not kernel.reduce_dims:
+            raise CannotPrint("a local buffer in a kernel without r-dims")
+        if kernel.reduce_dims:
+            plain = recompute_locals(kernel, set(self.locals)) if self.locals else kernel
+            self.outer_contiguous = _outer_contiguous(plain, layout)
+            if self.outer_contiguous:
+                kernel, self.locals = plain, {}
         self.k, self.layout, self.name = kernel, layout, name
         self.dtypes: dict[str, str] = {}
         self.names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
@@ -53,7 +73,6 @@ class KernelPrinter:
         self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
         self.roots: dict[str, bool] = {}  # root → written
         self.uses_err = False
-        self.stash = plan_stash(kernel)
         self.accs: dict[str, Accumulator] = {}
         self.loop_values: set[str] | None = None  # values defined in the loop being printed
         self.hoisted: dict[str, str] = {}  # lines to print before that loop
@@ -81,31 +100,13 @@ class KernelPrinter:
         out = [f"  const int64_t n_{d.var} = {self.expr(d.size)};" for d in self.k.dims]
         if not self.k.reduce_dims:
             return out + self._pointwise()
-        if self._outer_contiguous():
-            self.stash = Stash()  # no stash: a lane is an i-point, a stash would be one row per lane
+        if self.outer_contiguous:
             return out + self._outer_reduction()
         return out + self._reduction()
 
     def ref(self, name: str) -> str:
         """How C++ reads SSA value `name` here (an element of a block array for block values)."""
         return self.names.get(name, name)
-
-    def _outer_contiguous(self) -> bool:
-        """Do the loops' accesses run contiguously along the last i-dim rather than the last r-dim? Then lanes
-        are i-points (`_outer_reduction`), not r-steps."""
-        outer, rdims = self.k.outer_dims, self.k.reduce_dims
-        if not outer:
-            return False
-        iv, rv = sympy.Symbol(outer[-1].var, integer=True), sympy.Symbol(rdims[-1].var, integer=True)
-        score = 0
-        for stmt in self.k.body:
-            for i in (stmt.body if isinstance(stmt, Loop) else ()):
-                if i.op not in (Op.LOAD, Op.STORE):
-                    continue
-                b = self.layout.buffers[i.buffer]
-                flat = sympy.expand(sum((e * st for e, st in zip(i.index, b.stride)), sympy.Integer(0)))
-                score += int(flat.coeff(iv) == 1) - int(flat.coeff(rv) == 1)
-        return score > 0
 
     # ------------------------------------------------------------------ loop nests
 
@@ -151,7 +152,8 @@ class KernelPrinter:
         outer = list(self.k.outer_dims)
         loops = sum(1 for s in self.k.body if isinstance(s, Loop))
         depth = 2 if outer else 1
-        stash = [("  " * depth) + f"{t} {name}[{self.stash.elements}];" for name, t in self.stash.arrays.items()]
+        stash = [("  " * depth) + f"{CTYPE[b.dtype]} {self.layout.local[n]}[{sympy.Mul(*b.shape)}];"
+                 for n, b in self.locals.items()]
         body = stash + self._block(self.k.body, depth)
         if not outer:
             return body
@@ -378,12 +380,6 @@ class KernelPrinter:
                 return j.dtype
         raise CannotPrint(f"operand {i.srcs[0]} of {i.op.value} is not defined")
 
-    def _stash_index(self) -> str:
-        lin = ""
-        for d in self.k.reduce_dims:
-            lin = d.var if not lin else f"({lin} * n_{d.var} + {d.var})"
-        return lin
-
     # ------------------------------------------------------------------ instructions
 
     def _instr(self, i: Instr, lane: str | None, tail: bool = False) -> list[str]:
@@ -405,12 +401,7 @@ class KernelPrinter:
         if self.block and self.loop_values is None:  # a block value: define a local, then keep it
             lines = self._compute(i, t)
             return lines + [f"{self.names[o]} = {o};" for o in i.outs]
-        if i.out in self.stash.load and self.loop_values is not None:
-            return [f"const {t} {i.out} = {self.stash.load[i.out]}[{self._stash_index()}];"]
-        lines = self._compute(i, t)
-        if i.out in self.stash.store and self.loop_values is not None:
-            lines.append(f"{self.stash.store[i.out]}[{self._stash_index()}] = {i.out};")
-        return lines
+        return self._compute(i, t)
 
     def _compute(self, i: Instr, t: str) -> list[str]:
         op = i.op
@@ -441,7 +432,14 @@ class KernelPrinter:
         flat = flat_index(i.index, b.stride, layout.rel_offset(i.buffer), self.ranges)
         return layout.local[layout.root(i.buffer)], self.expr(flat)
 
+    def _local(self, i: Instr) -> str:
+        """The element of a local (a stack array of this kernel's row) that a load or store addresses."""
+        b = self.locals[i.buffer]
+        return f"{self.layout.local[i.buffer]}[{self.expr(flat_index(i.index, b.stride, 0, self.ranges))}]"
+
     def _load(self, i: Instr) -> list[str]:
+        if i.buffer in self.locals:
+            return [f"const {CTYPE[i.dtype]} {i.out} = {self._local(i)};"]
         self.roots.setdefault(self.layout.root(i.buffer), False)
         ptr, flat = self._address(i)
         value = f"{ptr}[{flat}]"
@@ -471,6 +469,8 @@ class KernelPrinter:
         return " && ".join(tests) if tests else None
 
     def _store(self, i: Instr) -> list[str]:
+        if i.buffer in self.locals:
+            return [f"{self._local(i)} = {self.ref(i.srcs[0])};"]
         self.roots[self.layout.root(i.buffer)] = True
         ptr, flat = self._address(i)
         value = self.ref(i.srcs[0])
@@ -489,7 +489,28 @@ def _latency_bound(loop: Loop, reduces: list[Instr]) -> bool:
     (softmax's exp) hides the latency, and there the simd reduction measured faster."""
     if not reduces or not all(i.op is Op.REDUCE_SUM and i.dtype in FLOATS for i in reduces):
         return False
-    return not any(is_transcendental(i) for i in loop.body)
+    return not any(i.op in _HIDES_LATENCY for i in loop.body)
+
+
+_HIDES_LATENCY = TRANSCENDENTAL - {Op.SQRT, Op.RSQRT}  # library calls; sqrt and rsqrt are one vector instruction
+
+
+def _outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:
+    """Do the loops' accesses run contiguously along the last i-dim rather than the last r-dim? Then lanes are
+    i-points (`_outer_reduction`), not r-steps."""
+    outer, rdims = kernel.outer_dims, kernel.reduce_dims
+    if not outer:
+        return False
+    iv, rv = sympy.Symbol(outer[-1].var, integer=True), sympy.Symbol(rdims[-1].var, integer=True)
+    score = 0
+    for stmt in kernel.body:
+        for i in (stmt.body if isinstance(stmt, Loop) else ()):
+            if i.op not in (Op.LOAD, Op.STORE):
+                continue
+            b = layout.buffers[i.buffer]
+            flat = sympy.expand(sum((e * st for e, st in zip(i.index, b.stride)), sympy.Integer(0)))
+            score += int(flat.coeff(iv) == 1) - int(flat.coeff(rv) == 1)
+    return score > 0
 
 
 def _serial_loops(pad: str, serial) -> list[str]:

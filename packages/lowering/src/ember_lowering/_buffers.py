@@ -10,10 +10,9 @@ Extern outputs are allocated by ATen and take part only as readers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import sympy
 
+from ._decisions import Note
 from ._fusion import step_reads, step_writes, view_roots
 from ._indexing import storage_size
 from ._loop_ir import Buffer, Extern, Kernel, KernelPlan
@@ -44,7 +43,7 @@ def _last_uses(plan: KernelPlan, roots: dict[str, str]) -> dict[str, int]:
     return last
 
 
-def plan_buffers(plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan:
+def plan_buffers(plan: KernelPlan, note: Note) -> KernelPlan:
     """The plan with each kernel-written temp reusing a dead temp's storage where one fits."""
     buffers = plan.buffer_map
     roots = view_roots(plan)
@@ -64,7 +63,7 @@ def plan_buffers(plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan:
 
 
 def _allocate(buffers: dict[str, Buffer], name: str, free: list, owner: dict[str, str],
-              note: Callable[[str], None]) -> None:
+              note: Note) -> None:
     """Give a temp the first dead storage of its dtype that fits, if any."""
     b = buffers[name]
     owner[name] = name
@@ -76,5 +75,5 @@ def _allocate(buffers: dict[str, Buffer], name: str, free: list, owner: dict[str
             del free[j]
             owner[name] = o
             buffers[name] = b.replace(base=o)
-            note(f"{name} reuses the storage of {o} (dead by then)")
+            note("reused", "dead-storage", (name, o), f"{name} reuses the storage of {o} (dead by then)")
             return

@@ -1,5 +1,5 @@
 """What the fusion passes share: step dependencies, iteration-space matching, kernel merging, store
-forwarding, loop merging, dead-store removal and the recompute cost model.
+forwarding, loop merging and dead-store removal (the recompute cost model is `_costs.py`).
 
 Merging kernel A (first) with kernel B concatenates their bodies over one iteration space. It is legal when
 every load in B of a buffer A stores reads the element A stores in the same iteration: then a parallel outer
@@ -19,7 +19,6 @@ from ._errors import PlanError
 from ._indexing import sym
 from ._loop_ir import (
     REDUCTIONS,
-    TRANSCENDENTAL,
     Extern,
     Instr,
     Kernel,
@@ -31,17 +30,7 @@ from ._loop_ir import (
 )
 from ._rewrite import canonicalize, defined_names, rename_values, renumber, substitute_vars, used_names
 
-# ---------------------------------------------------------------------------------------------- cost model
-
-# What recomputing a value costs, per instruction; a load counts 1 (it re-reads memory, mostly cached).
-OP_COST = {**{op: 4 for op in TRANSCENDENTAL}, Op.DIV: 2, Op.POW: 4, Op.MOD: 2, Op.FMOD: 2, Op.FLOORDIV: 2,
-           Op.TRUNCDIV: 2, Op.ATAN2: 4, Op.CONST: 0, Op.INDEX: 0, Op.CAST: 0, Op.STORE: 0}
-RECOMPUTE_BUDGET = 10  # a pointwise value this cheap is recomputed by each consumer rather than stored
-BROADCAST_BUDGET = 3  # ... and recomputed for every element of a broadcast read when this cheap
-
-
-def kernel_cost(kernel: Kernel) -> int:
-    return sum(OP_COST.get(i.op, 1) for i in kernel.instrs())
+# ---------------------------------------------------------------------------------------------- sizes
 
 
 def numel_hint(sizes: Iterable[sympy.Expr], hints: dict[str, int]) -> int:

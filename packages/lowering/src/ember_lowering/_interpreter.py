@@ -173,11 +173,14 @@ def _identity(op: Op, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 class _KernelRun:
-    """One kernel executed as tensors over its iteration space."""
+    """One kernel executed as tensors over its iteration space. A local buffer is a fresh tensor of the outer
+    dims' sizes followed by its own shape: one row per outer iteration, addressed with the outer vars first."""
 
     def __init__(self, kernel: Kernel, buffers: dict[str, torch.Tensor], syms: dict[str, int],
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", locals_: Mapping[str, Buffer] | None = None):
         self.kernel, self.buffers, self.syms, self.device = kernel, buffers, syms, torch.device(device)
+        used = {i.buffer for i in kernel.instrs()}
+        self.locals = {n: b for n, b in (locals_ or {}).items() if n in used}
         self.sizes = [size_of(d.size, syms) for d in kernel.dims]
         self.rdims = [k for k, d in enumerate(kernel.dims) if d.reduce]
         n = len(self.sizes)
@@ -185,6 +188,10 @@ class _KernelRun:
         for k, (d, size) in enumerate(zip(kernel.dims, self.sizes)):
             self.env[d.var] = torch.arange(size, device=self.device).view([-1 if j == k else 1 for j in range(n)])
         self.full = torch.Size(self.sizes)
+        outer = [k for k, d in enumerate(kernel.dims) if not d.reduce]
+        self.rows = [self.env[kernel.dims[k].var] for k in outer]
+        self.local_data = {n: _filled(b.dtype, [self.sizes[k] for k in outer] + [int(d) for d in b.shape],
+                                      self.device) for n, b in self.locals.items()}
 
     def run(self) -> None:
         for stmt in self.kernel.body:
@@ -202,6 +209,12 @@ class _KernelRun:
 
     def index(self, instr: Instr) -> list[torch.Tensor]:
         return [torch.as_tensor(evaluate(e, self.env), dtype=torch.int64, device=self.device) for e in instr.index]
+
+    def address(self, instr: Instr) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The tensor a load or store reads or writes, and its index tensors."""
+        if instr.buffer in self.local_data:
+            return self.local_data[instr.buffer], [*self.rows, *self.index(instr)]
+        return self.buffers[instr.buffer], self.index(instr)
 
     def step(self, i: Instr) -> None:
         op = i.op
@@ -223,8 +236,7 @@ class _KernelRun:
             self.env[i.out] = result.to(to_dtype(i.dtype))
 
     def load(self, i: Instr) -> torch.Tensor:
-        buf = self.buffers[i.buffer]
-        idx = self.index(i)
+        buf, idx = self.address(i)
         if not i.srcs:
             return buf[tuple(idx)] if idx else buf[()]
         mask = self.value(i.srcs[0])
@@ -235,9 +247,8 @@ class _KernelRun:
         return torch.where(mask, buf[tuple(safe)] if safe else buf[()], other)
 
     def store(self, i: Instr) -> None:
-        buf = self.buffers[i.buffer]
+        buf, idx = self.address(i)
         value = self.value(i.srcs[0])
-        idx = self.index(i)
         shapes = [value.shape, *(t.shape for t in idx)]
         if len(i.srcs) > 1:
             shapes.append(self.value(i.srcs[1]).shape)
@@ -266,6 +277,12 @@ class _KernelRun:
 # ---------------------------------------------------------------------------------------------- plans
 
 
+def _filled(dtype: str, shape: list[int], device: torch.device | str) -> torch.Tensor:
+    """Fresh memory as the interpreter hands it out: NaN (or a sentinel), so reading it unwritten shows."""
+    fill = math.nan if dtype in FLOAT_DTYPES else (True if dtype == "bool" else _SENTINEL_INT)
+    return torch.full(shape, fill, dtype=to_dtype(dtype), device=device)
+
+
 class PlanInterpreter:
     """Runs a KernelPlan on concrete inputs. `constants` gives the tensors of the graph's constants."""
 
@@ -274,6 +291,7 @@ class PlanInterpreter:
         self.constants = dict(constants or {})
         self.buffers = plan.buffer_map
         self.extern_outs = {o for s in plan.externs for o in s.outs}
+        self.locals = {b.name: b for b in plan.buffers if b.kind == "local"}
 
     def bindings(self, inputs: Sequence[Any]) -> dict[str, int]:
         """The symbols' values, read off the inputs' shapes and strides and the symbolic-int inputs."""
@@ -302,7 +320,7 @@ class PlanInterpreter:
         for step in plan.steps:
             if isinstance(step, Kernel):
                 self.make_views(tensors, syms)
-                _KernelRun(step, tensors, syms, plan.device).run()
+                _KernelRun(step, tensors, syms, plan.device, self.locals).run()
             else:
                 self.make_views(tensors, syms)
                 self.call(step, tensors, syms)
@@ -317,9 +335,7 @@ class PlanInterpreter:
         n = size_of(storage_size(b.shape, b.stride, b.offset), syms)
         owner = b.base or b.name
         if owner not in storage:
-            dtype = to_dtype(b.dtype)
-            fill = math.nan if b.dtype in FLOAT_DTYPES else (True if b.dtype == "bool" else _SENTINEL_INT)
-            storage[owner] = torch.full((max(n, 1),), fill, dtype=dtype, device=self.plan.device)
+            storage[owner] = _filled(b.dtype, [max(n, 1)], self.plan.device)
         st = storage[owner]
         if st.numel() < n:
             raise PlanError(f"buffer {b.name!r} needs {n} elements but reuses {owner!r} of {st.numel()}")

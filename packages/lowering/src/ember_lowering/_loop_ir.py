@@ -12,6 +12,8 @@ of `Instr`s at outer level and `Loop` blocks (never nested). Values are SSA name
 Loads and stores address a buffer by its logical index, one sympy expression per buffer dim, over the kernel's
 dim variables, the plan's symbols and (for indirect indexing) integer SSA values of the body. A buffer's layout
 (`stride`, `offset`, in elements) says where that element lives; `flat_index` in `_indexing.py` computes it.
+A `local` buffer is one row of scratch for one kernel: a later loop of the kernel reads back what an earlier
+loop stored (`stash-values` makes them), indexed by r-dim variables only.
 
 What a codegen does with a plan (`PlanInterpreter` is the executable statement of it):
 - symbols: read each off the input shapes and strides where it appears bare (`PlanInterpreter.bindings`).
@@ -22,6 +24,10 @@ What a codegen does with a plan (`PlanInterpreter` is the executable statement o
 - externs: call the op; `Ref` arguments are buffer tensors, `Sym` ones ints, tuples lists. The plan records the
   layout the graph traced for each result; a codegen that addresses results by that layout checks it.
 - kernels: the i-dims are independent iterations (parallelize them); each `Loop` runs all r-dims, row-major.
+  A `local` lives in the iteration of the i-dims (each has its own copy, of the buffer's static shape: a stack
+  array in C++, registers or shared memory on a GPU when the row fits a block) and holds what that iteration
+  stored; nothing outside the kernel sees it. A codegen that cannot keep one calls `recompute_locals`
+  (passes/stash_values.py), which puts the computation back where the value is loaded.
   Index expressions are integers; `floor` and `Mod` follow Python (floor division, remainder of the divisor's
   sign). A masked load must not touch memory where its mask is false. float16/bfloat16 values are only
   loaded, stored, cast, selected (`where`) or constant: all arithmetic is in float32 or wider.
@@ -302,14 +308,15 @@ class Extern:
 
 Step = Kernel | Extern
 
-BUFFER_KINDS = ("input", "constant", "temp", "output", "view")
+BUFFER_KINDS = ("input", "constant", "temp", "output", "view", "local")
 
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
     """A named tensor. kind: `input` and `constant` come from outside; `temp` and `output` are written by the
     plan; `view` reads another buffer's storage (`base`) with its own layout. A `temp` with a `base` reuses that
-    buffer's storage, which is dead by then (see `_buffers.py`)."""
+    buffer's storage, which is dead by then (see `_buffers.py`). A `local` is one kernel's per-iteration
+    scratch row: static shape, row-major, stored and loaded by that kernel only."""
 
     name: str
     dtype: str

@@ -18,6 +18,7 @@ import sympy
 from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, graph_device, node_refs, resolve_op
 
 from ._context import LoweringContext, TensorRef
+from ._decisions import Decision
 from ._errors import LoweringError, Unsupported
 from ._indexing import sym, to_expr
 from ._loop_ir import KERNEL_DTYPES, NAN, Extern, KernelPlan
@@ -260,17 +261,18 @@ def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
 def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: bool = True) -> KernelPlan:
     """Lower a graph and schedule it: the KernelPlan a codegen builds from.
 
-    passes: the scheduler passes to run (default `DEFAULT_PASSES`); check: verify the plan and its text round
+    passes: the scheduler passes to run (default `default_passes()`); check: verify the plan and its text round
     trip after every pass (tests turn this on); emit_event: send `kernels_generated` (stage `lowering`, the
-    plan's text as source) to `ember_event` observers. Codegens emit their own event with their source.
+    plan's text as source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
+    Codegens emit their own event with their source.
     """
     plan = lower_graph(graph)
-    decisions: list[str] = []
+    decisions: list[Decision] = []
     plan = schedule(plan, passes=passes, check=check, decisions=decisions)
     if emit_event:
         emit(Event(kind="kernels_generated", stage="lowering",
                    message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
                            + "".join(f"\n  {d}" for d in decisions),
-                   source=str(plan), data={"decisions": decisions}))
+                   source=str(plan), data={"decisions": tuple(decisions)}))
     return plan
 

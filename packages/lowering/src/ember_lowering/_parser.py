@@ -11,7 +11,21 @@ from ember_core import Ref, Sym, Symbol
 
 from ._errors import PlanError
 from ._indexing import contiguous_strides, parse_expr, to_expr
-from ._loop_ir import DTYPE_LONG, NAN, OPS_BY_NAME, Buffer, Dim, Extern, Instr, Kernel, KernelPlan, Loop, Op, scalar_of
+from ._loop_ir import (
+    BUFFER_KINDS,
+    DTYPE_LONG,
+    NAN,
+    OPS_BY_NAME,
+    Buffer,
+    Dim,
+    Extern,
+    Instr,
+    Kernel,
+    KernelPlan,
+    Loop,
+    Op,
+    scalar_of,
+)
 
 _HEADER = re.compile(r"# ember kernel plan '(?P<name>[^']*)' on (?P<device>\S+)$")
 _SYMBOL = re.compile(r"(\w+)=(-?\d+) in \[(-?\d+), (inf|-?\d+)\]")
@@ -115,6 +129,8 @@ class _Parser:
         m = _BUFFER.match(line)
         if not m:
             raise self.fail("expected 'NAME: DTYPE[SHAPE] KIND'")
+        if m.group("kind") not in BUFFER_KINDS:
+            raise self.fail(f"unknown buffer kind {m.group('kind')!r}; known: {', '.join(BUFFER_KINDS)}")
         shape = tuple(to_expr(d) for d in split_top(m.group("shape")))
         stride = tuple(to_expr(s) for s in split_top(m.group("stride"))) if m.group("stride") is not None \
             else contiguous_strides(shape)

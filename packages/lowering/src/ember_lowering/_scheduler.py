@@ -1,20 +1,22 @@
 """The scheduler: runs the fusion passes and buffer planning over an unfused plan, in order.
 
-Each pass is a class with a kebab-case `id` (matching its file under `passes/`) and
-`run(plan, note) -> plan`; `note(text)` records a decision with its reason. After each pass the plan is put in
-normal form (kernels named by kind and shape, buffers in order of use, unused ones dropped) and its id is
-appended to `plan.passes`. Decisions go to the `ember.kernels` logger (DEBUG) and to `decisions`.
+Each pass is a class with a kebab-case `id` (matching its file under `passes/`), a closed set of `reasons`
+and `run(plan, note) -> plan`; `note(verdict, reason, subjects, detail)` records a `Decision`
+(`_decisions.py`). After each pass the plan is put in normal form (kernels named by kind and shape, buffers in
+order of use, unused ones dropped) and its id is appended to `plan.passes`. Decisions go to the
+`ember.kernels` logger (DEBUG) and to `decisions`.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from ember_core import Ref
 
+from ._decisions import Decision, Note, make_decision
 from ._loop_ir import Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
 
@@ -23,38 +25,48 @@ log = logging.getLogger("ember.kernels")
 
 class Pass(Protocol):
     id: str
+    reasons: frozenset[str]  # the reason codes its decisions may give
 
-    def run(self, plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan: ...
+    def run(self, plan: KernelPlan, note: Note) -> KernelPlan: ...
 
 
 def default_passes() -> tuple[Pass, ...]:
+    """Fusion first (it matches iteration spaces dim by dim), then the shape of each kernel's loops
+    (coalesce-dims, stash-values), then storage (plan-buffers)."""
+    from .passes.coalesce_dims import CoalesceDims
     from .passes.fuse_inline import FuseInline
     from .passes.fuse_siblings import FuseSiblings
     from .passes.fuse_vertical import FuseVertical
     from .passes.plan_buffers import PlanBuffers
+    from .passes.stash_values import StashValues
 
-    return FuseInline(), FuseVertical(), FuseSiblings(), PlanBuffers()
+    return FuseInline(), FuseVertical(), FuseSiblings(), CoalesceDims(), StashValues(), PlanBuffers()
 
 
 def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: bool = False,
-             decisions: list[str] | None = None) -> KernelPlan:
-    """Run `passes` (default: fuse-inline, fuse-vertical, fuse-siblings, plan-buffers) over a plan."""
+             decisions: list[Decision] | None = None) -> KernelPlan:
+    """Run `passes` (default: `default_passes()`) over a plan."""
     from ._verify import check_round_trip, verify_plan
 
     if check:
         verify_plan(plan)
         check_round_trip(plan)
     for p in default_passes() if passes is None else passes:
-        def note(text: str, _id: str = p.id) -> None:
-            log.debug("%s: %s", _id, text)
-            if decisions is not None:
-                decisions.append(f"{_id}: {text}")
-        plan = p.run(plan, note)
+        plan = p.run(plan, _recorder(p, decisions))
         plan = name_kernels(drop_unused_buffers(order_buffers(plan))).replace(passes=plan.passes + (p.id,))
         if check:
             verify_plan(plan)
             check_round_trip(plan)
     return plan
+
+
+def _recorder(p: Pass, decisions: list[Decision] | None) -> Note:
+    def note(verdict: str, reason: str, subjects: Sequence[str], detail: str = "") -> None:
+        d = make_decision(p.id, getattr(p, "reasons", frozenset()), verdict, reason, subjects, detail)
+        log.debug("%s", d)
+        if decisions is not None:
+            decisions.append(d)
+    return note
 
 
 # ---------------------------------------------------------------------------------------------- normal form

@@ -13,6 +13,7 @@ import sympy
 from ember_core import Ref, as_sympy
 
 from ._errors import PlanError
+from ._indexing import contiguous_strides
 from ._loop_ir import (
     ARITY,
     BITWISE,
@@ -84,6 +85,8 @@ class _Checker:
         for k, step in enumerate(self.plan.steps):
             ready |= self.step(k, step, ready)
         for o in self.plan.outputs:
+            if isinstance(o, str) and o in self.buffers and self.buffers[o].kind == "local":
+                raise _Fail(("buffer", o), f"output {o!r} is a local buffer")
             if isinstance(o, str) and self.root(o) not in ready:
                 raise _Fail((), f"output {o!r} is never written")
 
@@ -101,16 +104,27 @@ class _Checker:
             raise _Fail(key, f"buffer {b.name!r} has {len(b.shape)} dims but {len(b.stride)} strides")
         for e in (*b.shape, *b.stride, b.offset):
             self.closed(e, key, f"buffer {b.name!r}")
+        if b.kind == "local":
+            self.local(b, key)
         if b.kind == "view" or b.base is not None:
             base = self.buffers.get(b.base or "")
             if base is None:
                 raise _Fail(key, f"buffer {b.name!r} names base {b.base!r}, not declared before it")
+            if base.kind == "local":
+                raise _Fail(key, f"buffer {b.name!r}: its base {b.base!r} is a local buffer")
             if base.kind == "view" or (b.kind != "view" and base.base is not None):
                 what = "must not be a view" if b.kind == "view" else "must own its storage"
                 raise _Fail(key, f"buffer {b.name!r}: its base {b.base!r} {what}")
             if b.kind != "view" and (b.kind != "temp" or base.kind != "temp" or base.dtype != b.dtype):
                 raise _Fail(key, f"buffer {b.name!r}: only a temp reuses another temp of its dtype")
         self.buffers[b.name] = b
+
+    @staticmethod
+    def local(b: Buffer, key: tuple) -> None:
+        if not all(d.is_Integer and d > 0 for d in b.shape):
+            raise _Fail(key, f"local buffer {b.name!r} needs a static shape (positive integers)")
+        if tuple(b.stride) != contiguous_strides(b.shape) or b.offset != 0 or b.base is not None:
+            raise _Fail(key, f"local buffer {b.name!r} must be row-major, at offset 0 and own its storage")
 
     def closed(self, expr: sympy.Expr, key: tuple, what: str, extra: frozenset = frozenset()) -> None:
         unknown = {s.name for s in as_sympy(expr).free_symbols} - self.symbols - extra
@@ -125,11 +139,12 @@ class _Checker:
 
     def step(self, k: int, step, ready: set[str]) -> set[str]:
         writes = self.extern(k, step, ready) if isinstance(step, Extern) else _KernelChecker(self, k, step, ready).run()
+        kinds = ("temp", "output") if isinstance(step, Extern) else ("temp", "output", "local")
         for name in writes:
             b = self.buffers.get(name)
             if b is None:
                 raise _Fail(("step", k), f"step writes undeclared buffer {name!r}")
-            if b.kind not in ("temp", "output"):
+            if b.kind not in kinds:
                 raise _Fail(("step", k), f"step writes {b.kind} buffer {name!r}")
             if name in ready:
                 raise _Fail(("step", k), f"buffer {name!r} is written by two steps")
@@ -144,6 +159,8 @@ class _Checker:
             elif isinstance(a, Ref):
                 if a.name not in self.buffers:
                     raise _Fail(("step", k), f"extern {ext.op} reads undeclared buffer {a.name!r}")
+                if self.buffers[a.name].kind == "local":
+                    raise _Fail(("step", k), f"extern {ext.op} reads local buffer {a.name!r}")
                 if self.root(a.name) not in ready:
                     raise _Fail(("step", k), f"extern {ext.op} reads {a.name!r} before it is written")
         return {o for o in ext.outs if o != "_"}
@@ -216,6 +233,8 @@ class _KernelChecker:
             raise self.fail(key, f"{i.buffer} has {b.rank} dims, indexed with {len(i.index)}")
         if b.dtype not in KERNEL_DTYPES:
             raise self.fail(key, f"buffer {b.name} of dtype {b.dtype} is not for kernels")
+        if b.kind == "local":
+            self.local_access(i, b, key)
         if i.op is Op.LOAD:
             if i.dtype != b.dtype:
                 raise self.fail(key, f"load of {b.name} ({b.dtype}) gives {i.dtype}")
@@ -224,11 +243,21 @@ class _KernelChecker:
             if i.srcs and self.dtypes[i.srcs[0]] != "bool":
                 raise self.fail(key, "a load's mask must be bool")
             return
-        if b.kind not in ("temp", "output"):
+        if b.kind not in ("temp", "output", "local"):
             raise self.fail(key, f"store to {b.kind} buffer {b.name}")
         if self.dtypes[i.srcs[0]] != b.dtype:
             raise self.fail(key, f"store of a {self.dtypes[i.srcs[0]]} value to {b.name} ({b.dtype})")
         self.writes.add(b.name)
+
+    def local_access(self, i: Instr, b: Buffer, key: tuple) -> None:
+        rvars = {d.var for d in self.kernel.reduce_dims}
+        if not rvars:
+            raise self.fail(key, f"local {b.name} in a kernel without r-dims (a local holds one row of them)")
+        other = sorted({s.name for e in i.index for s in as_sympy(e).free_symbols} - rvars)
+        if other:
+            raise self.fail(key, f"local {b.name} is indexed by {', '.join(other)}; only r-dims may index a local")
+        if i.op is Op.LOAD and b.name not in self.writes:
+            raise self.fail(key, f"load of local {b.name!r} before this kernel stores it")
 
     def types(self, i: Instr, key: tuple) -> None:
         src = [self.dtypes[s] for s in i.srcs]

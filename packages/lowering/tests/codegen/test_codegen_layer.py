@@ -12,7 +12,7 @@ import pytest
 import torch
 from ember_core import DiskCache, record_events
 from ember_core.testing import CodegenConformance
-from ember_lowering import Kernel
+from ember_lowering import Kernel, recompute_locals
 from ember_lowering.codegen import (
     BuildPool,
     CannotPrint,
@@ -53,6 +53,7 @@ class ToyCodegen(PlanCodegen):
     def print_kernel(self, kernel: Kernel, layout: PlanLayout, name: str) -> PrintedKernel:
         if self.refuse and self.refuse in kernel.name:
             raise CannotPrint(f"toy refuses {self.refuse} kernels")
+        kernel = recompute_locals(kernel, {n for n, b in layout.buffers.items() if b.kind == "local"})
         touched = tuple(dict.fromkeys(i.buffer for i in kernel.instrs() if i.buffer))
         writes = frozenset(layout.root(i.buffer) for i in kernel.instrs() if i.op.value == "store")
         roots = tuple(dict.fromkeys(layout.root(b) for b in touched))

@@ -12,7 +12,8 @@ def test_max_and_argmax_share_one_loop():
     _, after, decisions = before_after(lambda x: x.max(1), X, passes=[FuseSiblings()])
     (kernel,) = after.kernels
     (loop,) = [s for s in kernel.body if isinstance(s, Loop)]
-    assert sum(i.op is Op.LOAD for i in loop.body) == 1 and decisions
+    assert sum(i.op is Op.LOAD for i in loop.body) == 1
+    assert [(d.verdict, d.reason, d.subjects[-1]) for d in decisions] == [("fused", "shared-input", "arg0_1")]
 
 
 def test_independent_pointwise_outputs_of_one_input_merge():

@@ -2,7 +2,8 @@
 
 Consecutive kernels that print become one *segment*: a codegen calls a segment's kernels in one go (codegen-cpp
 makes it one `extern "C"` function, so the wrapper makes one native call per run of kernels between extern
-calls). A kernel the codegen cannot print becomes an `InterpretedKernel` step (the loop-IR interpreter runs it);
+calls). A kernel the codegen cannot print becomes an `InterpretedKernel` step (the loop-IR interpreter runs it, with
+the values it stashed in local buffers recomputed where they are read);
 an `Extern` step calls the ATen op.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._loop_ir import Extern, Kernel, KernelPlan
+from ..passes.stash_values import recompute_locals
 from ._errors import CannotPrint
 from ._layout import PlanLayout
 
@@ -86,6 +88,7 @@ def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
     """Print every kernel `print_kernel` can; `CannotPrint` only if the plan as a whole cannot run (a layout
     or symbol the wrapper cannot express)."""
     layout = PlanLayout(plan)
+    stashes = {b.name for b in plan.buffers if b.kind == "local"}  # the interpreter gets plan buffers only
     steps: list[Step] = []
     for k, step in enumerate(plan.steps):
         if isinstance(step, Extern):
@@ -95,7 +98,7 @@ def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
             printed = print_kernel(step, layout, f"k{k}_{identifier(step.name)}")
         except CannotPrint as e:
             log.info("kernel %s of %r runs in the loop-IR interpreter: %s", step.name, plan.name, e)
-            steps.append(InterpretedKernel(step, str(e)))
+            steps.append(InterpretedKernel(recompute_locals(step, stashes), str(e)))
             continue
         if not steps or not isinstance(steps[-1], Segment):
             steps.append(Segment(f"ember_seg{sum(isinstance(s, Segment) for s in steps)}"))

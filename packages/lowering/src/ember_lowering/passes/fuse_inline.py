@@ -10,18 +10,9 @@ An expensive value with several consumers stays materialized.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from .._fusion import (
-    BROADCAST_BUDGET,
-    RECOMPUTE_BUDGET,
-    describe,
-    kernel_cost,
-    numel_hint,
-    remove_dead_stores,
-    step_reads,
-    view_roots,
-)
+from .._costs import BROADCAST_BUDGET, RECOMPUTE_BUDGET, kernel_cost
+from .._decisions import Note
+from .._fusion import describe, numel_hint, remove_dead_stores, step_reads, view_roots
 from .._indexing import sym
 from .._loop_ir import Instr, Kernel, KernelPlan, Loop, Op, Stmt, scalar_of
 from .._rewrite import canonicalize, defined_names, rename_values, substitute_vars
@@ -29,8 +20,11 @@ from .._rewrite import canonicalize, defined_names, rename_values, substitute_va
 
 class FuseInline:
     id = "fuse-inline"
+    # fused: nothing reads it / one consumer / cheap enough to recompute at every load;
+    # kept: an extern reads it / a broadcast read would recompute it / expensive and read more than once
+    reasons = frozenset({"no-reader", "single-consumer", "cheap", "extern-reader", "broadcast", "expensive"})
 
-    def run(self, plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan:
+    def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         hints = {s.name: s.hint for s in plan.symbols}
         kinds = {b.name: b.kind for b in plan.buffers}
         roots = view_roots(plan)
@@ -46,10 +40,12 @@ class FuseInline:
                 continue
             users = sorted(readers.get(target, ()))
             if any(not isinstance(steps[k], Kernel) for k in users):
-                note(f"keep {describe(producer)}: an extern call reads {target}")
+                note("kept", "extern-reader", (producer.name, target),
+                     f"keep {describe(producer)}: an extern call reads {target}")
                 continue
-            ok, reason = _decide(producer, target, [steps[k] for k in users], hints)
-            note(f"{'inline' if ok else 'keep'} {describe(producer)}: {reason}")
+            ok, code, reason = _decide(producer, target, [steps[k] for k in users], hints)
+            note("fused" if ok else "kept", code, (producer.name, target),
+                 f"{'inline' if ok else 'keep'} {describe(producer)}: {reason}")
             if not ok:
                 continue
             reads = step_reads(producer, roots)
@@ -85,7 +81,8 @@ def _sites(kernel: Kernel, target: str) -> list[tuple[bool, bool]]:
     return out
 
 
-def _decide(producer: Kernel, target: str, readers: list[Kernel], hints: dict[str, int]) -> tuple[bool, str]:
+def _decide(producer: Kernel, target: str, readers: list[Kernel], hints: dict[str, int]) -> tuple[bool, str, str]:
+    """(inline?, reason code, reason in words)."""
     cost = kernel_cost(producer)
     size = max(numel_hint((d.size for d in producer.dims), hints), 1)
     sites, amplification = 0, 1.0
@@ -97,15 +94,16 @@ def _decide(producer: Kernel, target: str, readers: list[Kernel], hints: dict[st
             trips = numel_hint((d.size for d in (r.dims if in_loop else r.outer_dims)), hints)
             amplification = max(amplification, trips / size)
     if sites == 0:
-        return True, "nothing reads it"
+        return True, "no-reader", "nothing reads it"
     if amplification > 1 and cost > BROADCAST_BUDGET:
-        return False, f"a broadcast read would recompute it {amplification:g}x (cost {cost} > {BROADCAST_BUDGET})"
+        return False, "broadcast", (f"a broadcast read would recompute it {amplification:g}x "
+                                    f"(cost {cost} > {BROADCAST_BUDGET})")
     if sites == 1:
-        return True, "single consumer" + (f", broadcast {amplification:g}x (cost {cost})" if amplification > 1
-                                          else "")
+        return True, "single-consumer", "single consumer" + (
+            f", broadcast {amplification:g}x (cost {cost})" if amplification > 1 else "")
     if cost <= RECOMPUTE_BUDGET:
-        return True, f"cheap (cost {cost} <= {RECOMPUTE_BUDGET}), recomputed at {sites} loads"
-    return False, f"expensive (cost {cost} > {RECOMPUTE_BUDGET}) with {sites} loads: materialized"
+        return True, "cheap", f"cheap (cost {cost} <= {RECOMPUTE_BUDGET}), recomputed at {sites} loads"
+    return False, "expensive", f"expensive (cost {cost} > {RECOMPUTE_BUDGET}) with {sites} loads: materialized"
 
 
 # ---------------------------------------------------------------------------------------------- rewriting

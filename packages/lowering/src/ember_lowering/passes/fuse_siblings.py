@@ -6,23 +6,23 @@ into one when neither needs the other's results.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from .._decisions import Note
 from .._fusion import deps_of, describe, merge, replace_steps, space_map, step_reads, view_roots
 from .._loop_ir import Kernel, KernelPlan
 
 
 class FuseSiblings:
     id = "fuse-siblings"
+    reasons = frozenset({"shared-input"})
 
-    def run(self, plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan:
+    def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         while True:
             fused = self.fuse_one(plan, note)
             if fused is None:
                 return plan
             plan = fused
 
-    def fuse_one(self, plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan | None:
+    def fuse_one(self, plan: KernelPlan, note: Note) -> KernelPlan | None:
         deps = deps_of(plan)
         roots = view_roots(plan)
         kernels = [(k, s) for k, s in enumerate(plan.steps) if isinstance(s, Kernel)]
@@ -34,7 +34,7 @@ class FuseSiblings:
                 m = space_map(first, second)
                 if m is None:
                     continue
-                note(f"fuse siblings {describe(first)} and {describe(second)}: both read "
-                     f"{', '.join(sorted(shared))}")
+                note("fused", "shared-input", (first.name, second.name, *sorted(shared)),
+                     f"fuse siblings {describe(first)} and {describe(second)}: both read {', '.join(sorted(shared))}")
                 return replace_steps(plan, {b}, {a: merge(first, second, m)})
         return None

@@ -10,16 +10,18 @@ third step sits between the two. Nothing is recomputed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from .._decisions import Note
 from .._fusion import deps_of, describe, merge, reads_match, replace_steps, space_map
 from .._loop_ir import Kernel, KernelPlan
 
 
 class FuseVertical:
     id = "fuse-vertical"
+    # fused: the consumer reads what the producer writes in the same iteration; kept: the iteration spaces
+    # differ / it reads another element than the one written / a third step runs between them
+    reasons = frozenset({"same-iteration", "spaces-differ", "other-element", "step-between"})
 
-    def run(self, plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan:
+    def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         refused: set[tuple] = set()
         while True:
             fused = self.fuse_one(plan, note, refused)
@@ -27,7 +29,7 @@ class FuseVertical:
                 return plan
             plan = fused
 
-    def fuse_one(self, plan: KernelPlan, note: Callable[[str], None], refused: set[tuple]) -> KernelPlan | None:
+    def fuse_one(self, plan: KernelPlan, note: Note, refused: set[tuple]) -> KernelPlan | None:
         deps = deps_of(plan)
         for b, consumer in enumerate(plan.steps):
             if not isinstance(consumer, Kernel):
@@ -36,28 +38,31 @@ class FuseVertical:
                 producer = plan.steps[a]
                 if not isinstance(producer, Kernel):
                     continue
-                reason = self.refuse(plan, deps, a, b)
-                if reason is not None:
+                refusal = self.refuse(plan, deps, a, b)
+                if refusal is not None:
                     key = (describe(producer), describe(consumer))
                     if key not in refused:
                         refused.add(key)
-                        note(f"keep {key[0]} apart from {key[1]}: {reason}")
+                        note("kept", refusal[0], (producer.name, consumer.name),
+                             f"keep {key[0]} apart from {key[1]}: {refusal[1]}")
                     continue
                 merged = merge(producer, consumer, space_map(producer, consumer))
-                note(f"fuse {describe(producer)} into {describe(consumer)}: consumer reads the producer's "
+                note("fused", "same-iteration", (producer.name, consumer.name),
+                     f"fuse {describe(producer)} into {describe(consumer)}: consumer reads the producer's "
                      f"results in the same iteration")
                 return replace_steps(plan, {a}, {b: merged})
         return None
 
     @staticmethod
-    def refuse(plan: KernelPlan, deps, a: int, b: int) -> str | None:
+    def refuse(plan: KernelPlan, deps, a: int, b: int) -> tuple[str, str] | None:
+        """(reason code, reason in words) not to fuse step a into step b, or None."""
         producer, consumer = plan.steps[a], plan.steps[b]
         m = space_map(producer, consumer)
         if m is None:
-            return "iteration spaces differ"
+            return "spaces-differ", "iteration spaces differ"
         mismatch = reads_match(producer, consumer, m)
         if mismatch is not None:
-            return mismatch
+            return "other-element", mismatch
         if deps.path(a, b):
-            return "another step runs between them"
+            return "step-between", "another step runs between them"
         return None

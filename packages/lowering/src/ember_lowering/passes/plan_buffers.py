@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .._buffers import plan_buffers
+from .._decisions import Note
 from .._loop_ir import KernelPlan
 
 
 class PlanBuffers:
     id = "plan-buffers"
+    reasons = frozenset({"dead-storage"})
 
-    def run(self, plan: KernelPlan, note: Callable[[str], None]) -> KernelPlan:
+    def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         return plan_buffers(plan, note)
