@@ -4,7 +4,7 @@ import importlib.metadata
 import logging
 
 import pytest
-from ember_core import Event, OptionError, PluginManager
+from ember_core import Event, OptionError, Partitioned, PluginManager
 from ember_partition import DefaultPartitioner, MinCutPartitioner
 from ember_partition import _plugin as plugin
 
@@ -45,7 +45,7 @@ def test_partitioned_events_become_diagrams_in_the_dump_folder(block, tmp_path):
     part = MinCutPartitioner().partition(joint)
     manager = PluginManager(load_entrypoints=False, env={"EMBER_DUMP": str(tmp_path)})
     manager.register(plugin, "partition")
-    manager.emit(Event("partitioned", "partition", graph=part.forward, data={"joint": joint, "partition": part}))
+    manager.emit(Event("partitioned", "partition", graph=part.forward, payload=Partitioned(joint, part, "mincut")))
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written[0].startswith("partition-") and written[0].endswith(".dot")
 
@@ -55,7 +55,8 @@ def test_without_a_dump_folder_no_diagram_is_written(block, tmp_path, monkeypatc
     manager = PluginManager(load_entrypoints=False, env={})
     manager.register(plugin, "partition")
     joint = block("cos_cos").joint
-    manager.emit(Event("partitioned", "partition", data={"joint": joint}))
+    part = MinCutPartitioner().partition(joint)
+    manager.emit(Event("partitioned", "partition", graph=part.forward, payload=Partitioned(joint, part, "mincut")))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -65,7 +66,7 @@ def test_a_dump_folder_that_cannot_be_written_warns_once_and_goes_on(block, tmp_
     part = MinCutPartitioner().partition(joint)
     manager = PluginManager(load_entrypoints=False, env={"EMBER_DUMP": str(tmp_path / "taken")})
     manager.register(plugin, "partition")
-    event = Event("partitioned", "partition", graph=part.forward, data={"joint": joint, "partition": part})
+    event = Event("partitioned", "partition", graph=part.forward, payload=Partitioned(joint, part, "mincut"))
     with caplog.at_level(logging.WARNING, logger="ember"):
         manager.emit(event)
         manager.emit(event)

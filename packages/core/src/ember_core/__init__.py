@@ -5,7 +5,7 @@ from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_c
 from ._disk_cache import CacheLookup, DiskCache
 from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
-from ._events import Event
+from ._events import EVENT_KINDS, Event, EventKind, GraphCompiled, JointTraced, Partitioned
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
@@ -42,9 +42,10 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
-    "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter",
-    "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager",
+    "EVENT_KINDS", "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache",
+    "EmberError", "Event", "EventKind", "ExprError", "Frontend", "Graph", "GraphCompiled", "GraphError",
+    "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph", "JointTraced", "Node", "OptionError",
+    "OptionSpec", "Output", "Partition", "Partitioned", "PluginError", "PluginManager",
     "PluginRegistry", "Ref", "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value",
     "__version__", "as_sympy", "cache_root", "cache_size_limit", "canonical", "clear_disk_cache", "decompositions",
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",

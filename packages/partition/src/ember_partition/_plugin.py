@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ember_core import Event, JointGraph, Partition, hookimpl
+from ember_core import Event, Partitioned, hookimpl
 
 from ._default import DefaultPartitioner
 from ._diagram import write_diagram
@@ -39,14 +39,13 @@ def ember_configure(config: Mapping[str, Any]) -> None:
 
 @hookimpl
 def ember_event(event: Event) -> None:
-    """A `partitioned` event that carries its joint graph becomes `partition-NNN-<name>.dot` (and `.svg`)."""
-    joint, partition = event.data.get("joint"), event.data.get("partition")
-    if _dump_dir is None or event.kind != "partitioned" or not isinstance(joint, JointGraph):
+    """A `partitioned` event (its `Partitioned` payload) becomes `partition-NNN-<name>.dot` (and `.svg`)."""
+    if _dump_dir is None or event.kind != "partitioned" or not isinstance(event.payload, Partitioned):
         return
+    joint = event.payload.joint
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", joint.graph.name)
     try:
-        write_diagram(_dump_dir / f"partition-{next(_counter):03d}-{name}.dot", joint,
-                      partition if isinstance(partition, Partition) else None)
+        write_diagram(_dump_dir / f"partition-{next(_counter):03d}-{name}.dot", joint, event.payload.partition)
     except OSError as e:  # a diagram is a debugging aid: never a reason for a compile to fail
         if _dump_dir not in _warned:
             _warned.add(_dump_dir)
