@@ -4,6 +4,7 @@ from ._cache_dir import cache_root
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
 from ._disk_cache import CacheLookup, DiskCache
 from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
+from ._dump import DumpWriter
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
 from ._events import EVENT_KINDS, Event, EventKind, GraphCompiled, JointTraced, Partitioned
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
@@ -43,7 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EVENT_KINDS", "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache",
-    "EmberError", "Event", "EventKind", "ExprError", "Frontend", "Graph", "GraphCompiled", "GraphError",
+    "DumpWriter", "EmberError", "Event", "EventKind", "ExprError", "Frontend", "Graph", "GraphCompiled", "GraphError",
     "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph", "JointTraced", "Node", "OptionError",
     "OptionSpec", "Output", "Partition", "Partitioned", "PluginError", "PluginManager",
     "PluginRegistry", "Ref", "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._dump import DumpWriter
 from ._events import Event
 from ._logging import EventLogger
 from ._pycode import python_function
@@ -35,9 +36,10 @@ def ember_register(registry) -> None:
 
 @hookimpl
 def ember_configure(config: Mapping[str, Any]) -> None:
-    _logger.configure(config.get("logs", ""), config.get("dump"))
+    _logger.configure(config.get("logs", ""))
 
 
 @hookimpl
-def ember_event(event: Event) -> None:
+def ember_event(event: Event, dump: DumpWriter) -> None:
     _logger(event)
+    dump.write_event(event)
