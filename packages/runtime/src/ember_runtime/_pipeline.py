@@ -121,12 +121,10 @@ class Pipeline:
         """The device's codegen for one graph, through the cache."""
         codegen = self.codegen(torch.device(graph_device(graph)).type)
         key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] else None
-        if key is not None:
-            hit = _cache.get(key)
-            if hit is not None:
-                self.manager.emit(Event("cache_hit", "runtime",
-                                        f"graph {graph.name!r}: reusing {codegen.name} build {key[0][:12]}"))
-                return hit
+        hit = _cache.get(key) if key is not None else None
+        if hit is not None:
+            self._cache_event("graph_cache_hit", f"reusing {codegen.name} build", graph, key)
+            return hit
         try:
             compiled = codegen.impl.compile(graph, example_inputs, self.options)
         except Exception as e:
@@ -136,6 +134,9 @@ class Pipeline:
                                 graph=graph, source=compiled.source, payload=GraphCompiled(compiled)))
         if key is not None:
             _cache.put(key, compiled)
-            self.manager.emit(Event("cache_miss", "runtime",
-                                    f"graph {graph.name!r}: stored {codegen.name} build {key[0][:12]}"))
+            self._cache_event("graph_cache_miss", f"stored {codegen.name} build", graph, key)
         return compiled
+
+    def _cache_event(self, kind: str, what: str, graph: Graph, key: tuple[str, str, str]) -> None:
+        facts = {"graph": graph.name, "codegen": key[1], "fingerprint": key[0]}
+        self.manager.emit(Event(kind, "runtime", f"graph {graph.name!r}: {what} {key[0][:12]}", data=facts))
