@@ -1,5 +1,6 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
+from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._cache_dir import cache_root
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
 from ._disk_cache import CacheLookup, DiskCache
@@ -43,10 +44,9 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "EVENT_KINDS", "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache",
-    "DumpWriter", "EmberError", "Event", "EventKind", "ExprError", "Frontend", "Graph", "GraphCompiled", "GraphError",
-    "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph", "JointTraced", "Node", "OptionError",
-    "OptionSpec", "Output", "Partition", "Partitioned", "PluginError", "PluginManager",
+    "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
+    "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter",
+    "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager",
     "PluginRegistry", "Ref", "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value",
     "__version__", "as_sympy", "cache_root", "cache_size_limit", "canonical", "clear_disk_cache", "decompositions",
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
@@ -54,4 +54,7 @@ __all__ = [
     "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load", "loads",
     "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager", "resolve_op", "returns_sequence", "save",
     "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    # stage contracts: event payloads, the dump writer, the interpreter codegen
+    "EVENT_KINDS", "DumpWriter", "EventKind", "GraphCompiled", "InterpreterCodegen", "JointTraced", "Partitioned",
+    "interpreter_codegen",
 ]

@@ -26,12 +26,20 @@ class InterpreterCodegen:
         return CompiledGraph(fn, graph, self.name, source=source)
 
 
+_INTERPRETER = InterpreterCodegen()
 _logger = EventLogger()
+
+
+def interpreter_codegen() -> InterpreterCodegen:
+    """ember-core's interpreter codegen: what a codegen falls back to for a graph it cannot build. The object the
+    `interpreter` registration holds, reached without the registry, so no plugin state (EMBER_DISABLE_PLUGINS, a
+    manager built without entry points) can hide it. `interpreter_codegen().compile(graph, None, {})`."""
+    return _INTERPRETER
 
 
 @hookimpl
 def ember_register(registry) -> None:
-    registry.add("codegen", "interpreter", InterpreterCodegen(), priority=-1000)
+    registry.add("codegen", "interpreter", _INTERPRETER, priority=-1000)
 
 
 @hookimpl
