@@ -12,6 +12,9 @@ from typing import Any
 _EXPORTS = {
     "BatteryCase": "._battery", "battery": "._battery", "battery_case": "._battery", "battery_names": "._battery",
     "clone_inputs": "._battery", "TRACE_SIZE": "._battery", "OTHER_SIZE": "._battery",
+    "CaseSpec": "._battery", "battery_spec": "._battery", "trace_case": "._battery",
+    "JointCase": "._joint", "RegionPartitioner": "._joint", "joint_case": "._joint", "run_joint": "._joint",
+    "run_partition": "._joint", "trace_joint": "._joint", "with_grad": "._joint",
     "CodegenConformance": "._conformance",
     "graph_to_device": "._devices", "inputs_to_device": "._devices",
     "assert_golden": "._golden", "accepting": "._golden",
