@@ -16,6 +16,7 @@ _EXPORTS = {
     "JointCase": "._joint", "RegionPartitioner": "._joint", "joint_case": "._joint", "run_joint": "._joint",
     "run_partition": "._joint", "trace_joint": "._joint", "with_grad": "._joint",
     "CodegenConformance": "._conformance",
+    "AutogradConformance": "._autograd_kit", "assert_joint_layout": "._autograd_kit", "autograd_case": "._autograd_kit",
     "FrontendConformance": "._frontend_kit", "GraphRecorder": "._frontend_kit",
     "PartitionerConformance": "._partition_kit", "assert_partition_layout": "._partition_kit",
     "assert_same_results": "._partition_kit", "partition_case": "._partition_kit",
