@@ -65,3 +65,13 @@ def test_kit_cases_stamp_aliases_and_a_buffer_update():
     assert [(o.kind, o.input) for o in aliases.outputs] == [("alias", 0), ("user", None), ("alias", 0)]
     assert [i.mutated for i in buffer.inputs] == [False, False, True]
     assert [(o.kind, o.input) for o in buffer.outputs] == [("mutation", 2), ("user", None)]
+
+
+class JointOnly:
+    def joint(self, graph, example_inputs):
+        return Detaching().joint(graph, example_inputs)
+
+
+def test_kit_checks_the_protocol():
+    with pytest.raises(AssertionError, match="JointOnly lacks joint"):
+        kit(JointOnly()).test_implements_the_autograd_protocol()

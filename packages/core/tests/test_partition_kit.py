@@ -58,3 +58,8 @@ def test_kit_requires_a_report():
 def test_kit_without_a_partitioner_fails_clearly():
     with pytest.raises(pytest.fail.Exception, match="Kit.partitioner is not set"):
         kit(None).test_partition_keeps_the_layout("softmax")
+
+
+def test_kit_checks_the_protocol():
+    with pytest.raises(AssertionError, match="object has no partition"):
+        kit(object()).test_implements_the_partitioner_protocol()

@@ -35,7 +35,17 @@ from ._schema import (
     node_refs,
     rename_reads,
 )
-from ._stages import BackendFrontend, CompiledGraph, Frontend, JointGraph, Partition
+from ._stages import (
+    Autograd,
+    BackendFrontend,
+    Codegen,
+    CompiledGraph,
+    Frontend,
+    GraphPass,
+    JointGraph,
+    Partition,
+    Partitioner,
+)
 from ._symbolic import evaluate as dim_value
 from ._tracing import tracing_lock
 from ._verify import verify
@@ -55,6 +65,6 @@ __all__ = [
     "node_refs", "parse_expr", "rename_reads", "reset_plugin_manager", "resolve_op", "returns_sequence", "save",
     "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
     # stage contracts: event payloads, the dump writer, the interpreter codegen
-    "EVENT_KINDS", "DumpWriter", "EventKind", "GraphCompiled", "InterpreterCodegen", "JointTraced", "Partitioned",
-    "interpreter_codegen",
+    "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
+    "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen",
 ]

@@ -27,7 +27,7 @@ from .._builtin import interpreter_codegen
 from .._errors import GraphError
 from .._fingerprint import fingerprint
 from .._schema import Graph, Input, Output
-from .._stages import CompiledGraph, JointGraph
+from .._stages import Autograd, CompiledGraph, JointGraph
 from .._verify import verify
 from ._battery import BatteryCase, CaseSpec, battery_case, battery_names, trace_case
 from ._joint import RegionPartitioner, with_grad
@@ -122,6 +122,12 @@ class AutogradConformance:
         return self.autograd.wrap(part, forward, compile_backward)
 
     # ------------------------------------------------------------------------------------------ tests
+
+    def test_implements_the_autograd_protocol(self) -> None:
+        self._case("softmax")
+        assert isinstance(self.autograd, Autograd), (
+            f"{type(self.autograd).__name__} lacks joint(graph, example_inputs) or wrap(partition, forward, "
+            "compile_backward): see ember_core.Autograd")
 
     @pytest.mark.parametrize("case_name", (*battery_names(), *KIT_CASES))
     def test_joint_graph_keeps_the_layout(self, case_name: str) -> None:

@@ -25,7 +25,7 @@ import torch
 from .._errors import GraphError
 from .._fingerprint import fingerprint
 from .._schema import Graph, node_refs
-from .._stages import JointGraph, Partition
+from .._stages import JointGraph, Partition, Partitioner
 from .._verify import verify
 from ._battery import battery_names
 from ._joint import JointCase, joint_case, run_joint, run_partition, trace_joint
@@ -93,6 +93,12 @@ class PartitionerConformance:
             f"{name}: {type(self.partitioner).__name__}.partition returned {type(part).__name__}, "
             "not ember_core.Partition")
         return case, part
+
+    def test_implements_the_partitioner_protocol(self) -> None:
+        if self.partitioner is None:
+            pytest.fail(f"{type(self).__name__}.partitioner is not set: give it the partitioner object to test")
+        assert isinstance(self.partitioner, Partitioner), (
+            f"{type(self.partitioner).__name__} has no partition(joint, options): see ember_core.Partitioner")
 
     @pytest.mark.parametrize("case_name", (*battery_names(), *KIT_CASES))
     def test_partition_keeps_the_layout(self, case_name: str) -> None:
