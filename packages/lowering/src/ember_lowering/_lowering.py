@@ -271,6 +271,6 @@ def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: 
         emit(Event(kind="kernels_planned", stage="lowering",
                    message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
                            + "".join(f"\n  {d}" for d in decisions),
-                   source=str(plan), data={"decisions": decisions}))
+                   source=str(plan), data={"graph": graph.name, "decisions": decisions}))
     return plan
 
