@@ -45,3 +45,21 @@ def test_ember_dump_writes_numbered_graph_files(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert any(n.endswith("graph_captured-f.txt") or "graph_captured" in n for n in names), names
     assert any(n.endswith(".json") for n in names)
+
+
+TRAINING = textwrap.dedent("""
+    import ember, torch
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    ember.compile(model, options={"frontend": "trace"})(torch.randn(2, 4)).sum().backward()
+""")
+
+
+def test_ember_dump_numbers_a_partition_diagram_with_its_event(tmp_path):
+    result = subprocess.run([sys.executable, "-c", TRAINING], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "EMBER_DUMP": str(tmp_path), "EMBER_CACHE_DIR": str(tmp_path / "c")})
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
+    (diagram,) = [n for n in names if n.endswith(".dot")]
+    stem = diagram.removesuffix(".dot")
+    assert stem.split("-")[1] == "partitioned"
+    assert {n.removeprefix(stem) for n in names if n.startswith(stem.split("-")[0] + "-")} >= {".dot", ".txt", ".json"}

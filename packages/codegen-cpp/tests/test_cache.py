@@ -62,7 +62,8 @@ def test_second_compile_hits_the_disk_cache_without_the_compiler(monkeypatch):
     monkeypatch.setattr("ember_codegen_cpp._loader._loaded", {})
     with Events() as ev:
         compiled = CppCodegen().compile(graph, None, {})
-    assert ev.kinds_of("codegen-cpp").count("cache_hit") == 1 and "cache_miss" not in ev.kinds_of("codegen-cpp")
+    kinds = ev.kinds_of("codegen-cpp")
+    assert kinds.count("build_cache_hit") == 1 and "build_cache_miss" not in kinds
     x = torch.randn(3, 5)
     torch.testing.assert_close(compiled([x])[0], x * 2.25 + 1)
 
@@ -84,7 +85,7 @@ def test_corrupt_library_is_rebuilt_not_loaded(monkeypatch):
         compiled = CppCodegen().compile(graph, None, {})
         x = torch.randn(3, 5)
         torch.testing.assert_close(compiled([x])[0], x * 3.75 + 1)
-    misses = [e for e in ev.events if e.kind == "cache_miss"]
+    misses = [e for e in ev.events if e.kind == "build_cache_miss"]
     assert len(misses) == 1 and "corrupt" in misses[0].message
     assert sha256_file(library) == json.loads(entries[-1].read_text())["files"]["so"]
 
@@ -101,7 +102,7 @@ def test_entry_of_ember_codegen_cpp_0_1_is_rebuilt(monkeypatch):
         compiled = CppCodegen().compile(graph, None, {})
         x = torch.randn(3, 5)
         torch.testing.assert_close(compiled([x])[0], x * 4.125 + 1)
-    (miss,) = [e for e in ev.events if e.kind == "cache_miss"]
+    (miss,) = [e for e in ev.events if e.kind == "build_cache_miss"]
     assert "format" in miss.message
 
 

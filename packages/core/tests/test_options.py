@@ -5,6 +5,7 @@ from ember_core import OptionError, OptionSpec
 from ember_core._options import CORE_OPTIONS, check_options
 
 SPECS = {s.key: s for s in CORE_OPTIONS}
+LIMIT = OptionSpec("limit", int, 8, "entries per function", "a-plugin")  # an int option, as a plugin adds one
 
 
 def test_no_options_gives_every_default():
@@ -30,13 +31,17 @@ def test_unknown_key_far_from_any_is_listed_without_a_guess():
 
 
 def test_wrong_type_names_key_type_and_doc():
-    with pytest.raises(OptionError, match=r"option 'recompile_limit' must be int, got str '8': entries per function"):
-        check_options({"recompile_limit": "8"}, SPECS)
+    with pytest.raises(OptionError, match=r"option 'limit' must be int, got str '8': entries per function"):
+        check_options({"limit": "8"}, SPECS | {"limit": LIMIT})
 
 
 def test_bool_is_not_an_int_option():
     with pytest.raises(OptionError, match="must be int, got bool True"):
-        check_options({"recompile_limit": True}, SPECS)
+        check_options({"limit": True}, SPECS | {"limit": LIMIT})
+
+
+def test_core_declares_only_the_options_core_and_the_runtime_read():
+    assert set(SPECS) == {"frontend", "passes", "autograd", "partition", "codegen.cpu", "codegen.cuda", "cache", "dump"}
 
 
 def test_several_types_are_listed():

@@ -242,9 +242,9 @@ def test_process_manager_is_built_once_and_can_be_reset(monkeypatch):
 
 
 def test_ember_options_environment_sets_defaults_under_the_calls_options():
-    pm = PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": '{"cache": false, "recompile_limit": 3}'})
-    options = pm.registry.check_options({"recompile_limit": 5}, pm.config["options"])
-    assert options["cache"] is False and options["recompile_limit"] == 5
+    pm = PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": '{"cache": false, "partition": "default"}'})
+    options = pm.registry.check_options({"partition": "mincut"}, pm.config["options"])
+    assert options["cache"] is False and options["partition"] == "mincut"
 
 
 def test_ember_options_that_are_not_json_name_the_variable():

@@ -91,12 +91,14 @@ def test_bind_args_fills_schema_defaults():
     assert bind_args(node) == {"self": Ref("a"), "other": Ref("b"), "alpha": 1}
 
 
-def test_lower_emits_kernels_generated_with_the_plan_text(monkeypatch):
+def test_lower_emits_kernels_planned_with_the_plan_text(monkeypatch):
     events = []
     monkeypatch.setattr("ember_lowering._lowering.emit", events.append)
-    plan = lower(trace(lambda x: torch.softmax(x, -1), torch.randn(2, 3)))
+    graph = trace(lambda x: torch.softmax(x, -1), torch.randn(2, 3))
+    plan = lower(graph)
     (event,) = events
-    assert event.kind == "kernels_generated" and event.stage == "lowering" and event.source == str(plan)
+    assert event.kind == "kernels_planned" and event.stage == "lowering" and event.source == str(plan)
+    assert event.data["graph"] == graph.name
     assert event.artifact == "kernels" and "1 kernels" in event.message
     decisions = event.data["decisions"]
     assert decisions and all(isinstance(d, Decision) for d in decisions)

@@ -1,9 +1,6 @@
-"""Joint graphs for the tests, built here with make_fx so the tests need only ember-core and ember-partition.
-
-`trace_joint(fn, primals)` traces `fn` and `torch.autograd.grad` of its outputs (tangents as inputs) under
-functionalization, reads the fx graph with `ember_core.from_fx`, and stamps the `JointGraph` layout: input kinds,
-`grad` outputs, `mutation` outputs for buffers written in place, and each node's region (forward: the forward
-outputs need it).
+"""Joint graphs for the tests, built with ember-core's reference tracer (`ember_core.testing.trace_joint`: make_fx
+of the function and `torch.autograd.grad` under functionalization, with the `JointGraph` layout stamped), so the
+tests need only ember-core and ember-partition.
 
 Fixtures: `trace` (the builder), `block` (a zoo block by name), `check_partition` (runs joint vs. forward then
 backward and compares). Tests asking for `block_name` run over the whole zoo, raw and decomposed.
@@ -11,124 +8,13 @@ backward and compares). Tests asking for `block_name` run over the whole zoo, ra
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import ember_core
 import pytest
 import torch
 import torch.nn as nn
-from ember_core import Input, JointGraph, Output
-from torch._dispatch.python import enable_python_dispatcher
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
-
-
-@dataclass
-class Traced:
-    """A joint graph and real inputs for it: primals, then tangents."""
-
-    joint: JointGraph
-    primals: list[torch.Tensor]
-    tangents: list[torch.Tensor]
-
-    @property
-    def inputs(self) -> list[torch.Tensor]:
-        return [*self.primals, *self.tangents]
-
-
-def _to_fun(t):
-    return FunctionalTensor.to_functional(t) if isinstance(t, torch.Tensor) else t
-
-
-def _from_fun(t):
-    if isinstance(t, FunctionalTensor):
-        torch._sync(t)
-        return torch._from_functional_tensor(t.elem)
-    return t
-
-
-def trace_joint(fn: Callable, primals: list[torch.Tensor], kinds: list[str] | None = None, *, decompose: bool = False,
-                functional: bool = True, mode: str = "fake", name: str = "joint") -> Traced:
-    """The joint graph of `fn` at `primals` (those with requires_grad get gradients)."""
-    wants_grad = [p.requires_grad for p in primals]
-    layout: dict = {}
-
-    def joint(primals, tangents):
-        if functional:
-            with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)):
-                primals, tangents = [_to_fun(p) for p in primals], [_to_fun(t) for t in tangents]
-        outs = _as_tuple(fn(*primals))
-        diff = [o for o in outs if o.requires_grad]
-        wrt = [p for p, w in zip(primals, wants_grad) if w]
-        grads = torch.autograd.grad(diff, wrt, tangents, allow_unused=True)
-        mutated = [k for k, p in enumerate(primals) if functional and torch._functionalize_has_data_mutation(p.elem)]
-        wrt_index = [k for k, w in enumerate(wants_grad) if w]
-        layout.update(n_user=len(outs), mutated=mutated, grads=[k for k, g in zip(wrt_index, grads) if g is not None])
-        results = [*outs, *(primals[k] for k in mutated), *(g for g in grads if g is not None)]
-        return [_from_fun(r) for r in results]
-
-    tangents = _tangents(fn, primals)
-    context = FunctionalTensorMode(_allow_token_discovery=True) if functional else contextlib.nullcontext()
-    decomposition = torch._decomp.core_aten_decompositions() if decompose else None
-    with enable_python_dispatcher(), context:
-        gm = make_fx(joint, tracing_mode=mode, decomposition_table=decomposition)(primals, tangents)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    return Traced(_stamp(ember_core.from_fx(gm, name=name), layout, kinds, len(primals)), primals, tangents)
-
-
-def _as_tuple(x):
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-def _tangents(fn: Callable, primals: list[torch.Tensor]) -> list[torch.Tensor]:
-    copies = [p.detach().clone().requires_grad_(p.requires_grad) for p in primals]
-    with torch.random.fork_rng():
-        outs = _as_tuple(fn(*copies))
-    gen = torch.Generator().manual_seed(1)
-    return [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs if o.requires_grad]
-
-
-def _stamp(graph: ember_core.Graph, layout: dict, kinds: list[str] | None, n_primals: int) -> JointGraph:
-    kinds = kinds or ["user"] * n_primals
-    mutated = set(layout["mutated"])
-    inputs = [Input(i.name, kinds[k], k in mutated) if k < n_primals else Input(i.name, "tangent")
-              for k, i in enumerate(graph.inputs)]
-    outs = graph.outputs
-    n_user, n_mut = layout["n_user"], len(layout["mutated"])
-    outputs = [Output(o.name) for o in outs[:n_user]]
-    outputs += [Output(o.name, "mutation", k) for o, k in zip(outs[n_user:n_user + n_mut], layout["mutated"])]
-    outputs += [Output(o.name, "grad", k) for o, k in zip(outs[n_user + n_mut:], layout["grads"])]
-    n_fwd = n_user + n_mut
-    producer = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs}
-    forward = _ancestors(graph, producer, [o.name for o in outputs[:n_fwd]])
-    nodes = [n.replace(meta={**n.meta, "region": "forward" if i in forward else "backward"})
-             for i, n in enumerate(graph.nodes)]
-    stamped = graph.replace(inputs=tuple(inputs), outputs=tuple(outputs), nodes=tuple(nodes))
-    return JointGraph(ember_core.verify(stamped), n_primals, n_fwd)
-
-
-def _ancestors(graph, producer, names) -> set[int]:
-    seen, todo = set(), list(names)
-    while todo:
-        i = producer.get(todo.pop())
-        if i is not None and i not in seen:
-            seen.add(i)
-            node = graph.nodes[i]
-            todo += [a.name for a in _refs((node.args, tuple(node.kwargs.values())))]
-    return seen
-
-
-def _refs(arg):
-    if isinstance(arg, ember_core.Ref):
-        yield arg
-    elif isinstance(arg, (list, tuple)):
-        for a in arg:
-            yield from _refs(a)
-
+from ember_core.testing import JointCase, assert_partition_layout, assert_same_results, trace_joint
 
 # ---------------------------------------------------------------------------------------------- the zoo
 
@@ -228,7 +114,7 @@ ZOO = ("cos_cos", "gelu_mlp", "layernorm_attention", "conv_bn_relu", "resnet_blo
 
 
 @functools.cache
-def zoo_block(name: str, decompose: bool = False, functional: bool = True) -> Traced:
+def zoo_block(name: str, decompose: bool = False, functional: bool = True) -> JointCase:
     fn, primals, kinds = _zoo(name)
     return trace_joint(fn, primals, kinds, decompose=decompose, functional=functional, name=name)
 
@@ -236,33 +122,11 @@ def zoo_block(name: str, decompose: bool = False, functional: bool = True) -> Tr
 # ---------------------------------------------------------------------------------------------- running
 
 
-def run_joint(traced: Traced) -> list:
-    torch.manual_seed(123)
-    return ember_core.interpret(traced.joint.graph, traced.inputs)
-
-
-def run_partition(traced: Traced, partition: ember_core.Partition) -> list:
-    """Forward, then backward on the saved values and tangents: the joint's outputs, in the joint's order."""
-    torch.manual_seed(123)
-    fwd = ember_core.interpret(partition.forward, traced.primals)
-    n = traced.joint.num_forward_outputs
-    grads = ember_core.interpret(partition.backward, [*fwd[n:], *traced.tangents])
-    return [*fwd[:n], *grads]
-
-
-def check_partition(traced: Traced, partition: ember_core.Partition) -> None:
-    """The partition computes what the joint computes, and both halves keep the `Partition` layout."""
-    ember_core.verify(partition.forward)
-    ember_core.verify(partition.backward)
-    n = traced.joint.num_forward_outputs
-    assert [o.kind for o in partition.forward.outputs[n:]] == ["saved"] * len(partition.saved)
-    tangents = [i.name for i in traced.joint.graph.inputs[traced.joint.num_primals:]]
-    assert [i.name for i in partition.backward.inputs] == [*partition.saved, *tangents]
-    assert partition.backward.outputs == traced.joint.graph.outputs[n:]
-    expected, got = run_joint(traced), run_partition(traced, partition)
-    assert len(expected) == len(got)
-    for k, (e, g) in enumerate(zip(expected, got)):
-        torch.testing.assert_close(g, e, msg=lambda m, k=k: f"output {k} ({traced.joint.graph.outputs[k]}): {m}")
+def check_partition(traced: JointCase, partition: ember_core.Partition) -> None:
+    """The partition computes what the joint computes, and both halves keep the `Partition` layout (the checks of
+    ember-core's partitioner kit; a report is not required here)."""
+    assert_partition_layout(traced.joint, partition, require_report=False)
+    assert_same_results(traced, partition)
 
 
 @pytest.fixture

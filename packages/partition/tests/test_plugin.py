@@ -4,9 +4,10 @@ import importlib.metadata
 import logging
 
 import pytest
-from ember_core import Event, OptionError, PluginManager
+from ember_core import Event, OptionError, Partitioned, PluginManager
 from ember_partition import DefaultPartitioner, MinCutPartitioner
 from ember_partition import _plugin as plugin
+from ember_partition._diagram import joint_diagram
 
 
 @pytest.fixture
@@ -45,9 +46,11 @@ def test_partitioned_events_become_diagrams_in_the_dump_folder(block, tmp_path):
     part = MinCutPartitioner().partition(joint)
     manager = PluginManager(load_entrypoints=False, env={"EMBER_DUMP": str(tmp_path)})
     manager.register(plugin, "partition")
-    manager.emit(Event("partitioned", "partition", graph=part.forward, data={"joint": joint, "partition": part}))
+    manager.emit(Event("partitioned", "partition", graph=part.forward, payload=Partitioned(joint, part, "mincut")))
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written[0].startswith("partition-") and written[0].endswith(".dot")
+    assert written[0] == f"000-partitioned-{part.forward.name}.dot"
+    assert (tmp_path / written[0]).read_text() == joint_diagram(joint, part)
+    assert set(written) <= {written[0], written[0].replace(".dot", ".svg")}
 
 
 def test_without_a_dump_folder_no_diagram_is_written(block, tmp_path, monkeypatch):
@@ -55,7 +58,8 @@ def test_without_a_dump_folder_no_diagram_is_written(block, tmp_path, monkeypatc
     manager = PluginManager(load_entrypoints=False, env={})
     manager.register(plugin, "partition")
     joint = block("cos_cos").joint
-    manager.emit(Event("partitioned", "partition", data={"joint": joint}))
+    part = MinCutPartitioner().partition(joint)
+    manager.emit(Event("partitioned", "partition", graph=part.forward, payload=Partitioned(joint, part, "mincut")))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -65,9 +69,9 @@ def test_a_dump_folder_that_cannot_be_written_warns_once_and_goes_on(block, tmp_
     part = MinCutPartitioner().partition(joint)
     manager = PluginManager(load_entrypoints=False, env={"EMBER_DUMP": str(tmp_path / "taken")})
     manager.register(plugin, "partition")
-    event = Event("partitioned", "partition", graph=part.forward, data={"joint": joint, "partition": part})
+    event = Event("partitioned", "partition", graph=part.forward, payload=Partitioned(joint, part, "mincut"))
     with caplog.at_level(logging.WARNING, logger="ember"):
         manager.emit(event)
         manager.emit(event)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and str(tmp_path / "taken") in warnings[0]
+    assert len(warnings) == 1 and str(tmp_path / "taken") in warnings[0] and "cannot write dumps" in warnings[0]

@@ -1,5 +1,7 @@
 """Cutting a joint graph in two along a set of saved values."""
 
+import dataclasses
+
 import ember_core
 import torch
 from ember_core import JointGraph, Partition, Sym
@@ -56,7 +58,7 @@ def test_primal_carrying_a_symbol_the_backward_needs_is_saved(trace, check):
     dims = tuple(Sym(str(d)) for d in graph.values["primals_1"].shape)
     nodes = [n.replace(args=(n.args[0], dims)) if n.op == "aten.expand.default" else n
              for n in graph.nodes if n.op != "aten.sym_size.int"]
-    traced.joint = JointGraph(graph.replace(nodes=tuple(nodes)), 2, 1)
+    traced = dataclasses.replace(traced, joint=JointGraph(graph.replace(nodes=tuple(nodes)), 2, 1))
     cut = split(analyze(traced.joint), ["sum_1"], producer="test")
     assert cut.saved == ("primals_1", "primals_2", "sum_1")  # primals_1 only for its shape
     check(traced, Partition(cut.forward, cut.backward, cut.saved))

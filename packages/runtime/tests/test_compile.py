@@ -58,7 +58,7 @@ def test_same_graph_twice_compiles_once(toy, x):
         compiled(x)
         compiled(x)
     assert len(rec.kinds("graph_compiled")) == 1
-    assert len([e for e in rec.kinds("cache_hit") if e.stage == "runtime"]) == 1
+    assert len([e for e in rec.kinds("graph_cache_hit") if e.stage == "runtime"]) == 1
 
 
 def test_cache_off_compiles_every_time(toy, x):

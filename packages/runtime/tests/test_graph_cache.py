@@ -44,7 +44,7 @@ def test_a_graph_in_use_is_still_a_hit_after_many_others():
     gc.collect()
     with record_events() as rec:
         again = p.codegen_graph(graph(1000.25), [X])
-    assert again is kept and len(rec.kinds("cache_hit")) == 1
+    assert again is kept and len(rec.kinds("graph_cache_hit")) == 1
     torch.testing.assert_close(again([X])[0], X * 1000.25)
 
 
@@ -55,4 +55,4 @@ def test_a_recent_graph_nobody_holds_is_still_a_hit():
     gc.collect()
     with record_events() as rec:
         p.codegen_graph(graph(2000.5), [X])
-    assert len(rec.kinds("cache_hit")) == 1
+    assert len(rec.kinds("graph_cache_hit")) == 1

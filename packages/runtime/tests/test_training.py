@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from ember_core import JointGraph, Partition, get_plugin_manager, hookimpl
+from ember_core import GraphCompiled, JointGraph, JointTraced, Partition, Partitioned, get_plugin_manager, hookimpl
 from ember_runtime import compile, record_events
 
 
@@ -56,6 +56,21 @@ def test_training_goes_through_autograd_then_partition_then_codegen(toy):
     with record_events() as rec:
         stages.compile_backward()
     assert [e.kind for e in rec.events if e.stage in ("autograd", "partition", "codegen")] == ["graph_compiled"]
+
+
+def test_training_events_carry_typed_payloads(toy):
+    stages = StubStages()
+    get_plugin_manager().register(stages, name="stub-stages")
+    x, w = torch.randn(3, 4), torch.randn(4, 2, requires_grad=True)
+    with record_events() as rec:
+        compile(f, options={"frontend": "toy", "cache": False, "autograd": "stub", "partition": "stub"})(x, w)
+    (traced,), (split,), (compiled,) = rec.kinds("joint_traced"), rec.kinds("partitioned"), rec.kinds("graph_compiled")
+    assert isinstance(traced.payload, JointTraced) and traced.payload.autograd == "stub"
+    assert traced.graph is traced.payload.joint.graph and traced.payload.graph.name == traced.graph.name
+    assert isinstance(split.payload, Partitioned) and split.payload.partitioner == "stub"
+    assert split.payload.joint is traced.payload.joint and split.graph is split.payload.forward
+    assert split.get("saved") == () and split.data == {}
+    assert isinstance(compiled.payload, GraphCompiled) and compiled.payload.compiled.graph is compiled.graph
 
 
 def test_inference_skips_the_training_stages(toy):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ember_core
 
 from ._dynamo import DynamoFrontend
+from ._options import register_options
 from ._trace import TraceFrontend
 
 
@@ -12,3 +13,4 @@ from ._trace import TraceFrontend
 def ember_register(registry) -> None:
     registry.add("frontend", "dynamo", DynamoFrontend(), priority=10)
     registry.add("frontend", "trace", TraceFrontend())
+    register_options(registry)

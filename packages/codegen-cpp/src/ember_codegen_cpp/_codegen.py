@@ -50,10 +50,10 @@ class CppCodegen(PlanCodegen):
         build = self.builder.library(program.source)
         lazy = LazyLibrary(build, graph, writer.signatures, env)
         if build.hit or is_loaded(build.key):
-            emit(Event(kind="cache_hit", stage=self.stage, graph=graph,
+            emit(Event(kind="build_cache_hit", stage=self.stage, graph=graph,
                        message=f"graph {graph.name!r}: library {build.key[:12]} from the cache"))
         else:
-            emit(Event(kind="cache_miss", stage=self.stage, graph=graph,
+            emit(Event(kind="build_cache_miss", stage=self.stage, graph=graph,
                        message=f"graph {graph.name!r}: building library {build.key[:12]} ({build.reason})",
                        data={"reason": build.reason}))
         if build.hit:

@@ -1,11 +1,13 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
+from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._cache_dir import cache_root
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
 from ._disk_cache import CacheLookup, DiskCache
 from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
+from ._dump import DumpWriter
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
-from ._events import Event
+from ._events import EVENT_KINDS, Event, EventKind, GraphCompiled, JointTraced, Partitioned
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
@@ -34,7 +36,17 @@ from ._schema import (
     node_refs,
     rename_reads,
 )
-from ._stages import BackendFrontend, CompiledGraph, Frontend, JointGraph, Partition
+from ._stages import (
+    Autograd,
+    BackendFrontend,
+    Codegen,
+    CompiledGraph,
+    Frontend,
+    GraphPass,
+    JointGraph,
+    Partition,
+    Partitioner,
+)
 from ._symbolic import evaluate as dim_value
 from ._tracing import tracing_lock
 from ._verify import verify
@@ -53,4 +65,7 @@ __all__ = [
     "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
     "load_function", "loads", "node_refs", "parse_expr", "record_events", "rename_reads", "reset_plugin_manager",
     "resolve_op", "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    # stage contracts: event payloads, the dump writer, the interpreter codegen
+    "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
+    "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._dump import DumpWriter
 from ._events import Event
 from ._logging import EventLogger
 from ._pycode import python_function
@@ -25,19 +26,28 @@ class InterpreterCodegen:
         return CompiledGraph(fn, graph, self.name, source=source)
 
 
+_INTERPRETER = InterpreterCodegen()
 _logger = EventLogger()
+
+
+def interpreter_codegen() -> InterpreterCodegen:
+    """ember-core's interpreter codegen: what a codegen falls back to for a graph it cannot build. The object the
+    `interpreter` registration holds, reached without the registry, so no plugin state (EMBER_DISABLE_PLUGINS, a
+    manager built without entry points) can hide it. `interpreter_codegen().compile(graph, None, {})`."""
+    return _INTERPRETER
 
 
 @hookimpl
 def ember_register(registry) -> None:
-    registry.add("codegen", "interpreter", InterpreterCodegen(), priority=-1000)
+    registry.add("codegen", "interpreter", _INTERPRETER, priority=-1000)
 
 
 @hookimpl
 def ember_configure(config: Mapping[str, Any]) -> None:
-    _logger.configure(config.get("logs", ""), config.get("dump"))
+    _logger.configure(config.get("logs", ""))
 
 
 @hookimpl
-def ember_event(event: Event) -> None:
+def ember_event(event: Event, dump: DumpWriter) -> None:
     _logger(event)
+    dump.write_event(event)

@@ -1,32 +1,117 @@
-"""Events: what every stage reports to observers through the `ember_event` hook."""
+"""Events: what every stage reports to observers through the `ember_event` hook.
+
+An `Event` has a kind (a stable name from `EVENT_KINDS`), the stage that sent it, a line for people, the graph and
+source text a dump writes, simple values in `data` (strings, numbers, lists of them) and, for the kinds that carry
+stage objects, a typed `payload`: one of the frozen dataclasses below, named in the kind's `EventKind.payload`.
+Observers read objects through the payload's fields (or `event.get(name)`, which also reads `data`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._schema import Graph
+from ._stages import CompiledGraph, JointGraph, Partition
+
+# ---------------------------------------------------------------------------------------------- payloads
+
+
+@dataclass(frozen=True, slots=True)
+class JointTraced:
+    """Payload of `joint_traced`: the autograd implementation `autograd` traced `joint` from `graph` (the captured
+    graph after the post-capture passes). The event's `graph` is `joint.graph`."""
+
+    joint: JointGraph
+    graph: Graph
+    autograd: str
+
+
+@dataclass(frozen=True, slots=True)
+class Partitioned:
+    """Payload of `partitioned`: the partitioner `partitioner` split `joint` into `partition` (after the
+    post-partition passes). The event's `graph` is the forward graph and its `source` the report's text."""
+
+    joint: JointGraph
+    partition: Partition
+    partitioner: str
+
+    @property
+    def forward(self) -> Graph:
+        return self.partition.forward
+
+    @property
+    def backward(self) -> Graph:
+        return self.partition.backward
+
+    @property
+    def saved(self) -> tuple[str, ...]:
+        return self.partition.saved
+
+    @property
+    def report(self) -> Any:
+        return self.partition.report
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCompiled:
+    """Payload of `graph_compiled`: what the codegen returned. The event's `graph` and `source` are its own."""
+
+    compiled: CompiledGraph
+
+    @property
+    def codegen(self) -> str:
+        return self.compiled.codegen
+
+
+# ---------------------------------------------------------------------------------------------- kinds
+
+
+@dataclass(frozen=True, slots=True)
+class EventKind:
+    """One documented kind: the EMBER_LOGS artifact that shows it, what it means, and its payload type (None:
+    the event carries `graph`, `source` and `data` only)."""
+
+    name: str
+    artifact: str
+    meaning: str
+    payload: type | None = None
+
+
+_KINDS = (
+    EventKind("graph_captured", "graphs", "a frontend captured a graph (capture)"),
+    EventKind("graph_break", "graphs", "a frontend split a function at a graph break (capture)"),
+    EventKind("pass_applied", "graphs", "a graph pass changed a graph (runtime, stage `passes`)"),
+    EventKind("graph_compiled", "graphs", "a codegen compiled a graph (runtime, stage `codegen`)", GraphCompiled),
+    EventKind("joint_traced", "joint", "autograd traced a joint forward+backward graph (runtime, stage `autograd`)",
+              JointTraced),
+    EventKind("partitioned", "partition", "a partitioner split a joint graph (runtime, stage `partition`)",
+              Partitioned),
+    EventKind("kernels_planned", "kernels", "lowering planned a graph's kernels; source: the plan's text"),
+    EventKind("kernels_generated", "kernels", "a codegen generated a graph's kernels; source: the generated code"),
+    EventKind("guards_built", "guards", "a frontend built the guards of a compiled entry; source: their text"),
+    EventKind("guard_failed", "recompiles", "a guard failed on a call"),
+    EventKind("recompiled", "recompiles", "a function was compiled again for new inputs"),
+    EventKind("fallback", "recompiles", "something runs a slower way (eagerly, in the interpreter); data: reason"),
+    EventKind("graph_cache_hit", "cache", "the runtime reused a compiled graph from its in-process cache"),
+    EventKind("graph_cache_miss", "cache", "the runtime compiled a graph and stored it in its in-process cache"),
+    EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),
+    EventKind("build_cache_miss", "cache", "a codegen built a graph and stored the build in its disk cache; "
+              "data: reason"),
+)
+EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
+
 # kind → the EMBER_LOGS artifact that shows it. A kind outside this table is shown under its own name.
-ARTIFACTS: dict[str, str] = {
-    "graph_captured": "graphs",
-    "graph_break": "graphs",
-    "pass_applied": "graphs",
-    "graph_compiled": "graphs",
-    "joint_traced": "joint",
-    "partitioned": "partition",
-    "kernels_generated": "kernels",
-    "guards_built": "guards",
-    "guard_failed": "recompiles",
-    "recompiled": "recompiles",
-    "fallback": "recompiles",
-    "cache_hit": "cache",
-    "cache_miss": "cache",
-    "cache_rebuilt": "cache",
-}
+ARTIFACTS: dict[str, str] = {k.name: k.artifact for k in _KINDS}
+
+
+# ---------------------------------------------------------------------------------------------- the event
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One stage's result. `message` is a line for people; `graph` and `source` carry what a dump writes."""
+    """One stage's result. `message` is a line for people; `graph` and `source` carry what a dump writes; `data`
+    holds simple values; `payload` the kind's typed object (see `EVENT_KINDS`), when it has one."""
 
     kind: str
     stage: str
@@ -34,7 +119,21 @@ class Event:
     graph: Any = None  # an ember_core.Graph, when the event is about one
     source: str | None = None  # generated code, guards text ...
     data: dict[str, Any] = field(default_factory=dict)
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        spec = EVENT_KINDS.get(self.kind)
+        want = spec.payload if spec is not None else None
+        if self.payload is not None and want is not None and not isinstance(self.payload, want):
+            raise TypeError(f"event {self.kind!r} carries a {want.__name__} payload, "
+                            f"got {type(self.payload).__name__}")
 
     @property
     def artifact(self) -> str:
         return ARTIFACTS.get(self.kind, self.kind)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The payload's field (or property) `name`, else `data[name]`, else `default`: one way to read both."""
+        if self.payload is not None and hasattr(self.payload, name):
+            return getattr(self.payload, name)
+        return self.data.get(name, default)

@@ -30,7 +30,6 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("codegen.cuda", str, None, "codegen for CUDA graphs (default: the highest priority for 'cuda')"),
     OptionSpec("cache", bool, True,
                "reuse a compiled graph when the same graph is compiled again with the same options"),
-    OptionSpec("recompile_limit", int, 8, "entries per function before the trace frontend falls back to eager"),
     OptionSpec("dump", str, None, "folder to write every stage's graph and source to (as EMBER_DUMP)"),
 )
 

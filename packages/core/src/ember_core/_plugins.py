@@ -14,6 +14,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from ._dump import DumpWriter
 from ._errors import OptionError, PluginError
 from ._events import Event
 from ._options import CORE_OPTIONS, OptionSpec, check_options
@@ -117,6 +118,7 @@ class PluginManager:
         self._registered: set[str] = set()
         self.config: dict[str, Any] = {"logs": env.get("EMBER_LOGS", ""), "dump": env.get("EMBER_DUMP"),
                                        "options": _env_options(env.get("EMBER_OPTIONS", ""))}
+        self.dump = DumpWriter(self.config["dump"])  # the one writer of EMBER_DUMP files, handed to observers
         self.pm.hook.ember_configure.call_historic(kwargs={"config": self.config})
         self._register_all()
 
@@ -188,10 +190,13 @@ class PluginManager:
         return bool(self.pm.hook.ember_event.get_hookimpls())
 
     def emit(self, event: Event) -> None:
-        """Send an event to every observer; an observer that raises is named in a `PluginError`."""
+        """Send an event to every observer (with the dump writer if it asks for `dump`); an observer that raises is
+        named in a `PluginError`."""
+        given = {"event": event, "dump": self.dump}
         for impl in reversed(self.pm.hook.ember_event.get_hookimpls()):
+            kwargs = {name: given[name] for name in impl.argnames}
             try:
-                self._call("ember_event", impl, {"event": f"{event.kind} ({event.stage}) {event.message}"}, event=event)
+                self._call("ember_event", impl, {"event": f"{event.kind} ({event.stage}) {event.message}"}, **kwargs)
             except Exception as e:
                 raise PluginError(f"plugin {impl.plugin_name!r} raised in hook ember_event ({event.kind}): "
                                   f"{type(e).__name__}: {e}") from e

@@ -23,7 +23,7 @@ class _Recorder:
         return [e for e in self.events if e.kind == kind]
 
     def kinds_of(self, stage: str) -> list[str]:
-        """The kinds one stage emitted, in order (`codegen-cpp` → ["cache_miss", "kernels_generated"])."""
+        """The kinds one stage emitted, in order (`codegen-cpp` → ["build_cache_miss", "kernels_generated"])."""
         return [e.kind for e in self.events if e.stage == stage]
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from ._dump import DumpWriter
     from ._events import Event
     from ._plugins import PluginRegistry
 
@@ -29,6 +30,8 @@ def ember_configure(config: Mapping[str, Any]) -> None:
 
 
 @hookspec
-def ember_event(event: Event) -> None:
-    """Called for every stage result: graph captured, pass applied, compiled, guard failed, recompiled, cache hit.
-    Observers must not change the event's graph. Return nothing."""
+def ember_event(event: Event, dump: DumpWriter) -> None:
+    """Called for every stage result: graph captured, pass applied, compiled, guard failed, recompiled, cache hit
+    (the kinds and their typed payloads: `ember_core.EVENT_KINDS`). Observers must not change the event or its
+    objects. `dump` is the manager's `DumpWriter` (EMBER_DUMP): write extra files for the event through it, under
+    the event's number; take the argument only when needed (`def ember_event(event)` is fine). Return nothing."""

@@ -2,7 +2,7 @@
 
 A pass reports each choice by calling `note(verdict, reason, subjects, detail)`. The scheduler stamps the pass
 id, checks the verdict against `VERDICTS` and the reason against the pass's own closed set (`Pass.reasons`),
-logs the decision on `ember.kernels` and collects it for the `kernels_generated` event. Tests compare the
+logs the decision on `ember.kernels` and collects it for the `kernels_planned` event. Tests compare the
 structured fields; `detail` is the sentence for people and may change.
 """
 

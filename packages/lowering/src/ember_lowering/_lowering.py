@@ -262,17 +262,17 @@ def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: 
     """Lower a graph and schedule it: the KernelPlan a codegen builds from.
 
     passes: the scheduler passes to run (default `default_passes()`); check: verify the plan and its text round
-    trip after every pass (tests turn this on); emit_event: send `kernels_generated` (stage `lowering`, the
+    trip after every pass (tests turn this on); emit_event: send `kernels_planned` (stage `lowering`, the
     plan's text as source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
-    Codegens emit their own event with their source.
+    Codegens emit `kernels_generated` with their own source.
     """
     plan = lower_graph(graph)
     decisions: list[Decision] = []
     plan = schedule(plan, passes=passes, check=check, decisions=decisions)
     if emit_event:
-        emit(Event(kind="kernels_generated", stage="lowering",
+        emit(Event(kind="kernels_planned", stage="lowering",
                    message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
                            + "".join(f"\n  {d}" for d in decisions),
-                   source=str(plan), data={"decisions": tuple(decisions)}))
+                   source=str(plan), data={"graph": graph.name, "decisions": tuple(decisions)}))
     return plan
 

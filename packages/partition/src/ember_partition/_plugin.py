@@ -1,25 +1,13 @@
 """ember-partition's plugin, found by entry point like any other: partitioners `default` and `mincut`, and the
-joint-graph diagrams written next to the other dumps when `EMBER_DUMP=dir` is set."""
+joint-graph diagrams written through ember-core's dump writer when `EMBER_DUMP=dir` is set."""
 
 from __future__ import annotations
 
-import itertools
-import logging
-import re
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
-
-from ember_core import Event, JointGraph, Partition, hookimpl
+from ember_core import DumpWriter, Event, Partitioned, hookimpl
 
 from ._default import DefaultPartitioner
-from ._diagram import write_diagram
+from ._diagram import joint_diagram, render_svg
 from ._mincut import OPTION, MinCutPartitioner
-
-_dump_dir: Path | None = None
-_counter = itertools.count()
-_warned: set[Path] = set()  # dump folders already reported as unwritable
-log = logging.getLogger("ember.partition")
 
 
 @hookimpl
@@ -32,22 +20,14 @@ def ember_register(registry) -> None:
 
 
 @hookimpl
-def ember_configure(config: Mapping[str, Any]) -> None:
-    global _dump_dir
-    _dump_dir = Path(config["dump"]) if config.get("dump") else None
-
-
-@hookimpl
-def ember_event(event: Event) -> None:
-    """A `partitioned` event that carries its joint graph becomes `partition-NNN-<name>.dot` (and `.svg`)."""
-    joint, partition = event.data.get("joint"), event.data.get("partition")
-    if _dump_dir is None or event.kind != "partitioned" or not isinstance(joint, JointGraph):
+def ember_event(event: Event, dump: DumpWriter) -> None:
+    """A `partitioned` event becomes a diagram of its joint graph beside the event's other dump files:
+    `NNN-partitioned-<forward graph>.dot`, and `.svg` when Graphviz is installed."""
+    if not dump.enabled or event.kind != "partitioned" or not isinstance(event.payload, Partitioned):
         return
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", joint.graph.name)
-    try:
-        write_diagram(_dump_dir / f"partition-{next(_counter):03d}-{name}.dot", joint,
-                      partition if isinstance(partition, Partition) else None)
-    except OSError as e:  # a diagram is a debugging aid: never a reason for a compile to fail
-        if _dump_dir not in _warned:
-            _warned.add(_dump_dir)
-            log.warning("EMBER_DUMP: cannot write diagrams to %s (%s); compiling goes on without them", _dump_dir, e)
+    text = joint_diagram(event.payload.joint, event.payload.partition)
+    if dump.write(event, ".dot", text) is None:
+        return  # the folder cannot be written: the writer has warned
+    svg = render_svg(text)
+    if svg is not None:
+        dump.write(event, ".svg", svg)

@@ -10,6 +10,9 @@ from ember_core import (
     CompiledGraph,
     Event,
     Graph,
+    GraphCompiled,
+    JointTraced,
+    Partitioned,
     PluginError,
     PluginManager,
     fingerprint,
@@ -100,7 +103,7 @@ class Pipeline:
         """autograd → partition → codegen of each half; the backward is compiled on its first use."""
         joint = autograd.impl.joint(graph, example_inputs)
         self.manager.emit(Event("joint_traced", "autograd", f"joint graph of {graph.name!r} by {autograd.name}",
-                                graph=joint.graph))
+                                graph=joint.graph, payload=JointTraced(joint, graph, autograd.name)))
         partitioner = self.manager.registry.find("partition", self.options.get("partition"))
         part = partitioner.impl.partition(joint, self.options)
         forward = self.run_passes(part.forward, "post_partition")
@@ -110,8 +113,7 @@ class Pipeline:
         summary = summary() if callable(summary) else f"{len(part.saved)} saved values"
         self.manager.emit(Event("partitioned", "partition", f"{graph.name!r} split by {partitioner.name}: {summary}",
                                 graph=forward, source=str(part.report) if part.report is not None else None,
-                                data={"report": part.report, "backward": backward, "saved": part.saved,
-                                      "joint": joint, "partition": part}))
+                                payload=Partitioned(joint, part, partitioner.name)))
         compiled_forward = self.codegen_graph(forward, example_inputs)
         return autograd.impl.wrap(part, compiled_forward, lambda: self.codegen_graph(backward, None))
 
@@ -119,21 +121,22 @@ class Pipeline:
         """The device's codegen for one graph, through the cache."""
         codegen = self.codegen(torch.device(graph_device(graph)).type)
         key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] else None
-        if key is not None:
-            hit = _cache.get(key)
-            if hit is not None:
-                self.manager.emit(Event("cache_hit", "runtime",
-                                        f"graph {graph.name!r}: reusing {codegen.name} build {key[0][:12]}"))
-                return hit
+        hit = _cache.get(key) if key is not None else None
+        if hit is not None:
+            self._cache_event("graph_cache_hit", f"reusing {codegen.name} build", graph, key)
+            return hit
         try:
             compiled = codegen.impl.compile(graph, example_inputs, self.options)
         except Exception as e:
             raise PluginError(f"codegen {codegen.name!r} of plugin {codegen.plugin!r} raised {type(e).__name__} "
                               f"compiling graph {graph.name!r}: {e}") from e
         self.manager.emit(Event("graph_compiled", "codegen", f"graph {graph.name!r} compiled by {codegen.name}",
-                                graph=graph, source=compiled.source))
+                                graph=graph, source=compiled.source, payload=GraphCompiled(compiled)))
         if key is not None:
             _cache.put(key, compiled)
-            self.manager.emit(Event("cache_miss", "runtime",
-                                    f"graph {graph.name!r}: stored {codegen.name} build {key[0][:12]}"))
+            self._cache_event("graph_cache_miss", f"stored {codegen.name} build", graph, key)
         return compiled
+
+    def _cache_event(self, kind: str, what: str, graph: Graph, key: tuple[str, str, str]) -> None:
+        facts = {"graph": graph.name, "codegen": key[1], "fingerprint": key[0]}
+        self.manager.emit(Event(kind, "runtime", f"graph {graph.name!r}: {what} {key[0][:12]}", data=facts))

@@ -1,6 +1,6 @@
-"""Test helpers for ember and its plugins: the graph battery, the codegen conformance kit, golden snapshots,
-random inputs and fuzzing helpers. The pytest plugin (`gpu` marker) is `ember_core.testing.pytest_plugin`, loaded
-by entry point.
+"""Test helpers for ember and its plugins: the graph battery, reference joint graphs and partition, the conformance
+kits (codegen, frontend, autograd, partitioner), golden snapshots, random inputs and fuzzing helpers. The pytest
+plugin (`gpu` marker) is `ember_core.testing.pytest_plugin`, loaded by entry point.
 
 Names load on first use, so the pytest plugin's import stays cheap."""
 
@@ -12,7 +12,14 @@ from typing import Any
 _EXPORTS = {
     "BatteryCase": "._battery", "battery": "._battery", "battery_case": "._battery", "battery_names": "._battery",
     "clone_inputs": "._battery", "TRACE_SIZE": "._battery", "OTHER_SIZE": "._battery",
+    "CaseSpec": "._battery", "battery_spec": "._battery", "trace_case": "._battery",
+    "JointCase": "._joint", "RegionPartitioner": "._joint", "joint_case": "._joint", "run_joint": "._joint",
+    "run_partition": "._joint", "trace_joint": "._joint", "with_grad": "._joint",
     "CodegenConformance": "._conformance",
+    "AutogradConformance": "._autograd_kit", "assert_joint_layout": "._autograd_kit", "autograd_case": "._autograd_kit",
+    "FrontendConformance": "._frontend_kit", "GraphRecorder": "._frontend_kit",
+    "PartitionerConformance": "._partition_kit", "assert_partition_layout": "._partition_kit",
+    "assert_same_results": "._partition_kit", "partition_case": "._partition_kit",
     "graph_to_device": "._devices", "inputs_to_device": "._devices",
     "assert_golden": "._golden", "accepting": "._golden",
     "random_inputs": "._inputs",

@@ -2,7 +2,7 @@
 
 Every stage's tests run the battery: the interpreter against eager PyTorch, a codegen against the interpreter, the
 JSON and fx forms by round trip. A case is traced on first use and cached; `battery()` traces them all (a few
-seconds). Add a case by appending a `_Spec` to `_SPECS`: a function returning a tuple, and a function building its
+seconds). Add a case by appending a `CaseSpec` to `_SPECS`: a function returning a tuple, and a function building its
 inputs at a given size `n` (symbolic cases are traced at `n = 6` and checked again at `n = 11`).
 """
 
@@ -49,7 +49,7 @@ class BatteryCase:
 
 
 @dataclass(frozen=True)
-class _Spec:
+class CaseSpec:
     name: str
     fn: Callable[..., tuple]
     make_inputs: Callable[[int, torch.Generator], list]
@@ -188,27 +188,27 @@ def stamp_input_mutation(gm: fx.GraphModule) -> None:
     out.meta["ember_outputs"] = [Output(first.name, "mutation", 0), Output(second.name)]
 
 
-_SPECS: tuple[_Spec, ...] = (
-    _Spec("pointwise_chain", pointwise_chain, _two),
-    _Spec("pointwise_chain_symbolic", pointwise_chain, _two, symbolic=True),
-    _Spec("broadcast", broadcast, lambda n, g: [_randn(g, n, 1, 8), _randn(g, 3, 1), _randn(g, 3, 8)]),
-    _Spec("reductions", reductions, lambda n, g: [_randn(g, n, 7)]),
-    _Spec("reductions_symbolic", reductions, lambda n, g: [_randn(g, n, 7)], symbolic=True),
-    _Spec("views", views, _one),
-    _Spec("views_symbolic", views_symbolic, _one, symbolic=True),
-    _Spec("multi_output", multi_output, lambda n, g: [_randn(g, n, 8), _randn(g, 8), _randn(g, 8)]),
-    _Spec("softmax", softmax, lambda n, g: [_randn(g, n, 7)]),
-    _Spec("softmax_symbolic", softmax, lambda n, g: [_randn(g, n, 7)], symbolic=True),
-    _Spec("matmul", matmul, matmul_inputs),
-    _Spec("matmul_symbolic", matmul, matmul_inputs, symbolic=True),
-    _Spec("concat", concat, lambda n, g: [_randn(g, n, 4), _randn(g, n, 4)]),
-    _Spec("indexing", indexing, indexing_inputs),
-    _Spec("where_clamp_cast", where_clamp_cast, _two),
-    _Spec("dtypes", dtypes, dtypes_inputs),
-    _Spec("dtypes_symbolic", dtypes, dtypes_inputs, symbolic=True),
-    _Spec("constants", constants, _one),
-    _Spec("symbolic_sizes", symbolic_sizes, _one, symbolic=True),
-    _Spec("input_mutation", input_mutation, _two, stamp=stamp_input_mutation, reference=input_mutation_eager),
+_SPECS: tuple[CaseSpec, ...] = (
+    CaseSpec("pointwise_chain", pointwise_chain, _two),
+    CaseSpec("pointwise_chain_symbolic", pointwise_chain, _two, symbolic=True),
+    CaseSpec("broadcast", broadcast, lambda n, g: [_randn(g, n, 1, 8), _randn(g, 3, 1), _randn(g, 3, 8)]),
+    CaseSpec("reductions", reductions, lambda n, g: [_randn(g, n, 7)]),
+    CaseSpec("reductions_symbolic", reductions, lambda n, g: [_randn(g, n, 7)], symbolic=True),
+    CaseSpec("views", views, _one),
+    CaseSpec("views_symbolic", views_symbolic, _one, symbolic=True),
+    CaseSpec("multi_output", multi_output, lambda n, g: [_randn(g, n, 8), _randn(g, 8), _randn(g, 8)]),
+    CaseSpec("softmax", softmax, lambda n, g: [_randn(g, n, 7)]),
+    CaseSpec("softmax_symbolic", softmax, lambda n, g: [_randn(g, n, 7)], symbolic=True),
+    CaseSpec("matmul", matmul, matmul_inputs),
+    CaseSpec("matmul_symbolic", matmul, matmul_inputs, symbolic=True),
+    CaseSpec("concat", concat, lambda n, g: [_randn(g, n, 4), _randn(g, n, 4)]),
+    CaseSpec("indexing", indexing, indexing_inputs),
+    CaseSpec("where_clamp_cast", where_clamp_cast, _two),
+    CaseSpec("dtypes", dtypes, dtypes_inputs),
+    CaseSpec("dtypes_symbolic", dtypes, dtypes_inputs, symbolic=True),
+    CaseSpec("constants", constants, _one),
+    CaseSpec("symbolic_sizes", symbolic_sizes, _one, symbolic=True),
+    CaseSpec("input_mutation", input_mutation, _two, stamp=stamp_input_mutation, reference=input_mutation_eager),
 )
 _BY_NAME = {s.name: s for s in _SPECS}
 
@@ -221,12 +221,23 @@ def battery_names() -> tuple[str, ...]:
     return tuple(_BY_NAME)
 
 
-@functools.cache
-def battery_case(name: str) -> BatteryCase:
-    """Trace one case (cached). `KeyError` names the known cases."""
+def battery_spec(name: str) -> CaseSpec:
+    """One case before tracing: its function (`fn`, functional; `reference`, as eager code would write it), input
+    builder and whether it is symbolic. `KeyError` names the known cases."""
     spec = _BY_NAME.get(name)
     if spec is None:
         raise KeyError(f"no battery case {name!r}; cases: {', '.join(_BY_NAME)}")
+    return spec
+
+
+@functools.cache
+def battery_case(name: str) -> BatteryCase:
+    """Trace one case (cached). `KeyError` names the known cases."""
+    return trace_case(battery_spec(name))
+
+
+def trace_case(spec: CaseSpec) -> BatteryCase:
+    """Trace a case of the battery's form (the kits add cases of their own)."""
 
     def make_inputs(n: int, seed: int) -> list:
         return spec.make_inputs(n, torch.Generator().manual_seed(seed))
@@ -235,8 +246,8 @@ def battery_case(name: str) -> BatteryCase:
     gm = make_fx(spec.fn, tracing_mode=mode, _allow_non_fake_inputs=True)(*make_inputs(TRACE_SIZE, 0))
     if spec.stamp is not None:
         spec.stamp(gm)
-    graph = from_fx(gm, name=name, producer="ember_core.testing.battery")
-    return BatteryCase(name, graph, gm, make_inputs, spec.reference or spec.fn, spec.symbolic)
+    graph = from_fx(gm, name=spec.name, producer="ember_core.testing.battery")
+    return BatteryCase(spec.name, graph, gm, make_inputs, spec.reference or spec.fn, spec.symbolic)
 
 
 def battery() -> list[BatteryCase]:
@@ -249,4 +260,5 @@ def clone_inputs(inputs: Sequence[Any]) -> list:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-__all__ = ["OTHER_SIZE", "TRACE_SIZE", "BatteryCase", "battery", "battery_case", "battery_names", "clone_inputs"]
+__all__ = ["OTHER_SIZE", "TRACE_SIZE", "BatteryCase", "CaseSpec", "battery", "battery_case", "battery_names",
+           "battery_spec", "clone_inputs", "trace_case"]

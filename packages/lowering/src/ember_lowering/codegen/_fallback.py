@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, emit, get_plugin_manager
+from ember_core import CompiledGraph, Event, Graph, emit, interpreter_codegen
 
 log = logging.getLogger("ember.kernels")
 
@@ -93,8 +93,7 @@ class InterpreterFallback:
     def compiled(self) -> CompiledGraph:
         with self._lock:
             if self._compiled is None:
-                impl = get_plugin_manager().registry.find("codegen", "interpreter").impl
-                self._compiled = impl.compile(self.graph, None, {})
+                self._compiled = interpreter_codegen().compile(self.graph, None, {})
             return self._compiled
 
     def fn(self) -> Callable:
