@@ -313,6 +313,7 @@ class _Reader:
         c.expect("= ")
         if c.take_word("constant"):
             return self.constant(c, outs, types)
+        c.field = "outputs"
         for out, value, start in zip(outs, types, starts):
             _define(c, values, out, value, start)
         op = self.op(c)

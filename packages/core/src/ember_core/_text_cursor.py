@@ -149,7 +149,8 @@ class Cursor:
         try:
             parse_expr(text)
         except ExprError as e:
-            raise self.fail(str(e), start) from None
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            raise self.fail(f"expression {shown!r}: {e.what}", start + (e.pos or 0)) from None
         return text
 
     def sym(self) -> str:
@@ -164,7 +165,9 @@ class Cursor:
         start = self.pos
         if self.take("sym("):
             return self.sym()
-        text = self.chunk(stops).strip()
+        raw = self.chunk(stops)
+        text = raw.strip()
+        start += len(raw) - len(raw.lstrip())
         if not text:
             raise self.fail("expected a size", start)
         if INT_TEXT.fullmatch(text):
