@@ -154,9 +154,9 @@ class _Reader:
         region: str | None = None
         c = self.required("'def NAME(inputs):'")
         while c.line.startswith("#"):
-            if c.take("# symbols: ") and symbols is None:
+            if symbols is None and c.take("# symbols: "):
                 symbols = self.symbols(c)
-            elif c.take("# default region: ") and region is None:
+            elif region is None and c.take("# default region: "):
                 region = c.ident("a region")
                 if region not in REGIONS:
                     raise c.fail(f"unknown region {region!r}; regions are {', '.join(REGIONS)}")
