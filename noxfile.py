@@ -28,10 +28,10 @@ PACKAGES = {
     "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
-# The fuzz tests of every loader: graph JSON, cache sidecars, loop-IR text (one pytest run each: test file names
-# repeat across packages).
-FUZZ_TESTS = ["packages/core/tests/test_fuzz_graph_json.py", "packages/core/tests/test_disk_cache.py",
-              "packages/lowering/tests/test_fuzz_plan_text.py"]
+# The fuzz tests of every loader: graph JSON, graph text, cache sidecars, loop-IR text (one pytest run each: test
+# file names repeat across packages).
+FUZZ_TESTS = ["packages/core/tests/test_fuzz_graph_json.py", "packages/core/tests/test_fuzz_graph_text.py",
+              "packages/core/tests/test_disk_cache.py", "packages/lowering/tests/test_fuzz_plan_text.py"]
 TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy", "hypothesis>=6"]
 
 
@@ -66,7 +66,7 @@ def integration(session: nox.Session, torch: str) -> None:
 
 @nox.session(python=PYTHON)
 def fuzz(session: nox.Session) -> None:
-    """The fuzz tests of every loader (graph JSON, loop-IR text, cache sidecars) with many more cases than CI
+    """The fuzz tests of every loader (graph JSON and text, loop-IR text, cache sidecars) with many more cases than CI
     runs, on a fresh seed each time: `EMBER_FUZZ_EXAMPLES=100000 nox -s fuzz` for a long run."""
     install_siblings(session, [f"packages/{p}" for p in PACKAGES])
     session.env.setdefault("EMBER_FUZZ_EXAMPLES", "5000")

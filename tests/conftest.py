@@ -10,7 +10,7 @@ FRONTENDS = ["dynamo", "trace"]
 
 
 class RoundTripChecker:
-    """Every graph any stage reports during the suite must survive JSON and fx exactly, and verify."""
+    """Every graph any stage reports during the suite must survive JSON, its text and fx exactly, and verify."""
 
     @ember_core.hookimpl
     def ember_event(self, event):
@@ -18,6 +18,8 @@ class RoundTripChecker:
         if isinstance(graph, ember_core.Graph):
             ember_core.verify(graph)
             assert ember_core.loads(ember_core.dumps(graph)) == graph, f"JSON round trip of {graph.name}"
+            big = {k: c.tensor for k, c in graph.constants.items()}  # the text leaves large constants' data out
+            assert ember_core.parse_graph(str(graph), constants=big) == graph, f"text round trip of {graph.name}"
             if not _has_sym_args(graph):
                 assert ember_core.from_fx(ember_core.to_fx(graph)) == graph, f"fx round trip of {graph.name}"
 

@@ -9,7 +9,8 @@ import sys
 import ember
 import pytest
 import torch
-from ember_core import PluginError, get_plugin_manager, hookimpl, reset_plugin_manager
+from ember_core import PluginError, format_graph, get_plugin_manager, hookimpl, parse_graph, reset_plugin_manager
+from ember_fold_mul_one import FoldMulOne
 
 
 def run_ember(*args, env=None):
@@ -37,14 +38,60 @@ def test_blocking_the_example_by_environment():
     assert "blocked by EMBER_DISABLE_PLUGINS: fold-mul-one" in result.stdout
 
 
+F_LINE = f"test_plugins.py:{f.__code__.co_firstlineno + 1}"  # f's return line, where every node comes from
+F_FOLDED = f"""\
+def f(x: f32[5]):
+  sin: f32[5] = aten.sin.default(x)  # {F_LINE}
+  add: f32[5] = aten.add.Tensor(sin, 1)  # {F_LINE}
+  return (add)"""
+
+
 @pytest.mark.parametrize("frontend", ["dynamo", "trace"])
 def test_the_example_pass_rewrites_captured_graphs(frontend):
     with ember.record_events() as rec:
         out = ember.compile(f, options={"frontend": frontend})(torch.randn(5))
     applied = [e for e in rec.events if e.kind == "pass_applied"]
     assert applied and "fold-mul-one" in applied[0].message
-    assert not any(n.op.startswith("aten.mul") and n.args[1] == 1 for n in applied[0].graph.nodes)
+    text = str(applied[0].graph.replace(name="f"))
+    assert text.splitlines()[1:] == F_FOLDED.splitlines()  # the same text whichever frontend captured f
     assert out.shape == (5,)
+
+
+# The pass on graphs written as text: (before, after). A multiplication by the int or float 1 goes; by True, into
+# another dtype, or into a graph output it stays.
+FOLDS = {
+    "int_and_float_one": ("""\
+def g(x: f32[s0]):
+  a: f32[s0] = aten.mul.Tensor(x, 1)
+  b: f32[s0] = aten.mul.Tensor(a, 1.0)
+  c: f32[s0] = aten.sin.default(b)
+  return (c)""", """\
+def g(x: f32[s0]):
+  c: f32[s0] = aten.sin.default(x)
+  return (c)"""),
+    "true_is_not_one": ("""\
+def g(x: f32[s0]):
+  a: f32[s0] = aten.mul.Tensor(x, True)
+  c: f32[s0] = aten.sin.default(a)
+  return (c)""", None),
+    "dtype_changes": ("""\
+def g(x: i64[s0]):
+  a: f32[s0] = aten.mul.Tensor(x, 1.0)
+  c: f32[s0] = aten.sin.default(a)
+  return (c)""", None),
+    "graph_output": ("""\
+def g(x: f32[s0]):
+  a: f32[s0] = aten.mul.Tensor(x, 1)
+  return (a)""", None),
+}
+
+
+@pytest.mark.parametrize("case", FOLDS)
+def test_the_example_pass_on_graph_text(case):
+    header = "# ember graph v1.0\n# symbols: s0=5 in [2, inf]\n"
+    before, after = FOLDS[case]
+    graph = parse_graph(header + before)
+    assert format_graph(FoldMulOne().run(graph)) == header + (after or before)
 
 
 def test_results_are_unchanged_by_the_pass():

@@ -6,7 +6,8 @@ import ember_core
 import pytest
 import torch
 import torch.fx as fx
-from ember_capture import CaptureError, capture_graph
+from conftest import CountingCompiler
+from ember_capture import CaptureError, DynamoFrontend, TraceFrontend, capture_graph
 from ember_capture._aten import readable_name
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -42,6 +43,40 @@ def test_dynamic_sizes_become_symbols():
     assert [s.hint for s in graph.symbols] == [5, 3] and all(s.lower == 2 for s in graph.symbols)
     assert graph.values[graph.inputs[0].name].shape == tuple(s.name for s in graph.symbols)
     assert_close(ember_core.interpret(graph, [torch.ones(7, 4)])[0], torch.full((4,), 14.0))
+
+
+def test_symbols_are_named_in_order_of_first_appearance():
+    x = fakes(torch.randn(5, 3), dynamic=True)[0]
+    graph = capture_graph(lambda x: x.t() * 2, [x])
+    assert [s.name for s in graph.symbols] == ["s0", "s1"] and [s.hint for s in graph.symbols] == [5, 3]
+    assert graph.values[graph.inputs[0].name].shape == ("s0", "s1")
+    assert graph == ember_core.canonical_symbols(graph)
+
+
+def pointwise_and_reduction(x, y):
+    return (x * y + 1).sum(0), (x.exp() * 2.5).view(-1)
+
+
+def captured_text(frontend) -> tuple[str, ember_core.Graph]:
+    compiler = CountingCompiler()
+    compiled = frontend.wrap(pointwise_and_reduction, compiler, {"dynamic": True})
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    assert_close(compiled(x, y), pointwise_and_reduction(x, y))
+    (graph,) = compiler.graphs
+    return str(graph.replace(name="f", producer="")), graph
+
+
+def test_both_frontends_print_the_same_text():
+    torch._dynamo.reset()
+    dynamo, dynamo_graph = captured_text(DynamoFrontend())
+    trace, _ = captured_text(TraceFrontend())
+    dynamo_lines, trace_lines = dynamo.splitlines(), trace.splitlines()
+    assert [ln for ln in dynamo_lines if not ln.startswith("def ")] == [
+        ln for ln in trace_lines if not ln.startswith("def ")]
+    # Dynamo passes the sizes as inputs too: named after their symbols, first, then the same tensors.
+    assert dynamo_lines[2] == "def f(s0: sym:i64, s1: sym:i64, x: f32[s0, s1], y: f32[s0, s1]):"
+    assert trace_lines[2] == "def f(x: f32[s0, s1], y: f32[s0, s1]):"
+    assert ember_core.parse_graph(str(dynamo_graph)) == dynamo_graph
 
 
 def test_random_ops_stay_whole():

@@ -159,3 +159,17 @@ def test_hook_registered_inside_the_graph_runs_that_graph_eagerly(compile_graph,
     wrap(f, compile_graph)(x).backward()
     assert_close(x.grad, torch.full((4,), 30.0))
     assert "tensor hook" in events.of("fallback")[0].message and compile_graph.count == 0
+
+
+def test_symbolic_int_inputs_renamed_to_canonical_symbols_still_bind(compile_graph):
+    def f(x, k):
+        return x.view(-1) * k + x.shape[0]
+
+    compiled = wrap(f, compile_graph, dynamic=True)
+    for shape, k in (((4, 3), 2), ((6, 5), 7)):
+        x = torch.randn(shape)
+        assert_close(compiled(x, k), f(x, k))
+    graph = compile_graph.graphs[0]
+    assert compile_graph.count == 1
+    assert [i.name for i in graph.inputs if graph.values[i.name].type == "sym"] == ["s0", "s1", "s2"]
+    assert [s.name for s in graph.symbols] == ["s0", "s1"]

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 from ember._cli import main
-from ember_core import DiskCache, from_fx, save
+from ember_core import DiskCache, DumpWriter, Event, format_graph, from_fx, save
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -43,6 +43,12 @@ def test_show_of_a_truncated_file_names_the_file(tmp_path, capsys):
     assert str(path) in err and "not valid JSON" in err
 
 
+def test_show_reads_a_json_file_by_its_content_whatever_its_name(tmp_path, capsys):
+    path = graph_file(tmp_path).rename(tmp_path / "mulsum.graph")
+    assert main(["show", str(path)]) == 0
+    assert "def mulsum(" in capsys.readouterr().out
+
+
 def test_show_of_a_future_version_says_so(tmp_path, capsys):
     path = graph_file(tmp_path)
     data = json.loads(path.read_text())
@@ -50,6 +56,47 @@ def test_show_of_a_future_version_says_so(tmp_path, capsys):
     path.write_text(json.dumps(data))
     assert main(["show", str(path)]) == 2
     assert "schema version 2.0 is not supported" in capsys.readouterr().err
+
+
+def text_dump(tmp_path, fn=lambda x, y: (x * y).sum(1), *args):
+    """The files EMBER_DUMP writes for one captured graph: NNN-graph_captured-NAME.txt and .json."""
+    gm = make_fx(fn)(*(args or (torch.randn(2, 3), torch.randn(2, 3))))
+    graph = from_fx(gm, name="mulsum")
+    DumpWriter(tmp_path).write_event(Event("graph_captured", "capture", graph=graph))
+    return graph, tmp_path / "000-graph_captured-mulsum.txt"
+
+
+def test_show_reads_the_text_files_dumps_write(tmp_path, capsys):
+    graph, path = text_dump(tmp_path)
+    assert main(["show", str(path)]) == 0
+    assert capsys.readouterr().out == format_graph(graph) + "\n"
+
+
+def test_show_of_a_text_dump_takes_large_constants_from_the_json_beside_it(tmp_path, capsys):
+    big = torch.arange(100.0)
+    graph, path = text_dump(tmp_path, lambda x: x + big, torch.randn(100))
+    assert "= constant [...]" in path.read_text()
+    assert main(["show", str(path)]) == 0
+    assert capsys.readouterr().out == format_graph(graph) + "\n"
+
+
+def test_show_of_a_bad_text_file_names_file_and_line_without_a_traceback(tmp_path, capsys):
+    _, path = text_dump(tmp_path)
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].replace("aten.mul.Tensor", "aten.mul.Tensr")
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ember show: error: {path}: line 3, op: unknown op 'aten.mul.Tensr'")
+    assert "Traceback" not in err
+
+
+def test_show_of_a_text_file_that_breaks_a_rule_names_the_file(tmp_path, capsys):
+    _, path = text_dump(tmp_path)
+    path.write_text(path.read_text().replace("(x_1, y_1)", "(x_1, ghost)"))
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: graph 'mulsum'" in err and "undefined value 'ghost'" in err
 
 
 def stored_cache(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@
 the inputs come from Dynamo, so symbolic sizes and guards stay one story), functionalizes it, decomposes it to
 `ember_core.decompositions()`, and reads the result with `ember_core.from_fx`. Input mutations become
 `Input(mutated=True)` + `Output(kind="mutation")`; outputs that share storage with an input become
-`Output(kind="alias")`. Gradient facts that only eager autograd knows are written into `Value.requires_grad`, and
+`Output(kind="alias")`. Symbols are named `s0, s1, ...` in order of first appearance (`canonical_symbols`), whichever
+frontend traced. Gradient facts that only eager autograd knows are written into `Value.requires_grad`, and
 no_grad regions inside the function become `aten.detach` at their boundary.
 """
 
@@ -218,7 +219,9 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     gm.recompile()
     graph = ember_core.from_fx(gm, name=name, producer=producer)
     graph = _requires_grad(graph, gm, fake_inputs, facts)
-    return ember_core.verify(graph)
+    # The ShapeEnv named the symbols (by hashes of their sources, which differ between frontends): name them s0,
+    # s1 ... in order of first appearance, so every later stage, log and dump shows the same names.
+    return ember_core.verify(ember_core.canonical_symbols(graph))
 
 
 def _input_name(name: str, x: Any) -> str:

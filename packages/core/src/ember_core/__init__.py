@@ -16,6 +16,7 @@ from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_sche
 from ._op_set import decompositions, is_random
 from ._ops import resolve_op
 from ._options import OptionSpec
+from ._parser import load_text, parse_graph
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
@@ -47,6 +48,7 @@ from ._stages import (
     Partition,
     Partitioner,
 )
+from ._symbol_names import canonical_symbols, rename_symbols
 from ._symbolic import evaluate as dim_value
 from ._tracing import tracing_lock
 from ._verify import verify
@@ -56,15 +58,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
-    "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter",
-    "JointGraph", "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager",
-    "PluginRegistry", "Ref", "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value",
-    "__version__", "as_sympy", "cache_root", "cache_size_limit", "canonical", "clear_disk_cache", "decompositions",
+    "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph",
+    "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager", "PluginRegistry", "Ref",
+    "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy",
+    "cache_root", "cache_size_limit", "canonical", "canonical_symbols", "clear_disk_cache", "decompositions",
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
     "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl",
     "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
-    "load_function", "loads", "node_refs", "parse_expr", "record_events", "rename_reads", "reset_plugin_manager",
-    "resolve_op", "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "load_function", "load_text", "loads", "node_refs", "parse_expr", "parse_graph", "record_events", "rename_reads",
+    "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_sequence", "save", "to_dtype", "to_fx",
+    "tracing_lock", "value_of", "verify",
     # stage contracts: event payloads, the dump writer, the interpreter codegen
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
     "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen",

@@ -7,29 +7,19 @@ import ctypes
 import hashlib
 import json
 
-import sympy
-
 from ._json import graph_to_json
 from ._schema import Graph, Input, Node, Output, Ref, Sym, Symbol, Value
-from ._symbolic import parse
+from ._symbol_names import rename_dim
 
 # "name" keeps the fx name of a tuple-returning node: a value name like any other.
 _IGNORED_META = ("source", "module", "stack", "name")
-
-
-def _rename_dim(d: int | str, symbols: dict[str, str]) -> int | str:
-    if isinstance(d, int) or not symbols:
-        return d
-    expr = parse(d)
-    renames = {s: sympy.Symbol(symbols[s.name], integer=True) for s in expr.free_symbols if s.name in symbols}
-    return str(expr.xreplace(renames))
 
 
 def _rename(arg, names: dict[str, str], symbols: dict[str, str]):
     if isinstance(arg, Ref):
         return Ref(names.get(arg.name, arg.name))
     if isinstance(arg, Sym):
-        return Sym(_rename_dim(arg.expr, symbols))
+        return Sym(rename_dim(arg.expr, symbols))
     if isinstance(arg, (list, tuple)):
         return tuple(_rename(a, names, symbols) for a in arg)
     return arg
@@ -37,9 +27,9 @@ def _rename(arg, names: dict[str, str], symbols: dict[str, str]):
 
 def _rename_value(v: Value, names: dict[str, str], symbols: dict[str, str]) -> Value:
     return v.replace(
-        shape=tuple(_rename_dim(d, symbols) for d in v.shape),
-        stride=tuple(_rename_dim(d, symbols) for d in v.stride),
-        storage_offset=_rename_dim(v.storage_offset, symbols),
+        shape=tuple(rename_dim(d, symbols) for d in v.shape),
+        stride=tuple(rename_dim(d, symbols) for d in v.stride),
+        storage_offset=rename_dim(v.storage_offset, symbols),
         base=names.get(v.base, v.base),
     )
 

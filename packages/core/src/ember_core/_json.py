@@ -242,10 +242,14 @@ def _read_version(data: dict, where: str) -> tuple[tuple[int, int], bool]:
     if not (isinstance(v, list) and len(v) == 2
             and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 16 for x in v)):
         raise SchemaError(f"{where}version", f"expected [major, minor], two small integers, got {v!r}"[:200])
-    major, minor = v
+    return check_version(*v, f"{where}version")
+
+
+def check_version(major: int, minor: int, where: str) -> tuple[tuple[int, int], bool]:
+    """(version, whether it is a newer minor); a major other than this ember-core's is a `SchemaError`."""
     if major != SCHEMA_VERSION[0]:
         raise SchemaError(
-            f"{where}version",
+            where,
             f"schema version {major}.{minor} is not supported by this ember-core "
             f"(it reads {SCHEMA_VERSION[0]}.x); use an ember-core release for schema {major}.x",
         )
@@ -318,7 +322,7 @@ def _read_side_file(rel: str, where: str, base_dir: Path | None) -> torch.Tensor
     path = (base_dir / rel).resolve()
     if base_dir.resolve() not in path.parents:
         raise SchemaError(where, f"side file {rel!r} lies outside the graph's folder")
-    _check_regular_file(path, where, "side file")
+    check_regular_file(path, where, "side file")
     try:
         # weights_only: torch's restricted unpickler, which builds tensors and refuses every other object
         tensor = torch.load(path, weights_only=True)
@@ -367,14 +371,20 @@ def _read_symbol(data: Any, where: str, lenient: bool) -> Symbol:
     name = r.get("name", str)
     if not _SYMBOL_NAME.fullmatch(name):
         raise SchemaError(f"{where}.name", f"symbol names are identifiers, got {name!r}"[:200])
-    hint = _int_in(r.get("hint", int), f"{where}.hint", 0, INT64[1], "a size")
-    lower = _int_in(r.get("lower", int, 0), f"{where}.lower", 0, INT64[1], "a size")
-    upper = r.get("upper", (int, type(None)), None)
+    symbol = make_symbol(name, r.get("hint", int), r.get("lower", int, 0), r.get("upper", (int, type(None)), None),
+                         where)
+    r.done()
+    return symbol
+
+
+def make_symbol(name: str, hint: int, lower: int, upper: int | None, where: str) -> Symbol:
+    """A symbol record, its numbers checked: sizes in [0, 2**63), the hint inside [lower, upper]."""
+    _int_in(hint, f"{where}.hint", 0, INT64[1], "a size")
+    _int_in(lower, f"{where}.lower", 0, INT64[1], "a size")
     if upper is not None:
         _int_in(upper, f"{where}.upper", lower, INT64[1], "an upper bound at least the lower bound")
     if not lower <= hint <= (hint if upper is None else upper):
         raise SchemaError(f"{where}.hint", f"hint {hint} lies outside the symbol's range [{lower}, {upper}]")
-    r.done()
     return Symbol(name, hint, lower, upper)
 
 
@@ -444,7 +454,7 @@ def save(graph: Graph, path: str | os.PathLike) -> Path:
     return path
 
 
-def _check_regular_file(path: Path, where: str, what: str) -> None:
+def check_regular_file(path: Path, where: str, what: str) -> None:
     """A regular file under the size limit (a fifo would block a read, a device never end it)."""
     try:
         st = os.stat(path)
@@ -459,7 +469,7 @@ def _check_regular_file(path: Path, where: str, what: str) -> None:
 def load(path: str | os.PathLike) -> Graph:
     """Read a graph file; errors name the file and the field."""
     path = Path(path)
-    _check_regular_file(path, str(path), "graph file")
+    check_regular_file(path, str(path), "graph file")
     try:
         text = path.read_bytes().decode()
     except (OSError, UnicodeDecodeError) as e:

@@ -1,13 +1,16 @@
-"""The `ember` command: `ember plugins` lists what is installed, `ember show FILE` prints a graph file,
-`ember cache info|clear` shows or empties the disk caches."""
+"""The `ember` command: `ember plugins` lists what is installed, `ember show FILE` prints a graph file (JSON, or the
+text form that logs print and `EMBER_DUMP` writes), `ember cache info|clear` shows or empties the disk caches."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ember_core import (
     EmberError,
+    Graph,
+    GraphError,
     cache_root,
     cache_size_limit,
     clear_disk_cache,
@@ -15,6 +18,7 @@ from ember_core import (
     format_graph,
     get_plugin_manager,
     load,
+    load_text,
     verify,
 )
 
@@ -44,11 +48,32 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    graph = load(args.file)
+    path = Path(args.file)
+    graph = load(path) if _is_json(path) else load_text(path)
     if not args.no_verify:
-        verify(graph)
+        _verify(graph, path)
     print(format_graph(graph))
     return 0
+
+
+def _is_json(path: Path) -> bool:
+    """A `.json` file, or a regular file whose text starts with `{` (the text form starts with `#`)."""
+    if path.suffix == ".json":
+        return True
+    if not path.is_file():  # a fifo would block the read; the reader says what is wrong
+        return False
+    try:
+        with path.open("rb") as f:
+            return f.read(64).lstrip().startswith(b"{")
+    except OSError:
+        return False
+
+
+def _verify(graph: Graph, path: Path) -> None:
+    try:
+        verify(graph)
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from None
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -75,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plugins", help="list installed implementations of each stage, with versions")
     p.add_argument("--options", action="store_true", help="also list every option and its default")
     p.set_defaults(run=_plugins)
-    s = sub.add_parser("show", help="print an ember-graph file as text")
+    s = sub.add_parser("show", help="print a graph file (.json, else the text form EMBER_DUMP writes) as text")
     s.add_argument("file")
     s.add_argument("--no-verify", action="store_true", help="print without checking the schema's rules")
     s.set_defaults(run=_show)

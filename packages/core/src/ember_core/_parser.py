@@ -1,0 +1,533 @@
+"""`parse_graph(text)`: the Graph a canonical text describes, exactly: `parse_graph(format_graph(g)) == g`.
+
+The grammar is the printer's (`_printer.py` shows it by example). Text is untrusted input: nothing in it is
+evaluated (sizes go through `_expr.py`'s grammar, strings through `json`, op names through `resolve_op`, layouts
+through a table), lengths and nesting have the limits of `_json.py`, and every way it can be wrong ends in a
+`SchemaError` naming the line and the field, with the column marked.
+
+What the text cannot hold: the data of constants above `INLINE_CONSTANT_NUMEL` elements (or of dtypes without a
+printable number form), which reads `constant [...]`; `parse_graph` takes their tensors in `constants=`, and
+`load_text` from the JSON file the dump wrote beside the text. A text shortened or marked for an error message
+(`format_graph(mark=..., window=...)`) is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ._dtypes import DTYPE_NAMES, short_dtype, to_dtype
+from ._errors import GraphError, SchemaError
+from ._json import (
+    INT64,
+    MAX_ARG_DEPTH,
+    MAX_CONSTANT_NUMEL,
+    MAX_FILE_BYTES,
+    check_regular_file,
+    check_version,
+    load,
+    make_symbol,
+)
+from ._ops import resolve_op
+from ._printer import IDENT, RESERVED, row_major
+from ._schema import (
+    INPUT_KINDS,
+    OUTPUT_KINDS,
+    REGIONS,
+    SCHEMA_VERSION,
+    VALUE_TYPES,
+    Constant,
+    Graph,
+    Input,
+    Node,
+    Output,
+    Ref,
+    Sym,
+    Symbol,
+    Value,
+)
+from ._text_cursor import Cursor
+
+MAX_TEXT_CHARS = MAX_FILE_BYTES  # a graph's text; longer is refused before reading
+MAX_LINE_CHARS = 1 << 20
+_HEADER = re.compile(r"# ember graph v([0-9]{1,5})\.([0-9]{1,5})(?: from (.*))?")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_KEYWORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
+_DEVICE = re.compile(r"[A-Za-z0-9_:]+")
+_NOTE_WORD = re.compile(r'[^\s="\\]+')
+_NOTE_VALUE = re.compile(r'[^\s"\\]+')
+_SCHEMA_DTYPES = {short_dtype(n): n for n in DTYPE_NAMES}  # `f32` → "float32"
+_ARG_DTYPES = {short: to_dtype(n) for short, n in _SCHEMA_DTYPES.items()}
+# Layouts and memory formats by their printed text (`torch.strided`): a table, so no attribute of torch is ever
+# looked up by a name from the text.
+_TORCH_WORDS = {str(obj): obj for obj in vars(torch).values() if isinstance(obj, (torch.layout, torch.memory_format))}
+_LITERALS = {"None": None, "True": True, "False": False}
+
+
+def parse_graph(text: str, *, constants: Mapping[str, torch.Tensor] | None = None, where: str = "") -> Graph:
+    """The Graph of a canonical text. `constants` gives the tensors of constants whose data the text leaves out
+    (`[...]`); `where` (a file name, say) prefixes error locations."""
+    if not isinstance(text, str):
+        raise SchemaError(where or "text", f"expected text, got {type(text).__name__}")
+    if len(text) > MAX_TEXT_CHARS:
+        raise SchemaError(where or "text", f"{len(text)} characters, longer than the limit of {MAX_TEXT_CHARS}")
+    return _Reader(text, constants or {}, where).graph()
+
+
+def load_text(path: str | os.PathLike, constants: Mapping[str, torch.Tensor] | None = None) -> Graph:
+    """Read a graph text file, like the `.txt` files `EMBER_DUMP` writes. The tensors of large constants come from
+    `constants`, else from the JSON file of the same name beside it (the dump writes both)."""
+    path = Path(path)
+    check_regular_file(path, str(path), "graph text file")
+    try:
+        text = path.read_bytes().decode()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SchemaError(str(path), f"cannot read graph text file: {e}") from None
+    if constants is None and "= constant [...]" in text and path.suffix == ".txt":
+        beside = path.with_name(path.name.removesuffix(".txt") + ".json")
+        constants = {k: c.tensor for k, c in load(beside).constants.items()} if beside.is_file() else None
+    return parse_graph(text, constants=constants, where=str(path))
+
+
+class _Reader:
+    """Reads the lines in order: header, header comments, `def`, body, `return`."""
+
+    def __init__(self, text: str, constants: Mapping[str, torch.Tensor], where: str):
+        self.lines = text.split("\n")
+        self.k = 0
+        self.where = f"{where}: " if where else ""
+        self.given = constants
+
+    def next(self) -> Cursor | None:
+        """The next line that is not blank, or None at the end."""
+        while self.k < len(self.lines):
+            line = self.lines[self.k].removesuffix("\r")
+            self.k += 1
+            if len(line) > MAX_LINE_CHARS:
+                raise SchemaError(f"{self.where}line {self.k}", f"longer than {MAX_LINE_CHARS} characters")
+            if line.strip():
+                return Cursor(line, self.k, self.where)
+        return None
+
+    def required(self, what: str) -> Cursor:
+        c = self.next()
+        if c is None:
+            raise SchemaError(f"{self.where}line {len(self.lines)}", f"expected {what} before the end of the text")
+        return c
+
+    def graph(self) -> Graph:
+        version, producer = self.header(self.required("'# ember graph vMAJOR.MINOR'"))
+        symbols, region, c = self.comments()
+        name, inputs, values = self.signature(c)
+        nodes, constants, outputs = self.body(values, region)
+        extra = self.next()
+        if extra is not None:
+            raise extra.fail("text after the return line")
+        return Graph(name=name, inputs=inputs, nodes=nodes, outputs=outputs, values=values, symbols=symbols,
+                     constants=constants, producer=producer, version=version)
+
+    # ------------------------------------------------------------------------------------------ header
+
+    def header(self, c: Cursor) -> tuple[tuple[int, int], str]:
+        m = _HEADER.fullmatch(c.line)
+        if m is None:
+            hint = "; this is a JSON graph file (ember_core.load reads those)" if c.line.startswith("{") else ""
+            raise c.fail(f"expected '# ember graph vMAJOR.MINOR' as the first line{hint}")
+        c.field = "version"
+        version, newer = check_version(int(m[1]), int(m[2]), f"{self.where}line {c.lineno}, version")
+        producer = m[3] or ""
+        if producer.startswith('"'):
+            c.field, c.pos = "producer", m.start(3)
+            producer = c.string()
+            c.end()
+        return (SCHEMA_VERSION if newer else version), producer
+
+    def comments(self) -> tuple[tuple[Symbol, ...], str | None, Cursor]:
+        """The `# symbols:` and `# default region:` lines, and the line after them."""
+        symbols: tuple[Symbol, ...] | None = None
+        region: str | None = None
+        c = self.required("'def NAME(inputs):'")
+        while c.line.startswith("#"):
+            if symbols is None and c.take("# symbols: "):
+                symbols = self.symbols(c)
+            elif region is None and c.take("# default region: "):
+                region = c.ident("a region")
+                if region not in REGIONS:
+                    raise c.fail(f"unknown region {region!r}; regions are {', '.join(REGIONS)}")
+                c.end()
+            else:
+                raise c.fail("unknown or repeated header line; expected '# symbols: ...' or '# default region: ...'")
+            c = self.required("'def NAME(inputs):'")
+        return symbols or (), region, c
+
+    def symbols(self, c: Cursor) -> tuple[Symbol, ...]:
+        out = []
+        while True:
+            c.field = f"symbols[{len(out)}]"
+            name = c.ident("a symbol name")
+            c.expect("=")
+            hint = c.int_in(*INT64, "a hint")
+            c.expect(" in [")
+            lower = c.int_in(*INT64, "a lower bound")
+            c.expect(", ")
+            upper = None if c.take_word("inf") else c.int_in(*INT64, "an upper bound or inf")
+            c.expect("]")
+            out.append(make_symbol(name, hint, lower, upper, f"{self.where}line {c.lineno}, {c.field}"))
+            if not c.take(", "):
+                c.end()
+                return tuple(out)
+
+    def signature(self, c: Cursor) -> tuple[str, tuple[Input, ...], dict[str, Value]]:
+        c.field = "def"
+        c.expect("def ", "'def NAME(inputs):'")
+        name = c.name()
+        c.expect("(")
+        inputs: list[Input] = []
+        values: dict[str, Value] = {}
+        while not c.take(")"):
+            if inputs:
+                c.expect(", ", "', ' or ')'")
+            c.field = f"inputs[{len(inputs)}]"
+            start, input_name = c.pos, c.name()
+            c.expect(": ")
+            _define(c, values, input_name, self.value(c), start)
+            inputs.append(Input(input_name, *self.input_words(c)))
+        c.expect(":")
+        c.end()
+        return name, tuple(inputs), values
+
+    def input_words(self, c: Cursor) -> tuple[str, bool]:
+        kind, mutated = "user", False
+        while True:
+            c.spaces()
+            start, word = c.pos, c.match(IDENT)
+            if word is None:
+                return kind, mutated
+            if word == "mutated" and not mutated:
+                mutated = True
+            elif word in INPUT_KINDS and kind == "user":
+                kind = word
+            else:
+                raise c.fail(f"unexpected {word!r}; an input's type is followed by its kind "
+                             f"({', '.join(INPUT_KINDS)}) and 'mutated'", start)
+
+    # ------------------------------------------------------------------------------------------ values
+
+    def value(self, c: Cursor) -> Value | None:
+        """`f32[4, s0]{...}@cuda:0 offset=... requires_grad base=x`, `sym:i64`, or `?` for no record."""
+        if c.take("?"):
+            return None
+        start, word = c.pos, c.ident("a type like f32[4] or sym:i64")
+        vtype, dt = "tensor", word
+        if c.take(":"):
+            vtype, dt = word, c.ident("a dtype")
+            if vtype not in VALUE_TYPES or vtype == "tensor":
+                raise c.fail(f"unknown value type {vtype!r}; types are {', '.join(VALUE_TYPES[1:])}", start)
+        if dt not in _SCHEMA_DTYPES:
+            raise c.fail(f"unknown dtype {dt!r}", start)
+        if vtype == "tensor":
+            c.expect("[", "'[' and the sizes")
+        shape = c.dims("]", INT64[1]) if vtype == "tensor" or c.take("[") else ()
+        stride = c.dims("}", INT64[1]) if c.take("{") else row_major(shape)
+        device = self.device_text(c) if c.take("@") else "cpu"
+        return Value(vtype, _SCHEMA_DTYPES[dt], shape, stride, device, *self.value_words(c))
+
+    def value_words(self, c: Cursor) -> tuple[bool, str | None, int | str]:
+        grad, base, offset, seen = False, None, 0, set()
+        while True:
+            c.spaces()
+            start = c.pos
+            if c.take("offset="):
+                offset = c.sym() if c.take("sym(") else c.int_in(0, INT64[1], "an offset or sym(expr)")
+            elif c.take_word("requires_grad"):
+                grad = True
+            elif c.take("base="):
+                base = c.name()
+            else:
+                return grad, base, offset
+            word = c.line[start:c.pos].partition("=")[0]
+            if word in seen:
+                raise c.fail(f"{word!r} given twice", start)
+            seen.add(word)
+
+    @staticmethod
+    def device_text(c: Cursor) -> str:
+        text = c.string() if c.peek() == '"' else c.match(_DEVICE)
+        if not text:
+            raise c.fail("expected a device after '@'")
+        return text
+
+    # ------------------------------------------------------------------------------------------ body
+
+    def body(self, values: dict[str, Value], region: str | None):
+        nodes: list[Node] = []
+        constants: dict[str, Constant] = {}
+        while True:
+            c = self.required("'return (outputs)'")
+            c.spaces()
+            if c.peek() == ">" or c.take("... "):
+                raise c.fail("a marked or shortened graph (from an error message) cannot be read back", 0)
+            if self.is_return(c):
+                return tuple(nodes), constants, self.outputs(c)
+            item = self.statement(c, values, region)
+            if isinstance(item, Node):
+                nodes.append(item)
+            elif item.name in constants:
+                raise c.fail(f"constant {item.name!r} defined twice", 0)
+            else:
+                constants[item.name] = item
+
+    @staticmethod
+    def is_return(c: Cursor) -> bool:
+        start = c.pos
+        if c.take_word("return"):
+            c.spaces()
+            if c.peek() == "(":
+                return True
+        c.pos = start
+        return False
+
+    def statement(self, c: Cursor, values: dict[str, Value], region: str | None) -> Node | Constant:
+        """A node line, `outs: types = op(args)  # notes`, or a constant line, `name: type = constant [data]`."""
+        c.field = "outputs"
+        starts, outs = [c.pos], [c.name()]
+        while c.take(", "):
+            starts.append(c.pos)
+            outs.append(c.name())
+        c.expect(": ")
+        types = []
+        while True:
+            c.field = f"type of {outs[len(types)]}" if len(types) < len(outs) else "type"
+            types.append(self.value(c))
+            if not c.take(", "):
+                break
+        if len(types) != len(outs):
+            raise c.fail(f"{len(outs)} output(s) but {len(types)} type(s)")
+        c.spaces()
+        c.expect("= ")
+        if c.take_word("constant"):
+            return self.constant(c, outs, types)
+        c.field = "outputs"
+        for out, value, start in zip(outs, types, starts):
+            _define(c, values, out, value, start)
+        op = self.op(c)
+        args, kwargs = self.arguments(c)
+        return Node(tuple(outs), op, tuple(args), kwargs, self.notes(c, region))
+
+    @staticmethod
+    def op(c: Cursor) -> str:
+        c.field = "op"
+        start, op = c.pos, c.match(_WORD)
+        if op is None:
+            raise c.fail("expected an op name like aten.mul.Tensor")
+        try:
+            resolve_op(op)
+        except GraphError as e:
+            raise c.fail(str(e), start) from None
+        c.expect("(")
+        return op
+
+    def outputs(self, c: Cursor) -> tuple[Output, ...]:
+        c.field = "return"
+        c.expect("(")
+        outs: list[Output] = []
+        while not c.take(")"):
+            if outs:
+                c.expect(", ", "', ' or ')'")
+            c.field = f"outputs[{len(outs)}]"
+            name, kind, index = c.name(), "user", None
+            if c.take(" "):
+                start, kind = c.pos, c.ident("an output kind")
+                if kind not in OUTPUT_KINDS:
+                    raise c.fail(f"unknown output kind {kind!r}; kinds are {', '.join(OUTPUT_KINDS)}", start)
+                if c.take("["):
+                    index = c.int_in(0, INT64[1], "an input index")
+                    c.expect("]")
+            outs.append(Output(name, kind, index))
+        c.end()
+        return tuple(outs)
+
+    # ------------------------------------------------------------------------------------------ arguments
+
+    def arguments(self, c: Cursor) -> tuple[list, dict]:
+        args: list = []
+        kwargs: dict[str, Any] = {}
+        while not c.take(")"):
+            if args or kwargs:
+                c.expect(", ", "', ' or ')'")
+            c.field = f"args[{len(args)}]"
+            start, key = c.pos, _keyword(c)
+            if key is None and kwargs:
+                raise c.fail("a positional argument after keyword arguments")
+            if key is not None:
+                c.field = f"kwargs.{key}"
+                if key in kwargs:
+                    raise c.fail(f"keyword {key!r} given twice", start)
+                kwargs[key] = self.arg(c, 0)
+            else:
+                args.append(self.arg(c, 0))
+        return args, kwargs
+
+    def arg(self, c: Cursor, depth: int) -> Any:
+        start, first = c.pos, c.peek()
+        if first == "[":
+            return self.arg_list(c, depth)
+        if first == '"':
+            return c.string()
+        if c.take("%"):
+            return Ref(c.string())
+        if c.take("@"):
+            return _device(c, self.device_text(c), start)
+        number = c.number()
+        if number is not None:
+            if isinstance(number, int):
+                c.check_range(number, *INT64, "a 64-bit integer", start)
+            return number
+        word = c.match(_WORD)
+        if word is None:
+            raise c.fail(f"expected an argument, found {c.peek(12) or 'the end of the line'!r}")
+        return self.arg_word(c, word, start)
+
+    def arg_list(self, c: Cursor, depth: int) -> tuple:
+        if depth >= MAX_ARG_DEPTH:
+            raise c.fail(f"lists nested deeper than {MAX_ARG_DEPTH}")
+        c.expect("[")
+        items: list = []
+        while not c.take("]"):
+            if items:
+                c.expect(", ", "', ' or ']'")
+            items.append(self.arg(c, depth + 1))
+        return tuple(items)
+
+    @staticmethod
+    def arg_word(c: Cursor, word: str, start: int) -> Any:
+        if word in _LITERALS:
+            return _LITERALS[word]
+        if word == "sym" and c.take("("):
+            return Sym(c.sym())
+        if word in _TORCH_WORDS:
+            return _TORCH_WORDS[word]
+        if word in _ARG_DTYPES:
+            return _ARG_DTYPES[word]
+        if IDENT.fullmatch(word) and word not in RESERVED:
+            return Ref(word)
+        raise c.fail(f"unknown word {word!r}", start)
+
+    # ------------------------------------------------------------------------------------------ notes
+
+    @staticmethod
+    def notes(c: Cursor, region: str | None) -> dict[str, str]:
+        """`# source  region  key=value ...` after a node."""
+        c.field = "meta"
+        meta: dict[str, str] = {}
+        c.spaces()
+        if c.pos < len(c.line):
+            c.expect("#", "'#' before the node's notes")
+            c.spaces()
+            while c.pos < len(c.line):
+                start = c.pos
+                key, text = _note(c)
+                if key in meta:
+                    raise c.fail(f"two {key} entries", start)
+                meta[key] = text
+                c.spaces()
+        if region is not None:
+            meta.setdefault("region", region)
+        return meta
+
+    # ------------------------------------------------------------------------------------------ constants
+
+    def constant(self, c: Cursor, outs: list[str], types: list[Value | None]) -> Constant:
+        c.field = "constant"
+        v = types[0]
+        shape = v.shape if v is not None else ()
+        if len(outs) != 1 or v is None or v != Value(dtype=v.dtype, shape=shape, stride=row_major(shape)) or \
+                not all(isinstance(d, int) for d in shape):
+            raise c.fail("a constant reads 'NAME: DTYPE[SIZES] = constant [DATA]', its sizes ints", 0)
+        dtype, numel = to_dtype(v.dtype), math.prod(shape)
+        if numel > MAX_CONSTANT_NUMEL:
+            raise c.fail(f"{numel} elements, more than the limit of {MAX_CONSTANT_NUMEL}", 0)
+        c.spaces()
+        if c.take("[...]"):
+            tensor = self.given_constant(c, outs[0], dtype, shape)
+        else:
+            tensor = _constant_data(c, self.arg_list(c, 0), dtype, shape)
+        c.end()
+        return Constant(outs[0], tensor)
+
+    def given_constant(self, c: Cursor, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        expected = _type_text(dtype, shape)
+        tensor = self.given.get(name)
+        if tensor is None:
+            raise c.fail(f"constant {name!r} ({expected}, {math.prod(shape)} elements) has no data in the text; "
+                         f"pass its tensor in parse_graph(..., constants=)")
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tuple(tensor.shape) != shape:
+            got = _type_text(tensor.dtype, tuple(tensor.shape)) if isinstance(tensor, torch.Tensor) else "not a tensor"
+            raise c.fail(f"the tensor given for constant {name!r} is {got}, expected {expected}")
+        return tensor
+
+
+def _type_text(dtype: torch.dtype, shape: tuple) -> str:
+    short = next((k for k, v in _ARG_DTYPES.items() if v == dtype), str(dtype))
+    return f"{short}[{', '.join(map(str, shape))}]"
+
+
+def _define(c: Cursor, values: dict[str, Value], name: str, value: Value | None, start: int) -> None:
+    if name in values:
+        raise c.fail(f"value {name!r} is defined twice", start)
+    if value is not None:
+        values[name] = value
+
+
+def _keyword(c: Cursor) -> str | None:
+    """The `key=` before a keyword argument, read; None (nothing read) before a positional one."""
+    start = c.pos
+    if c.peek() == '"':
+        key = c.string()
+        if c.take("="):
+            return key
+        c.pos = start
+        return None
+    m = c.match(_KEYWORD)
+    return m[:-1] if m is not None else None
+
+
+def _device(c: Cursor, text: str, start: int) -> torch.device:
+    try:
+        return torch.device(text)
+    except (RuntimeError, ValueError) as e:
+        raise c.fail(f"unknown device {text!r}: {e}"[:200], start) from None
+
+
+def _note(c: Cursor) -> tuple[str, str]:
+    """One note: `key=value`, a region word, or the source location; either side may be a quoted string."""
+    quoted = c.peek() == '"'
+    text = c.string() if quoted else c.match(_NOTE_WORD)
+    if text is None:
+        raise c.fail(f"unexpected {c.peek(12)!r} in the notes")
+    if c.take("="):
+        value = c.string() if c.peek() == '"' else c.match(_NOTE_VALUE)
+        if value is None:
+            raise c.fail(f"expected a value after {text}=")
+        return text, value
+    return ("region", text) if text in REGIONS and not quoted else ("source", text)
+
+
+def _constant_data(c: Cursor, items: tuple, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    numel = math.prod(shape)
+    if len(items) != numel:
+        raise c.fail(f"{len(items)} numbers for sizes {list(shape)} ({numel} elements)")
+    kinds = (bool,) if dtype == torch.bool else (int, float) if dtype.is_floating_point else (int,)
+    if not all(isinstance(x, kinds) and (isinstance(x, bool) == (dtype == torch.bool)) for x in items):
+        raise c.fail(f"not a list of {_type_text(dtype, ())[:-2]} numbers")
+    try:
+        tensor = torch.tensor(items, dtype=dtype) if items else torch.empty(0, dtype=dtype)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as e:
+        raise c.fail(f"not a list of {dtype} numbers: {e}"[:200]) from None
+    return tensor.reshape(shape)
