@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import sympy
-from ember_core import Graph, GraphError, Sym, Symbol, dim_value, parse_expr
+from ember_core import Graph, GraphError, Symbol, dim_value, rename_symbols
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 
@@ -49,30 +48,10 @@ class SymbolTable:
 
     def rename(self, graph: Graph) -> Graph:
         """The traced graph with the ShapeEnv's symbol names replaced by the graph's, and their records."""
-        names = self.graph_names
-        if not names:
+        if not self.graph_names:
             return graph
-
-        def text(d: Any) -> Any:
-            if not isinstance(d, str):
-                return d
-            expr = parse_expr(d)
-            swap = {s: sympy.Symbol(names[s.name], integer=True) for s in expr.free_symbols if s.name in names}
-            return str(expr.xreplace(swap)) if swap else d
-
-        def arg(a: Any) -> Any:
-            if isinstance(a, Sym):
-                return Sym(text(a.expr))
-            if isinstance(a, (list, tuple)):
-                return type(a)(arg(x) for x in a)
-            return a
-
-        values = {k: v.replace(shape=tuple(text(d) for d in v.shape), stride=tuple(text(d) for d in v.stride),
-                               storage_offset=text(v.storage_offset))
-                  for k, v in graph.values.items()}
-        nodes = tuple(n.replace(args=arg(n.args), kwargs={k: arg(v) for k, v in n.kwargs.items()}) for n in graph.nodes)
-        symbols = tuple(self.symbols.get(names.get(s.name, s.name), s) for s in graph.symbols)
-        return graph.replace(values=values, nodes=nodes, symbols=_ordered(symbols))
+        renamed = rename_symbols(graph, self.graph_names)
+        return renamed.replace(symbols=_ordered(tuple(self.symbols.get(s.name, s) for s in renamed.symbols)))
 
 
 def _ordered(symbols: tuple[Symbol, ...]) -> tuple[Symbol, ...]:

@@ -277,12 +277,7 @@ class KernelPrinter:
         out = [pad + line for line in self.hoisted.values()]
         out += [pad + line for a in accs for line in a.decl()]
         cascade = any(a.cascade for a in accs)
-        if cascade:
-            out.append(pad + f"int64_t ember_steps{k} = 0;")
-        out.append(pad + "{")
-        pad += "  "
-        out += _serial_loops(pad, serial)
-        inner = pad + "  " * len(serial)
+        pad, inner = _open_block(out, pad, serial, [f"int64_t ember_steps{k} = 0;"] if cascade else [])
         n, ch = f"n_{last.var}", SimdAccumulator.CHUNK
         chunked = bool(accs)
         if chunked:
@@ -322,15 +317,9 @@ class KernelPrinter:
         out = [pad + line for line in self.hoisted.values()]
         for a in accs:
             out += [pad + line for line in a.init()]
-        if any(a.cascade for a in accs):
-            out.append(pad + f"int64_t ember_steps{k} = 0;")
         welford = sorted({CTYPE[a.i.dtype]: a.i.dtype for a in accs if a.welford}.values())
-        if welford:
-            out.append(pad + f"int64_t {welford_count(k)} = 0;")
-        out.append(pad + "{")
-        pad += "  "
-        out += _serial_loops(pad, serial)
-        inner = pad + "  " * len(serial)
+        decls = [f"int64_t ember_steps{k} = 0;"] if any(a.cascade for a in accs) else []
+        pad, inner = _open_block(out, pad, serial, decls + ([f"int64_t {welford_count(k)} = 0;"] if welford else []))
         counts = [f"++{welford_count(k)};"] if welford else []
         counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
                    for t in welford]
@@ -511,6 +500,16 @@ def _outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:
             flat = sympy.expand(sum((e * st for e, st in zip(i.index, b.stride)), sympy.Integer(0)))
             score += int(flat.coeff(iv) == 1) - int(flat.coeff(rv) == 1)
     return score > 0
+
+
+def _open_block(out: list[str], pad: str, serial: list, decls: list[str]) -> tuple[str, str]:
+    """Open a reduction loop's block in `out`: its counters' declarations, a brace and the serial r-loops. Returns
+    the block's indent and the innermost serial loop's."""
+    out += [pad + d for d in decls]
+    out.append(pad + "{")
+    pad += "  "
+    out += _serial_loops(pad, serial)
+    return pad, pad + "  " * len(serial)
 
 
 def _serial_loops(pad: str, serial) -> list[str]:

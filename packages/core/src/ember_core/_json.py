@@ -466,12 +466,18 @@ def check_regular_file(path: Path, where: str, what: str) -> None:
         raise SchemaError(where, f"{path} is larger than the limit of {MAX_FILE_BYTES} bytes")
 
 
+def read_graph_file(path: Path, what: str) -> str:
+    """The text of a graph file (JSON or text form), checked to be a regular file within the size limit and
+    UTF-8; `SchemaError` naming the file otherwise. `what` says which kind of file, for the message."""
+    check_regular_file(path, str(path), what)
+    try:
+        return path.read_bytes().decode()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SchemaError(str(path), f"cannot read {what}: {e}") from None
+
+
 def load(path: str | os.PathLike) -> Graph:
     """Read a graph file; errors name the file and the field."""
     path = Path(path)
-    check_regular_file(path, str(path), "graph file")
-    try:
-        text = path.read_bytes().decode()
-    except (OSError, UnicodeDecodeError) as e:
-        raise SchemaError(str(path), f"cannot read graph file: {e}") from None
+    text = read_graph_file(path, "graph file")
     return graph_from_json(_parse_json(text, str(path)), str(path), base_dir=path.parent)

@@ -29,10 +29,10 @@ from ._json import (
     MAX_ARG_DEPTH,
     MAX_CONSTANT_NUMEL,
     MAX_FILE_BYTES,
-    check_regular_file,
     check_version,
     load,
     make_symbol,
+    read_graph_file,
 )
 from ._ops import resolve_op
 from ._printer import IDENT, RESERVED, row_major
@@ -84,11 +84,7 @@ def load_text(path: str | os.PathLike, constants: Mapping[str, torch.Tensor] | N
     """Read a graph text file, like the `.txt` files `EMBER_DUMP` writes. The tensors of large constants come from
     `constants`, else from the JSON file of the same name beside it (the dump writes both)."""
     path = Path(path)
-    check_regular_file(path, str(path), "graph text file")
-    try:
-        text = path.read_bytes().decode()
-    except (OSError, UnicodeDecodeError) as e:
-        raise SchemaError(str(path), f"cannot read graph text file: {e}") from None
+    text = read_graph_file(path, "graph text file")
     if constants is None and "= constant [...]" in text and path.suffix == ".txt":
         beside = path.with_name(path.name.removesuffix(".txt") + ".json")
         constants = {k: c.tensor for k, c in load(beside).constants.items()} if beside.is_file() else None
