@@ -81,7 +81,8 @@ class EventKind:
 _KINDS = (
     EventKind("graph_captured", "graphs", "a frontend captured a graph (capture)"),
     EventKind("graph_break", "graphs", "a frontend split a function at a graph break (capture)"),
-    EventKind("pass_applied", "graphs", "a graph pass changed a graph (runtime, stage `passes`)"),
+    EventKind("pass_applied", "graphs", "a graph pass changed a graph (runtime, stage `passes`); data: pass, "
+              "plugin, point, nodes_before, nodes_after"),
     EventKind("graph_compiled", "graphs", "a codegen compiled a graph (runtime, stage `codegen`)", GraphCompiled),
     EventKind("joint_traced", "joint", "autograd traced a joint forward+backward graph (runtime, stage `autograd`)",
               JointTraced),

@@ -72,7 +72,9 @@ class Pipeline:
             except Exception as e:
                 raise PluginError(f"pass {impl.name!r} of plugin {impl.plugin!r} raised {type(e).__name__}: {e}") from e
             if graph is not before:
-                self.manager.emit(Event("pass_applied", "passes", f"pass {impl.name} ({impl.plugin})", graph=graph))
+                self.manager.emit(Event("pass_applied", "passes", f"pass {impl.name} ({impl.plugin})", graph=graph,
+                                        data={"pass": impl.name, "plugin": impl.plugin, "point": point,
+                                              "nodes_before": len(before.nodes), "nodes_after": len(graph.nodes)}))
         return graph
 
     @staticmethod
