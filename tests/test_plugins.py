@@ -52,7 +52,7 @@ def test_the_example_pass_rewrites_captured_graphs(frontend):
         out = ember.compile(f, options={"frontend": frontend})(torch.randn(5))
     applied = [e for e in rec.events if e.kind == "pass_applied"]
     assert applied and applied[0].data["pass"] == "fold-mul-one" and applied[0].data["point"] == "post_capture"
-    assert applied[0].data["nodes_after"] == applied[0].data["nodes_before"] - 1
+    assert applied[0].data["nodes_before"] > applied[0].data["nodes_after"] == 2
     text = str(applied[0].graph.replace(name="f"))
     assert text.splitlines()[1:] == F_FOLDED.splitlines()  # the same text whichever frontend captured f
     assert out.shape == (5,)
