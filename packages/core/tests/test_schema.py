@@ -85,3 +85,12 @@ def test_graph_device_is_the_first_tensor_inputs_then_a_constants_then_cpu():
     g = Graph("g", (Input("n"), Input("x")), (), (Output("x"),), {"n": Value(type="sym", dtype="int64"), "x": cuda})
     assert graph_device(g) == "cuda:1"
     assert graph_device(Graph("e", (), (), (), {})) == "cpu"
+
+
+def test_map_args_applies_to_leaves_and_keeps_the_nesting():
+    from ember_core import map_args
+
+    args = (Ref("x"), [1, (Ref("y"), 2.0)], None)
+    out = map_args(args, lambda a: Ref(a.name + "!") if isinstance(a, Ref) else a)
+    assert out == (Ref("x!"), [1, (Ref("y!"), 2.0)], None)
+    assert map_args(3, lambda a: a * 2) == 6

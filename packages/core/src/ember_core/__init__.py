@@ -34,6 +34,7 @@ from ._schema import (
     Value,
     graph_device,
     iter_refs,
+    map_args,
     node_refs,
     rename_reads,
 )
@@ -65,9 +66,9 @@ __all__ = [
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
     "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl",
     "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
-    "load_function", "load_text", "loads", "node_refs", "parse_expr", "parse_graph", "record_events", "rename_reads",
-    "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_sequence", "save", "to_dtype", "to_fx",
-    "tracing_lock", "value_of", "verify",
+    "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "record_events",
+    "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_sequence", "save", "to_dtype",
+    "to_fx", "tracing_lock", "value_of", "verify",
     # stage contracts: event payloads, the dump writer, the interpreter codegen
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
     "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen",

@@ -9,7 +9,7 @@ and `Sym` (a symbolic size expression over the graph's symbols). JSON I/O lives 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,12 +192,16 @@ def node_refs(node: Node):
     yield from iter_refs(node.kwargs)
 
 
-def _map_refs(arg: Any, names: Mapping[str, str]) -> Any:
-    if isinstance(arg, Ref):
-        return Ref(names.get(arg.name, arg.name))
+def map_args(arg: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`arg` (an argument, or a tuple or list of them, nested) with `leaf` applied to each argument that is not a
+    tuple or list; the nesting and its types are kept."""
     if isinstance(arg, (list, tuple)):
-        return type(arg)(_map_refs(a, names) for a in arg)
-    return arg
+        return type(arg)(map_args(a, leaf) for a in arg)
+    return leaf(arg)
+
+
+def _map_refs(arg: Any, names: Mapping[str, str]) -> Any:
+    return map_args(arg, lambda a: Ref(names.get(a.name, a.name)) if isinstance(a, Ref) else a)
 
 
 def rename_reads(node: Node, names: Mapping[str, str]) -> Node:

@@ -20,7 +20,7 @@ from typing import Any
 import sympy
 
 from ._expr import ExprTree, parse_expr, parse_tree
-from ._schema import Graph, Input, Output, Sym, Symbol, Value, rename_reads
+from ._schema import Graph, Input, Output, Sym, Symbol, Value, map_args, rename_reads
 
 
 def rename_dim(d: int | str, names: Mapping[str, str]) -> int | str:
@@ -33,11 +33,7 @@ def rename_dim(d: int | str, names: Mapping[str, str]) -> int | str:
 
 
 def _rename_arg(arg: Any, names: Mapping[str, str]) -> Any:
-    if isinstance(arg, Sym):
-        return Sym(rename_dim(arg.expr, names))
-    if isinstance(arg, (list, tuple)):
-        return type(arg)(_rename_arg(a, names) for a in arg)
-    return arg
+    return map_args(arg, lambda a: Sym(rename_dim(a.expr, names)) if isinstance(a, Sym) else a)
 
 
 def _rename_value(v: Value, names: Mapping[str, str]) -> Value:
