@@ -24,8 +24,9 @@ PACKAGES = {
     "partition": ["core"],
     "lowering": ["core"],
     "codegen-cpp": ["core", "lowering"],
+    "codegen-triton": ["core", "lowering"],
     "runtime": ["core"],
-    "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "runtime"],
+    "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "codegen-triton", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
 # The fuzz tests of every loader: graph JSON, graph text, cache sidecars, loop-IR text (one pytest run each: test
@@ -62,6 +63,9 @@ def integration(session: nox.Session, torch: str) -> None:
     # The foundation suite again with the other partitioner (test_training.py covers both by itself).
     session.env["EMBER_OPTIONS"] = '{"partition": "default"}'
     pytest(session, "tests/test_models.py", "tests/test_semantics.py")
+    # The models and training steps through the Triton codegen, its kernels in Triton's CPU interpreter.
+    session.env.update(TRITON_INTERPRET="1", EMBER_OPTIONS='{"codegen.cpu": "triton"}')
+    pytest(session, "tests/test_models.py", "tests/test_training.py")
 
 
 @nox.session(python=PYTHON)

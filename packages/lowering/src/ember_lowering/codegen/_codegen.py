@@ -44,6 +44,10 @@ class PlanCodegen:
 
     # ------------------------------------------------------------------ what a subclass provides
 
+    def serves(self, device: str) -> bool:
+        """Does this codegen run plans for `device` (`cpu`, `cuda:0`)? Default: devices of type `self.device`."""
+        return torch.device(device).type == self.device
+
     def print_kernel(self, kernel: Kernel, layout: PlanLayout, name: str) -> PrintedKernel:
         raise CannotPrint(f"{type(self).__name__} prints no kernels")
 
@@ -85,8 +89,8 @@ class PlanCodegen:
             plan = lower(graph)
         except Exception as e:  # noqa: BLE001 - any lowering failure means: run the graph as it is
             return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}"), None
-        if plan.device != self.device:
-            return self.interpreter(graph, f"the plan is for device {plan.device!r}"), None
+        if not self.serves(plan.device):
+            return self.interpreter(graph, f"{self.name} does not serve the plan's device {plan.device!r}"), None
         try:
             program = plan_program(plan, self.print_kernel)
             program.source = self.unit_source(program) if program.segments else ""

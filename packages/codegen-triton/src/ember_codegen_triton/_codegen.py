@@ -1,0 +1,80 @@
+"""`TritonCodegen`: the shared `PlanCodegen` flow (ember_lowering.codegen) with Triton kernels: each kernel printed by
+`TritonKernelPrinter`, the program as one Python module of `@triton.jit` functions stored in the disk cache, and a
+wrapper that launches them on grids computed from the call's sizes.
+
+It serves CUDA graphs, and CPU graphs when `TRITON_INTERPRET=1` (Triton's interpreter runs the same kernels on
+CPU tensors: how CI tests it without a GPU; `options={"codegen.cpu": "triton"}`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+from ember_core import Graph
+from ember_lowering import Kernel
+from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program
+
+from ._build import import_module, module_build
+from ._kernel_printer import TritonKernelPrinter
+from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE
+from ._wrapper import TritonWrapperWriter
+
+
+def interpreting() -> bool:
+    """Does Triton run kernels in its CPU interpreter (`TRITON_INTERPRET=1`)?"""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+class TritonCodegen(PlanCodegen):
+    """The `triton` codegen: the default for CUDA graphs."""
+
+    name = "triton"
+    device = "cuda"
+    stage = "codegen-triton"
+    language = "Triton"
+
+    def serves(self, device: str) -> bool:
+        kind = torch.device(device).type
+        return kind == "cuda" or (kind == "cpu" and interpreting())
+
+    def print_kernel(self, kernel: Kernel, layout: PlanLayout, name: str) -> PrintedKernel:
+        return TritonKernelPrinter(kernel, layout, f"ember_{name}").print()
+
+    def unit_source(self, program: Program) -> str:
+        libdevice = INTERPRETER_LIBDEVICE if interpreting() else LIBDEVICE
+        return PRELUDE.replace("import triton.language as tl\n", f"import triton.language as tl\n{libdevice}\n", 1) \
+            + "\n\n" + "\n\n\n".join(k.text for k in program.kernels) + "\n"
+
+    def wrapper_writer(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]):
+        writer = TritonWrapperWriter(program, fn_name, constants)
+        writer.globals["_cdiv"] = triton.cdiv
+        return writer
+
+    def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:
+        build = module_build(program.source)
+        names = [k.name for k in program.kernels]
+
+        def bind(files: dict, env: dict) -> None:
+            module = import_module(build.key, files["py"])
+            for name in names:
+                env[name] = getattr(module, name)
+
+        lazy = KernelBinding(build, graph, names, env, bind, self.stage)
+        lazy.install_stubs()
+        return lazy
+
+
+class KernelBinding(LazyBinding):
+    """Stubs that the wrapper indexes with a grid, as it does a Triton kernel (`k[grid](...)`)."""
+
+    def _stub(self, name: str):
+        binding = self
+
+        class Stub:
+            def __getitem__(self, grid):
+                binding.load()
+                return binding.env[name][grid]
+
+        return Stub()

@@ -1,0 +1,264 @@
+"""One loop-IR kernel as one `@triton.jit` function.
+
+    @triton.jit
+    def k0_reduce_4x8(b_x, b_out, S_s0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+        xindex = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+        xmask = xindex < (4)
+        ...
+
+Each program runs `XBLOCK` points of the kernel's i-dims, flattened row-major into `xindex`. A kernel without
+r-dims works on vectors of `XBLOCK` points. A kernel with r-dims is *persistent*: the whole reduced extent of a
+row sits in one block of `RBLOCK` (its next power of two), values at outer level are `[XBLOCK, 1]` and values in
+a `Loop` `[XBLOCK, RBLOCK]`; each reduction is one `tl.sum`/`tl.max`/... along axis 1. Stashed values (`local`
+buffers) are recomputed in registers (`recompute_locals`): in a persistent kernel the row is in registers anyway.
+
+Not printed yet (`CannotPrint`: the kernel runs in the loop-IR interpreter, reported as a fallback): reductions
+whose extent is symbolic or over `MAX_RBLOCK` (they need looped accumulators), indirect loads and stores (their
+bounds checks), and ops without a rule in `_rules.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import sympy
+from ember_core import as_sympy
+from ember_lowering import Instr, Kernel, Loop, Op, Ranges, flat_index, recompute_locals
+from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
+
+from ._exprs import TritonIndexPrinter
+from ._rules import FLOAT_DTYPES, TL_DTYPE, cast, expression, literal
+
+MAX_RBLOCK = 16384  # elements of a row a persistent reduction holds in one block
+POINTWISE_XBLOCK = 1024
+ROW_ELEMENTS = 4096  # XBLOCK * RBLOCK of a reduction kernel, at most
+
+
+@dataclass(frozen=True)
+class TritonKernel(PrintedKernel):
+    """A printed kernel and its launch: `numel` (sympy, the flattened i-dims), `xblock`, `rblock` (0: none)."""
+
+    numel: sympy.Expr = sympy.Integer(0)
+    xblock: int = POINTWISE_XBLOCK
+    rblock: int = 0
+
+
+class TritonKernelPrinter:
+    """Prints one kernel; `CannotPrint` if it uses anything this printer does not handle."""
+
+    def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
+        stashes = {n for n, b in layout.buffers.items() if b.kind == "local"}
+        self.k, self.layout, self.name = recompute_locals(kernel, stashes), layout, name
+        self.ssa: dict[str, str] = {}  # SSA value → dtype
+        loop_vars = {d.var for d in kernel.dims}
+        names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
+        self.expr = TritonIndexPrinter(_SsaNames(names, self.ssa), lambda n: 0 if n in loop_vars else
+                                       layout.lowers.get(n))
+        self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
+        self.roots: dict[str, bool] = {}  # root → written
+        self.reduce = bool(self.k.reduce_dims)
+        self.rnumel = self._rnumel()
+
+    # ------------------------------------------------------------------ entry
+
+    def print(self) -> TritonKernel:
+        body = self._body()
+        roots = sorted(self.roots, key=list(self.layout.buffers).index)
+        params = [self.layout.local[r] for r in roots] + [self.layout.sym_local[s] for s in self.layout.symbols]
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduce else [])
+        origins = f"  # from {', '.join(self.k.origins)}" if self.k.origins else ""
+        text = "\n".join(["@triton.jit", f"def {self.name}({', '.join(params)}):{origins}",
+                          *["    " + line for line in body]])
+        numel = sympy.Mul(*[d.size for d in self.k.outer_dims]) if self.k.outer_dims else sympy.Integer(1)
+        rblock = _next_pow2(self.rnumel) if self.reduce else 0
+        xblock = max(1, min(64, ROW_ELEMENTS // rblock)) if self.reduce else POINTWISE_XBLOCK
+        return TritonKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
+                            numel, xblock, rblock)
+
+    def _rnumel(self) -> int:
+        if not self.reduce:
+            return 0
+        size = sympy.Mul(*[d.size for d in self.k.reduce_dims])
+        if not size.is_Integer:
+            raise CannotPrint(f"reduction over a symbolic extent ({size}) needs a looped reduction")
+        if int(size) > MAX_RBLOCK:
+            raise CannotPrint(f"reduction over {int(size)} elements per row (more than {MAX_RBLOCK}) needs a "
+                              "looped reduction")
+        return int(size)
+
+    # ------------------------------------------------------------------ the iteration space
+
+    def _body(self) -> list[str]:
+        outer, rdims = self.k.outer_dims, self.k.reduce_dims
+        numel = sympy.Mul(*[d.size for d in outer]) if outer else sympy.Integer(1)
+        col = "[:, None]" if self.reduce else ""
+        lines = [f"xindex = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK){col}",
+                 f"xmask = xindex < {self.expr(numel)}",
+                 *_unflatten("xindex", outer, self.expr)]
+        if self.reduce:
+            lines += ["rindex = tl.arange(0, RBLOCK)[None, :].to(tl.int64)",
+                      f"rmask = rindex < {self.rnumel}",
+                      *_unflatten("rindex", rdims, self.expr),
+                      "xrmask = xmask & rmask"]
+        for stmt in self.k.body:
+            if isinstance(stmt, Loop):
+                lines += [line for i in stmt.body for line in self._instr(i, inside=True)]
+            else:
+                lines += self._instr(stmt, inside=False)
+        return lines
+
+    def _shape(self, inside: bool) -> str:
+        if not self.reduce:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if inside else "[XBLOCK, 1]"
+
+    # ------------------------------------------------------------------ instructions
+
+    def _instr(self, i: Instr, inside: bool) -> list[str]:
+        for name in i.outs:
+            self.ssa[name] = i.dtype
+        if i.op is Op.LOAD:
+            return self._load(i, inside)
+        if i.op is Op.STORE:
+            return self._store(i, inside)
+        if i.op is Op.CONST:
+            return [f"{i.out} = {literal(i.value, i.dtype)}"]
+        if i.op is Op.INDEX:
+            return [f"{i.out} = tl.broadcast_to(({self.expr(i.index[0])}), {self._shape(inside)})"
+                    f".to({TL_DTYPE[i.dtype]})"]
+        if i.op.value.startswith("reduce_"):
+            return self._reduction(i)
+        src = self.ssa.get(i.srcs[0], i.dtype) if i.srcs else i.dtype
+        if i.op is Op.WHERE:
+            src = self.ssa.get(i.srcs[1], i.dtype)
+        return [f"{i.out} = {expression(i.op, list(i.srcs), src, i.dtype)}"]
+
+    def _address(self, i: Instr, inside: bool) -> str:
+        if any(s.name in self.ssa for e in i.index for s in as_sympy(e).free_symbols):
+            raise CannotPrint(f"indirect {i.op.value} of {i.buffer} (bounds checks are not printed yet)")
+        layout = self.layout
+        b = layout.buffers[i.buffer]
+        root = layout.root(i.buffer)
+        flat = flat_index(i.index, b.stride, layout.rel_offset(i.buffer), self.ranges)
+        zero = "tl.zeros(" + self._shape(inside) + ", tl.int64)"
+        return f"{layout.local[root]} + (({self.expr(flat)}) + {zero})"
+
+    def _mask(self, i: Instr, inside: bool, extra: str | None) -> str:
+        base = "xrmask" if inside else "xmask"
+        return f"{base} & {extra}" if extra else base
+
+    def _load(self, i: Instr, inside: bool) -> list[str]:
+        self.roots.setdefault(self.layout.root(i.buffer), False)
+        ptr = self._address(i, inside)
+        mask = self._mask(i, inside, i.srcs[0] if i.srcs else None)
+        other = _other(i.value if i.value is not None else 0, i.dtype)
+        return [f"{i.out} = tl.load({ptr}, mask={mask}, other={other})"]
+
+    def _store(self, i: Instr, inside: bool) -> list[str]:
+        self.roots[self.layout.root(i.buffer)] = True
+        ptr = self._address(i, inside)
+        dtype = self.layout.buffers[i.buffer].dtype
+        value = cast(i.srcs[0], self.ssa.get(i.srcs[0], dtype), dtype)
+        mask = self._mask(i, inside, i.srcs[1] if len(i.srcs) > 1 else None)
+        return [f"tl.store({ptr}, tl.broadcast_to({value}, {self._shape(inside)}), mask={mask})"]
+
+    # ------------------------------------------------------------------ reductions
+
+    def _reduction(self, i: Instr) -> list[str]:
+        v = cast(i.srcs[0], self.ssa.get(i.srcs[0], i.dtype), i.dtype) if i.op is not Op.REDUCE_ARGMAX and \
+            i.op is not Op.REDUCE_ARGMIN else i.srcs[0]
+        t = TL_DTYPE[i.dtype]
+        if i.op is Op.REDUCE_SUM:
+            return [f"{i.out} = tl.sum(tl.where(xrmask, {v}, 0).to({t}), 1)[:, None]"]
+        if i.op is Op.REDUCE_PROD:
+            return [f"{i.out} = tl.reduce(tl.where(xrmask, {v}, 1).to({t}), 1, _ember_mul)[:, None]"]
+        if i.op in (Op.REDUCE_ANY, Op.REDUCE_ALL):
+            fn, fill = ("tl.max", 0) if i.op is Op.REDUCE_ANY else ("tl.min", 1)
+            return [f"{i.out} = {fn}(tl.where(xrmask, {i.srcs[0]} != 0, {fill}).to(tl.int32), 1)[:, None] > 0"]
+        if i.op in (Op.REDUCE_MAX, Op.REDUCE_MIN):
+            return self._extremum(i, v)
+        if i.op is Op.REDUCE_WELFORD:
+            mean, m2 = i.outs
+            return [f"{mean} = tl.sum(tl.where(xrmask, {v}, 0), 1)[:, None] / {self.rnumel}",
+                    f"{m2}_d = tl.where(xrmask, {v} - {mean}, 0)",
+                    f"{m2} = tl.sum({m2}_d * {m2}_d, 1)[:, None]"]
+        if i.op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
+            return self._arg_extremum(i)
+        raise CannotPrint(f"no Triton reduction for {i.op.value}")
+
+    def _extremum(self, i: Instr, v: str) -> list[str]:
+        """max/min that propagate NaN, as torch's amax/amin do."""
+        is_max = i.op is Op.REDUCE_MAX
+        fn = "tl.max" if is_max else "tl.min"
+        fill = _identity(i.dtype, is_max)
+        lines = [f"{i.out} = {fn}(tl.where(xrmask, {v}, {fill}), 1)[:, None]"]
+        if i.dtype in FLOAT_DTYPES:
+            lines += [f"{i.out}_nan = tl.max(tl.where(xrmask, {v} != {v}, 0).to(tl.int32), 1)[:, None] > 0",
+                      f"{i.out} = tl.where({i.out}_nan, float('nan'), {i.out})"]
+        return lines
+
+    def _arg_extremum(self, i: Instr) -> list[str]:
+        """The smallest index operand among the elements equal to the row's max (min); NaN counts as extreme."""
+        value, index = i.srcs
+        src = self.ssa.get(value, "float32")
+        is_max = i.op is Op.REDUCE_ARGMAX
+        fn, fill = ("tl.max", _identity(src, True)) if is_max else ("tl.min", _identity(src, False))
+        best, hit = f"{i.out}_best", f"{i.out}_hit"
+        lines = [f"{best} = {fn}(tl.where(xrmask, {value}, {fill}), 1)[:, None]", f"{hit} = {value} == {best}"]
+        if src in FLOAT_DTYPES:
+            lines += [f"{i.out}_nan = tl.max(tl.where(xrmask, {value} != {value}, 0).to(tl.int32), 1)[:, None] > 0",
+                      f"{hit} = tl.where({i.out}_nan, {value} != {value}, {hit})"]
+        big = "9223372036854775807"
+        lines.append(f"{i.out} = tl.min(tl.where(xrmask & {hit}, {index}.to(tl.int64), {big}), 1)[:, None]"
+                     f".to({TL_DTYPE[i.dtype]})")
+        return lines
+
+
+class _SsaNames(dict):
+    """Symbol spellings for index expressions: dims and plan symbols by table, SSA values by their own name."""
+
+    def __init__(self, names: dict[str, str], ssa: dict[str, str]):
+        super().__init__(names)
+        self.ssa = ssa
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or key in self.ssa
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key) if super().__contains__(key) else key
+
+
+def _unflatten(flat: str, dims, expr) -> list[str]:
+    """`d = flat // (sizes after d) % size(d)` for each dim, row-major."""
+    lines, after = [], sympy.Integer(1)
+    for d in reversed(dims):
+        div = f" // ({expr(after)})" if after != 1 else ""
+        mod = f" % ({expr(d.size)})" if d is not dims[0] else ""
+        lines.append(f"{d.var} = {flat}{div}{mod}")
+        after = after * d.size
+    return list(reversed(lines))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def _identity(dtype: str, is_max: bool) -> str:
+    """The element that never wins a max (min) of `dtype`."""
+    if dtype in FLOAT_DTYPES:
+        return "float('-inf')" if is_max else "float('inf')"
+    if dtype == "bool":
+        return "0" if is_max else "1"
+    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8}.get(dtype)
+    if bits is None:  # uint8
+        return "0" if is_max else "255"
+    return str(-(1 << (bits - 1))) if is_max else str((1 << (bits - 1)) - 1)
+
+
+def _other(value: object, dtype: str) -> str:
+    """A masked load's value where its mask is false, as a Python literal Triton accepts."""
+    if dtype in FLOAT_DTYPES:
+        v = float(value)  # type: ignore[arg-type]
+        return repr(v) if v == v and abs(v) != float("inf") else f"float('{v}')"
+    return str(int(bool(value)) if dtype == "bool" else int(value))  # type: ignore[call-overload]

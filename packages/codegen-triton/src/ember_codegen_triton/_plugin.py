@@ -1,0 +1,14 @@
+"""ember-codegen-triton's plugin: codegen `triton`, the default for CUDA (priority 50: the only codegen there above
+the interpreter); for CPU only when asked for by name (`options={"codegen.cpu": "triton"}`, with
+`TRITON_INTERPRET=1`), since codegen `cpp` has priority 100."""
+
+from __future__ import annotations
+
+from ember_core import hookimpl
+
+from ._codegen import TritonCodegen
+
+
+@hookimpl
+def ember_register(registry) -> None:
+    registry.add("codegen", "triton", TritonCodegen(), priority=50, devices=("cuda", "cpu"))

@@ -1,0 +1,39 @@
+"""Trace a function to an ATen graph as ember's frontends do, compile it with the Triton codegen, and compare with
+eager PyTorch; count the kernels that did not print (each one a `fallback` event)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from ember_codegen_triton import TritonCodegen
+from ember_core import CompiledGraph, Graph, from_fx, record_events
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+CODEGEN = TritonCodegen()
+
+
+def trace(fn: Callable, *args: Any, mode: str = "fake") -> Graph:
+    flat = lambda *a: tuple(pytree.tree_leaves(fn(*a)))  # noqa: E731
+    gm = make_fx(flat, decomposition_table=core_aten_decompositions(), tracing_mode=mode,
+                 _allow_non_fake_inputs=True)(*args)
+    return from_fx(gm, name="graph")
+
+
+def check(fn: Callable, *args: Any, mode: str = "fake", others=(), fallbacks: int = 0, **tol) -> CompiledGraph:
+    """Compile fn once; its outputs equal eager's on args and on each of `others`; exactly `fallbacks` fallback
+    events (kernels the printer could not handle)."""
+    with record_events() as rec:
+        compiled = CODEGEN.compile(trace(fn, *args, mode=mode), list(args), {})
+        for inputs in (args, *others):
+            want = pytree.tree_leaves(fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in inputs]))
+            got = compiled([a.clone() if isinstance(a, torch.Tensor) else a for a in inputs])
+            assert len(got) == len(want)
+            for k, (g, w) in enumerate(zip(got, want)):
+                torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m, k=k: f"output {k}: {m}", **tol)
+    reasons = [e.data["reason"] for e in rec.kinds("fallback")]
+    assert len(reasons) == fallbacks, reasons
+    return compiled

@@ -1,0 +1,31 @@
+"""ember-core's codegen conformance kit on the Triton codegen (kernels in Triton's interpreter), and the count of
+kernels the printer leaves to the loop-IR interpreter over the battery: each one is a reported fallback."""
+
+from __future__ import annotations
+
+from ember_codegen_triton import TritonCodegen
+from ember_core import record_events
+from ember_core.testing import CodegenConformance, battery_case, battery_names
+
+# battery cases with kernels this codegen does not print yet (each reported as a fallback event): name → count.
+# Symbolic row lengths need looped reductions; `indexing` has indirect loads (gather) that need bounds checks.
+EXPECTED_FALLBACKS: dict[str, int] = {
+    "dtypes_symbolic": 1, "indexing": 2, "reductions_symbolic": 3, "softmax_symbolic": 2,
+}
+
+
+class TestTritonConformance(CodegenConformance):
+    codegen = TritonCodegen()
+
+
+def test_every_fallback_over_the_battery_is_reported_and_counted():
+    codegen, seen = TritonCodegen(), {}
+    for name in battery_names():
+        case = battery_case(name)
+        with record_events() as rec:
+            codegen.compile(case.graph, case.inputs, {})(case.inputs)
+        fallbacks = rec.kinds("fallback")
+        assert all(e.stage == "codegen-triton" and e.data["reason"] for e in fallbacks)
+        if fallbacks:
+            seen[name] = len(fallbacks)
+    assert seen == EXPECTED_FALLBACKS

@@ -1,0 +1,64 @@
+"""Kernels the Triton codegen prints, run in Triton's interpreter and compared with eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import check
+
+
+def test_pointwise_chain():
+    compiled = check(lambda x, y: (torch.sigmoid(x) * y + 1.5, (x - y).abs().sqrt()), torch.randn(33, 7),
+                     torch.randn(33, 7))
+    assert "@triton.jit" in compiled.source and "tl.load" in compiled.source
+
+
+def test_broadcast_and_strided_inputs():
+    x = torch.randn(8, 6)
+    check(lambda a, b: (a.t() * b + a.t().exp(),), x, torch.randn(6, 1))
+
+
+def test_symbolic_sizes_are_kernel_arguments():
+    check(lambda x: (torch.tanh(x) * 2,), torch.randn(5, 3), mode="symbolic",
+          others=[(torch.randn(9, 3),), (torch.randn(1, 3),)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_dtypes(dtype):
+    x = torch.randn(16, 10).to(dtype)
+    check(lambda x: (torch.relu(x) + x * 2,), x)
+
+
+def test_integer_and_bool_ops():
+    a, b = torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))
+    check(lambda a, b: (a // b, a % b, torch.fmod(a, b), (a > 0) & (b < 3), a.clamp(-3, 3)), a, b)
+
+
+def test_softmax_is_one_persistent_kernel():
+    compiled = check(lambda x: (torch.softmax(x, -1),), torch.randn(6, 50))
+    assert compiled.source.count("@triton.jit\ndef ember_") == 1 and "tl.max(" in compiled.source
+
+
+def test_layer_norm_and_rms_norm():
+    w, b = torch.randn(40), torch.randn(40)
+    check(lambda x: (torch.nn.functional.layer_norm(x, (40,), w, b),
+                     x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)), torch.randn(12, 40))
+
+
+def test_reductions_max_min_with_nan_and_argmax():
+    x = torch.randn(5, 9)
+    x[1, 3] = float("nan")
+    check(lambda x: (x.amax(1), x.amin(0), x.argmax(1), x.argmin(0), x.sum(), x.prod(1)), x)
+
+
+def test_reduction_over_an_inner_dim_and_var_mean():
+    check(lambda x: (x.sum(1), *torch.var_mean(x, dim=(0, 2))), torch.randn(4, 6, 5))
+
+
+def test_any_all():
+    x = torch.randn(6, 7) > 0.5
+    check(lambda x: (x.any(1), x.all(0)), x)
+
+
+def test_a_symbolic_reduction_runs_interpreted_and_says_so():
+    check(lambda x: (x.sum(1),), torch.randn(3, 5), mode="symbolic", fallbacks=1)
