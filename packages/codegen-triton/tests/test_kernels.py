@@ -60,5 +60,18 @@ def test_any_all():
     check(lambda x: (x.any(1), x.all(0)), x)
 
 
-def test_a_symbolic_reduction_runs_interpreted_and_says_so():
-    check(lambda x: (x.sum(1),), torch.randn(3, 5), mode="symbolic", fallbacks=1)
+def test_looped_reductions_over_symbolic_rows():
+    x = torch.randn(3, 1500)
+    x[1, 700] = float("nan")
+    check(lambda x: (torch.softmax(x, -1), x.amax(1), x.argmax(1), x.argmin(1), x.prod(1) * 0,
+                     *torch.var_mean(x, 1), (x > 0).any(1), (x > -9).all(1)),
+          x, mode="symbolic", others=[(torch.randn(5, 2100),)], atol=1e-5, rtol=1e-4)
+
+
+def test_looped_reduction_over_a_long_static_row():
+    check(lambda x: (x.sum(1), torch.var_mean(x, 1)), torch.randn(2, 40000), atol=1e-4, rtol=1e-4)
+
+
+def test_argmax_of_rows_of_minus_infinity_is_their_first_index():
+    x = torch.full((2, 3000), float("-inf"))
+    check(lambda x: (x.argmax(1), x.argmin(1)), x, mode="symbolic")

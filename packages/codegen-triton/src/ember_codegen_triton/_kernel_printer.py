@@ -12,9 +12,11 @@ row sits in one block of `RBLOCK` (its next power of two), values at outer level
 a `Loop` `[XBLOCK, RBLOCK]`; each reduction is one `tl.sum`/`tl.max`/... along axis 1. Stashed values (`local`
 buffers) are recomputed in registers (`recompute_locals`): in a persistent kernel the row is in registers anyway.
 
-Not printed yet (`CannotPrint`: the kernel runs in the loop-IR interpreter, reported as a fallback): reductions
-whose extent is symbolic or over `MAX_RBLOCK` (they need looped accumulators), indirect loads and stores (their
-bounds checks), and ops without a rule in `_rules.py`.
+A row that is symbolic or longer than `MAX_RBLOCK` is *looped*: each `Loop` runs over the row in steps of
+`RBLOCK`, its reductions kept in `[XBLOCK, RBLOCK]` lane accumulators reduced after the loop (`_accumulators.py`).
+
+Not printed yet (`CannotPrint`: the kernel runs in the loop-IR interpreter, reported as a fallback): indirect loads
+and stores (their bounds checks), and ops without a rule in `_rules.py`.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ from dataclasses import dataclass
 
 import sympy
 from ember_core import as_sympy
-from ember_lowering import Instr, Kernel, Loop, Op, Ranges, flat_index, recompute_locals
+from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index, recompute_locals
 from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
+from ._accumulators import Accumulator
 from ._exprs import TritonIndexPrinter
-from ._rules import FLOAT_DTYPES, TL_DTYPE, cast, expression, literal
+from ._rules import FLOAT_DTYPES, TL_DTYPE, cast, expression, identity, literal
 
 MAX_RBLOCK = 16384  # elements of a row a persistent reduction holds in one block
+LOOPED_RBLOCK = 1024  # lanes of a looped reduction's accumulators
 POINTWISE_XBLOCK = 1024
 ROW_ELEMENTS = 4096  # XBLOCK * RBLOCK of a reduction kernel, at most
 
@@ -57,8 +61,11 @@ class TritonKernelPrinter:
                                        layout.lowers.get(n))
         self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
         self.roots: dict[str, bool] = {}  # root → written
+        self.accumulating: dict[str, Accumulator] = {}  # reduction → its accumulator, inside a looped Loop
         self.reduce = bool(self.k.reduce_dims)
-        self.rnumel = self._rnumel()
+        self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
+        self.looped = self.reduce and not (self.rsize.is_Integer and int(self.rsize) <= MAX_RBLOCK)
+        self.rnumel = self.expr(self.rsize) if self.reduce else "0"
 
     # ------------------------------------------------------------------ entry
 
@@ -71,21 +78,10 @@ class TritonKernelPrinter:
         text = "\n".join(["@triton.jit", f"def {self.name}({', '.join(params)}):{origins}",
                           *["    " + line for line in body]])
         numel = sympy.Mul(*[d.size for d in self.k.outer_dims]) if self.k.outer_dims else sympy.Integer(1)
-        rblock = _next_pow2(self.rnumel) if self.reduce else 0
+        rblock = (LOOPED_RBLOCK if self.looped else _next_pow2(int(self.rsize))) if self.reduce else 0
         xblock = max(1, min(64, ROW_ELEMENTS // rblock)) if self.reduce else POINTWISE_XBLOCK
         return TritonKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
                             numel, xblock, rblock)
-
-    def _rnumel(self) -> int:
-        if not self.reduce:
-            return 0
-        size = sympy.Mul(*[d.size for d in self.k.reduce_dims])
-        if not size.is_Integer:
-            raise CannotPrint(f"reduction over a symbolic extent ({size}) needs a looped reduction")
-        if int(size) > MAX_RBLOCK:
-            raise CannotPrint(f"reduction over {int(size)} elements per row (more than {MAX_RBLOCK}) needs a "
-                              "looped reduction")
-        return int(size)
 
     # ------------------------------------------------------------------ the iteration space
 
@@ -96,17 +92,29 @@ class TritonKernelPrinter:
         lines = [f"xindex = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK){col}",
                  f"xmask = xindex < {self.expr(numel)}",
                  *_unflatten("xindex", outer, self.expr)]
-        if self.reduce:
-            lines += ["rindex = tl.arange(0, RBLOCK)[None, :].to(tl.int64)",
-                      f"rmask = rindex < {self.rnumel}",
-                      *_unflatten("rindex", rdims, self.expr),
-                      "xrmask = xmask & rmask"]
+        row = ["rindex = tl.arange(0, RBLOCK)[None, :].to(tl.int64)" + (" + roff" if self.looped else ""),
+               f"rmask = rindex < {self.rnumel}", *_unflatten("rindex", rdims, self.expr), "xrmask = xmask & rmask"]
+        if self.reduce and not self.looped:
+            lines += row
         for stmt in self.k.body:
-            if isinstance(stmt, Loop):
+            if isinstance(stmt, Loop) and self.looped:
+                lines += self._looped(stmt, row)
+            elif isinstance(stmt, Loop):
                 lines += [line for i in stmt.body for line in self._instr(i, inside=True)]
             else:
                 lines += self._instr(stmt, inside=False)
         return lines
+
+    def _looped(self, loop: Loop, row: list[str]) -> list[str]:
+        """A `Loop` over a row longer than one block: accumulators of `[XBLOCK, RBLOCK]` lanes, a loop over the
+        row in steps of RBLOCK that updates them, and the reductions of the lanes after it."""
+        accs = [Accumulator(i, self) for i in loop.body if i.op in REDUCTIONS]
+        head = [line for a in accs for line in a.init()]
+        self.accumulating = {a.i.out: a for a in accs}
+        body = row + [line for i in loop.body for line in self._instr(i, inside=True)]
+        self.accumulating = {}
+        tail = [line for a in accs for line in a.final()]
+        return head + [f"for roff in range(0, {self.rnumel}, RBLOCK):"] + ["    " + line for line in body] + tail
 
     def _shape(self, inside: bool) -> str:
         if not self.reduce:
@@ -127,8 +135,8 @@ class TritonKernelPrinter:
         if i.op is Op.INDEX:
             return [f"{i.out} = tl.broadcast_to(({self.expr(i.index[0])}), {self._shape(inside)})"
                     f".to({TL_DTYPE[i.dtype]})"]
-        if i.op.value.startswith("reduce_"):
-            return self._reduction(i)
+        if i.op in REDUCTIONS:
+            return self.accumulating[i.out].update() if self.looped else self._reduction(i)
         src = self.ssa.get(i.srcs[0], i.dtype) if i.srcs else i.dtype
         if i.op is Op.WHERE:
             src = self.ssa.get(i.srcs[1], i.dtype)
@@ -180,7 +188,7 @@ class TritonKernelPrinter:
             return self._extremum(i, v)
         if i.op is Op.REDUCE_WELFORD:
             mean, m2 = i.outs
-            return [f"{mean} = tl.sum(tl.where(xrmask, {v}, 0), 1)[:, None] / {self.rnumel}",
+            return [f"{mean} = tl.sum(tl.where(xrmask, {v}, 0), 1)[:, None] / {self.rsize}",
                     f"{m2}_d = tl.where(xrmask, {v} - {mean}, 0)",
                     f"{m2} = tl.sum({m2}_d * {m2}_d, 1)[:, None]"]
         if i.op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
@@ -191,7 +199,7 @@ class TritonKernelPrinter:
         """max/min that propagate NaN, as torch's amax/amin do."""
         is_max = i.op is Op.REDUCE_MAX
         fn = "tl.max" if is_max else "tl.min"
-        fill = _identity(i.dtype, is_max)
+        fill = identity(i.dtype, is_max)
         lines = [f"{i.out} = {fn}(tl.where(xrmask, {v}, {fill}), 1)[:, None]"]
         if i.dtype in FLOAT_DTYPES:
             lines += [f"{i.out}_nan = tl.max(tl.where(xrmask, {v} != {v}, 0).to(tl.int32), 1)[:, None] > 0",
@@ -203,7 +211,7 @@ class TritonKernelPrinter:
         value, index = i.srcs
         src = self.ssa.get(value, "float32")
         is_max = i.op is Op.REDUCE_ARGMAX
-        fn, fill = ("tl.max", _identity(src, True)) if is_max else ("tl.min", _identity(src, False))
+        fn, fill = ("tl.max", identity(src, True)) if is_max else ("tl.min", identity(src, False))
         best, hit = f"{i.out}_best", f"{i.out}_hit"
         lines = [f"{best} = {fn}(tl.where(xrmask, {value}, {fill}), 1)[:, None]", f"{hit} = {value} == {best}"]
         if src in FLOAT_DTYPES:
@@ -242,18 +250,6 @@ def _unflatten(flat: str, dims, expr) -> list[str]:
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
-
-
-def _identity(dtype: str, is_max: bool) -> str:
-    """The element that never wins a max (min) of `dtype`."""
-    if dtype in FLOAT_DTYPES:
-        return "float('-inf')" if is_max else "float('inf')"
-    if dtype == "bool":
-        return "0" if is_max else "1"
-    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8}.get(dtype)
-    if bits is None:  # uint8
-        return "0" if is_max else "255"
-    return str(-(1 << (bits - 1))) if is_max else str((1 << (bits - 1)) - 1)
 
 
 def _other(value: object, dtype: str) -> str:

@@ -92,6 +92,18 @@ def literal(value: object, dtype: str) -> str:
     return f"tl.full([], {text}, {TL_DTYPE[dtype]})"
 
 
+def identity(dtype: str, is_max: bool) -> str:
+    """The element that never wins a max (min) of `dtype`."""
+    if dtype in FLOAT_DTYPES:
+        return "float('-inf')" if is_max else "float('inf')"
+    if dtype == "bool":
+        return "0" if is_max else "1"
+    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8}.get(dtype)
+    if bits is None:  # uint8
+        return "0" if is_max else "255"
+    return str(-(1 << (bits - 1))) if is_max else str((1 << (bits - 1)) - 1)
+
+
 LIBDEVICE = "from triton.language.extra import libdevice"
 INTERPRETER_LIBDEVICE = "from ember_codegen_triton._interpreter_math import libdevice"
 
