@@ -75,3 +75,16 @@ def test_looped_reduction_over_a_long_static_row():
 def test_argmax_of_rows_of_minus_infinity_is_their_first_index():
     x = torch.full((2, 3000), float("-inf"))
     check(lambda x: (x.argmax(1), x.argmin(1)), x, mode="symbolic")
+
+
+def test_gather_and_embedding_through_indirect_loads():
+    table, idx = torch.randn(10, 4), torch.tensor([[1, 9], [0, 3]])
+    check(lambda t, i: (torch.nn.functional.embedding(i, t) * 2, t[i[0]] + 1), table, idx)
+
+
+def test_an_index_out_of_range_raises_torchs_own_error():
+    table, idx = torch.randn(10, 4), torch.tensor([1, 12])
+    compiled = check(lambda t, i: (t[i] * 2,), table, torch.tensor([1, 2]))
+    with pytest.raises(IndexError):
+        compiled([table, idx])
+    assert "ember_err" in compiled.source

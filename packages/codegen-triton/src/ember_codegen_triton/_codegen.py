@@ -50,6 +50,7 @@ class TritonCodegen(PlanCodegen):
     def wrapper_writer(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]):
         writer = TritonWrapperWriter(program, fn_name, constants)
         writer.globals["_cdiv"] = triton.cdiv
+        writer.globals["_error_flag"] = _error_flag
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:
@@ -78,3 +79,7 @@ class KernelBinding(LazyBinding):
                 return binding.env[name][grid]
 
         return Stub()
+
+
+def _error_flag(device: torch.device) -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, device=device)

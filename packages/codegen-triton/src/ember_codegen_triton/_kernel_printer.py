@@ -15,8 +15,9 @@ buffers) are recomputed in registers (`recompute_locals`): in a persistent kerne
 A row that is symbolic or longer than `MAX_RBLOCK` is *looped*: each `Loop` runs over the row in steps of
 `RBLOCK`, its reductions kept in `[XBLOCK, RBLOCK]` lane accumulators reduced after the loop (`_accumulators.py`).
 
-Not printed yet (`CannotPrint`: the kernel runs in the loop-IR interpreter, reported as a fallback): indirect loads
-and stores (their bounds checks), and ops without a rule in `_rules.py`.
+Indirect loads and stores (gathers, scatters: an index reading SSA values) test the index against the buffer's
+shape; out of range, the element is not touched and the kernel's error flag is raised. Ops without a rule in
+`_rules.py` are not printed (`CannotPrint`: the kernel runs in the loop-IR interpreter, reported as a fallback).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class TritonKernel(PrintedKernel):
     numel: sympy.Expr = sympy.Integer(0)
     xblock: int = POINTWISE_XBLOCK
     rblock: int = 0
+    checks: bool = False  # takes an error flag (`ember_err`, one int32) that out-of-range indices raise
 
 
 class TritonKernelPrinter:
@@ -61,6 +63,7 @@ class TritonKernelPrinter:
                                        layout.lowers.get(n))
         self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
         self.roots: dict[str, bool] = {}  # root → written
+        self.checks = False
         self.accumulating: dict[str, Accumulator] = {}  # reduction → its accumulator, inside a looped Loop
         self.reduce = bool(self.k.reduce_dims)
         self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
@@ -72,7 +75,8 @@ class TritonKernelPrinter:
     def print(self) -> TritonKernel:
         body = self._body()
         roots = sorted(self.roots, key=list(self.layout.buffers).index)
-        params = [self.layout.local[r] for r in roots] + [self.layout.sym_local[s] for s in self.layout.symbols]
+        params = [self.layout.local[r] for r in roots] + (["ember_err"] if self.checks else [])
+        params += [self.layout.sym_local[s] for s in self.layout.symbols]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduce else [])
         origins = f"  # from {', '.join(self.k.origins)}" if self.k.origins else ""
         text = "\n".join(["@triton.jit", f"def {self.name}({', '.join(params)}):{origins}",
@@ -81,7 +85,7 @@ class TritonKernelPrinter:
         rblock = (LOOPED_RBLOCK if self.looped else _next_pow2(int(self.rsize))) if self.reduce else 0
         xblock = max(1, min(64, ROW_ELEMENTS // rblock)) if self.reduce else POINTWISE_XBLOCK
         return TritonKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
-                            numel, xblock, rblock)
+                            numel, xblock, rblock, self.checks)
 
     # ------------------------------------------------------------------ the iteration space
 
@@ -143,8 +147,6 @@ class TritonKernelPrinter:
         return [f"{i.out} = {expression(i.op, list(i.srcs), src, i.dtype)}"]
 
     def _address(self, i: Instr, inside: bool) -> str:
-        if any(s.name in self.ssa for e in i.index for s in as_sympy(e).free_symbols):
-            raise CannotPrint(f"indirect {i.op.value} of {i.buffer} (bounds checks are not printed yet)")
         layout = self.layout
         b = layout.buffers[i.buffer]
         root = layout.root(i.buffer)
@@ -156,20 +158,36 @@ class TritonKernelPrinter:
         base = "xrmask" if inside else "xmask"
         return f"{base} & {extra}" if extra else base
 
+    def _bounds(self, i: Instr, inside: bool, mask: str) -> tuple[str, list[str]]:
+        """The access's mask and, for an indirect access (its index reads SSA values), the lines that test its
+        index against the buffer's shape: an element out of range is not touched, and it raises the kernel's error
+        flag (the wrapper then runs the graph where torch raises its own error)."""
+        b = self.layout.buffers[i.buffer]
+        tests = [f"(({self.expr(e)}) >= 0) & (({self.expr(e)}) < ({self.expr(size)}))"
+                 for e, size in zip(i.index, b.shape)
+                 if any(s.name in self.ssa for s in as_sympy(e).free_symbols)]
+        if not tests:
+            return mask, []
+        self.checks = True
+        ok = f"{i.outs[0] if i.outs else 'st'}_{len(self.ssa)}_ok"
+        zero = "tl.zeros(" + self._shape(inside) + ", tl.int32)"
+        return f"{mask} & {ok}", [f"{ok} = {' & '.join(tests)}",
+                                  f"tl.store(ember_err + {zero}, {zero} + 1, mask={mask} & ({ok} == 0))"]
+
     def _load(self, i: Instr, inside: bool) -> list[str]:
         self.roots.setdefault(self.layout.root(i.buffer), False)
         ptr = self._address(i, inside)
-        mask = self._mask(i, inside, i.srcs[0] if i.srcs else None)
+        mask, lines = self._bounds(i, inside, self._mask(i, inside, i.srcs[0] if i.srcs else None))
         other = _other(i.value if i.value is not None else 0, i.dtype)
-        return [f"{i.out} = tl.load({ptr}, mask={mask}, other={other})"]
+        return lines + [f"{i.out} = tl.load({ptr}, mask={mask}, other={other})"]
 
     def _store(self, i: Instr, inside: bool) -> list[str]:
         self.roots[self.layout.root(i.buffer)] = True
         ptr = self._address(i, inside)
         dtype = self.layout.buffers[i.buffer].dtype
         value = cast(i.srcs[0], self.ssa.get(i.srcs[0], dtype), dtype)
-        mask = self._mask(i, inside, i.srcs[1] if len(i.srcs) > 1 else None)
-        return [f"tl.store({ptr}, tl.broadcast_to({value}, {self._shape(inside)}), mask={mask})"]
+        mask, lines = self._bounds(i, inside, self._mask(i, inside, i.srcs[1] if len(i.srcs) > 1 else None))
+        return lines + [f"tl.store({ptr}, tl.broadcast_to({value}, {self._shape(inside)}), mask={mask})"]
 
     # ------------------------------------------------------------------ reductions
 
