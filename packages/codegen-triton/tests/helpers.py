@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from ember_codegen_triton import TritonCodegen
-from ember_core import CompiledGraph, Graph, from_fx, record_events
+from ember_core import CompiledGraph, Graph, canonical_symbols, from_fx, record_events
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -20,7 +20,7 @@ def trace(fn: Callable, *args: Any, mode: str = "fake") -> Graph:
     flat = lambda *a: tuple(pytree.tree_leaves(fn(*a)))  # noqa: E731
     gm = make_fx(flat, decomposition_table=core_aten_decompositions(), tracing_mode=mode,
                  _allow_non_fake_inputs=True)(*args)
-    return from_fx(gm, name="graph")
+    return canonical_symbols(from_fx(gm, name="graph"))  # s0, s1 ... whatever torch named them
 
 
 def check(fn: Callable, *args: Any, mode: str = "fake", others=(), fallbacks: int = 0, **tol) -> CompiledGraph:

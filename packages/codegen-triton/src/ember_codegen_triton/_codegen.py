@@ -40,7 +40,7 @@ class TritonCodegen(PlanCodegen):
         return kind == "cuda" or (kind == "cpu" and interpreting())
 
     def print_kernel(self, kernel: Kernel, layout: PlanLayout, name: str) -> PrintedKernel:
-        return TritonKernelPrinter(kernel, layout, f"ember_{name}").print()
+        return TritonKernelPrinter(kernel, layout, kernel_name(kernel, name)).print()
 
     def unit_source(self, program: Program) -> str:
         libdevice = INTERPRETER_LIBDEVICE if interpreting() else LIBDEVICE
@@ -83,3 +83,11 @@ class KernelBinding(LazyBinding):
 
 def _error_flag(device: torch.device) -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
+
+
+def kernel_name(kernel: Kernel, name: str) -> str:
+    """`ember_k0_softmax_reduce_8x32`: the step, the first graph node the kernel computes, its kind and shape, as
+    profiler traces show it."""
+    origin = "".join(c if c.isalnum() else "_" for c in kernel.origins[0]).strip("_") if kernel.origins else ""
+    step, _, rest = name.partition("_")
+    return f"ember_{step}_{origin}_{rest}" if origin else f"ember_{name}"

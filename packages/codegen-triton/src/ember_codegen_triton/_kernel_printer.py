@@ -47,6 +47,7 @@ class TritonKernel(PrintedKernel):
     numel: sympy.Expr = sympy.Integer(0)
     xblock: int = POINTWISE_XBLOCK
     rblock: int = 0
+    warps: int = 4
     checks: bool = False  # takes an error flag (`ember_err`, one int32) that out-of-range indices raise
 
 
@@ -85,7 +86,7 @@ class TritonKernelPrinter:
         rblock = (LOOPED_RBLOCK if self.looped else _next_pow2(int(self.rsize))) if self.reduce else 0
         xblock = max(1, min(64, ROW_ELEMENTS // rblock)) if self.reduce else POINTWISE_XBLOCK
         return TritonKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
-                            numel, xblock, rblock, self.checks)
+                            numel, xblock, rblock, _warps(xblock * max(rblock, 1)), self.checks)
 
     # ------------------------------------------------------------------ the iteration space
 
@@ -264,6 +265,11 @@ def _unflatten(flat: str, dims, expr) -> list[str]:
         lines.append(f"{d.var} = {flat}{div}{mod}")
         after = after * d.size
     return list(reversed(lines))
+
+
+def _warps(block: int) -> int:
+    """Warps per program from the elements of its block: 4 up to 2048 elements, 8 up to 8192, then 16."""
+    return 4 if block <= 2048 else 8 if block <= 8192 else 16
 
 
 def _next_pow2(n: int) -> int:

@@ -22,7 +22,7 @@ class TritonWrapperWriter(WrapperWriter):
         for k in seg.kernels:
             assert isinstance(k, TritonKernel)
             args = [self.tensor(r) for r in k.roots] + (["_err"] if k.checks else []) + syms
-            args.append(f"XBLOCK={k.xblock}")
+            args += [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"]
             if k.rblock:
                 args.append(f"RBLOCK={k.rblock}")
             if k.checks:
