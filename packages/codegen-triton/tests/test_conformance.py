@@ -3,6 +3,8 @@ kernels the printer leaves to the loop-IR interpreter over the battery: each one
 
 from __future__ import annotations
 
+import pytest
+import torch
 from ember_codegen_triton import TritonCodegen
 from ember_core import record_events
 from ember_core.testing import CodegenConformance, battery_case, battery_names
@@ -13,6 +15,13 @@ EXPECTED_FALLBACKS: dict[str, int] = {}
 
 class TestTritonConformance(CodegenConformance):
     codegen = TritonCodegen()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+class TestTritonConformanceOnCuda(CodegenConformance):
+    codegen = TritonCodegen()
+    device = "cuda"
 
 
 def test_every_fallback_over_the_battery_is_reported_and_counted():
