@@ -88,3 +88,11 @@ def test_an_index_out_of_range_raises_torchs_own_error():
     with pytest.raises(IndexError):
         compiled([table, idx])
     assert "ember_err" in compiled.source
+
+
+def test_scatter_style_ops_run_as_aten_externs_between_kernels():
+    # lowering keeps index_put / index_add as extern calls; the kernels around them are Triton
+    x, idx, src = torch.zeros(8, 3), torch.tensor([5, 1, 6]), torch.randn(3, 3)
+    compiled = check(lambda x, i, s: (x.index_put((i,), s * 2), torch.zeros(10).index_add(0, i, s[:, 0])), x, idx,
+                     src)
+    assert "# aten.index_put.default" in compiled.source and "@triton.jit" in compiled.source
