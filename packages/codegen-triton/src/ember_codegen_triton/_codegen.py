@@ -16,6 +16,7 @@ from ember_core import Graph
 from ember_lowering import Kernel
 from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program
 
+from ._autotune import tuned_kernels
 from ._build import import_module, module_build
 from ._kernel_printer import TritonKernelPrinter
 from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE
@@ -51,6 +52,8 @@ class TritonCodegen(PlanCodegen):
         writer = TritonWrapperWriter(program, fn_name, constants)
         writer.globals["_cdiv"] = triton.cdiv
         writer.globals["_error_flag"] = _error_flag
+        if writer.tuned:
+            writer.globals.update(tuned_kernels(program.kernels, writer.globals))
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:

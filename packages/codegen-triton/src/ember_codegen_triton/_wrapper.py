@@ -15,21 +15,31 @@ from ember_lowering.codegen import Segment, WrapperWriter
 
 from ._kernel_printer import TritonKernel
 
+TUNED_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
+
 
 class TritonWrapperWriter(WrapperWriter):
+    """Under a max-autotune mode each launch goes through `_tune_<kernel>(n, args...)` (`_autotune.py`), which
+    picks the block size and warps; otherwise the heuristic's are written into the launch."""
+
+    @property
+    def tuned(self) -> bool:
+        return self.p.options.get("mode") in TUNED_MODES
+
     def call_segment(self, seg: Segment) -> None:
         syms = [self.layout.sym_local[s] for s in self.layout.symbols]
         for k in seg.kernels:
             assert isinstance(k, TritonKernel)
             args = [self.tensor(r) for r in k.roots] + (["_err"] if k.checks else []) + syms
-            args += [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"]
-            if k.rblock:
-                args.append(f"RBLOCK={k.rblock}")
+            meta = [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"] + ([f"RBLOCK={k.rblock}"] if k.rblock else [])
             if k.checks:
                 self.emit(f"_err = _error_flag({self.tensor(k.roots[0])}.device)")
             self.emit(f"_n = {self.py(k.numel)}")
             self.emit("if _n > 0:")
-            self.emit(f"{k.name}[(_cdiv(_n, {k.xblock}),)]({', '.join(args)})", 3)
+            if self.tuned:
+                self.emit(f"_tune_{k.name}({', '.join(['_n', *args])})", 3)
+            else:
+                self.emit(f"{k.name}[(_cdiv(_n, {k.xblock}),)]({', '.join(args + meta)})", 3)
             if k.checks:  # reading the flag waits for the kernel: only kernels with indirect indices pay it
                 self.emit("if _err.item():")
                 self.emit("return _on_error(inputs)", 3)

@@ -46,7 +46,7 @@ class Pipeline:
         manager = get_plugin_manager()
         checked = manager.registry.check_options(options, manager.config.get("options"))
         extra = {"fullgraph": fullgraph, "dynamic": dynamic, "mode": mode}
-        return cls(manager, checked, {**checked, **extra})
+        return cls(manager, {**checked, "mode": mode}, {**checked, **extra})  # codegens see the mode
 
     def frontend(self, name: str | None = None):
         return self.manager.registry.find("frontend", name or self.options["frontend"]).impl

@@ -67,12 +67,12 @@ class PlanCodegen:
 
     def compile(self, graph: Graph, example_inputs: Sequence[Any] | None = None,
                 options: Mapping[str, Any] | None = None) -> CompiledGraph:
-        compiled, _ = self.compile_lazily(graph)
+        compiled, _ = self.compile_lazily(graph, options)
         return compiled
 
     def compile_many(self, graphs: Sequence[Graph], options: Mapping[str, Any] | None = None) -> list[CompiledGraph]:
         """Compile several graphs, their builds running in parallel; returns when every build is bound."""
-        results = [self.compile_lazily(g) for g in graphs]
+        results = [self.compile_lazily(g, options) for g in graphs]
         for _, lazy in results:
             if lazy is not None:
                 try:
@@ -83,7 +83,8 @@ class PlanCodegen:
 
     # ------------------------------------------------------------------ stages
 
-    def compile_lazily(self, graph: Graph) -> tuple[CompiledGraph, LazyBinding | None]:
+    def compile_lazily(self, graph: Graph, options: Mapping[str, Any] | None = None
+                       ) -> tuple[CompiledGraph, LazyBinding | None]:
         """The compiled graph, and the binding its first call waits for (None when no kernel is built)."""
         try:
             plan = lower(graph)
@@ -93,6 +94,7 @@ class PlanCodegen:
             return self.interpreter(graph, f"{self.name} does not serve the plan's device {plan.device!r}"), None
         try:
             program = plan_program(plan, self.print_kernel)
+            program.options = dict(options or {})
             program.source = self.unit_source(program) if program.segments else ""
             fn_name = "graph_" + identifier(graph.name)
             writer = self.wrapper_writer(program, fn_name, {n: c.tensor for n, c in graph.constants.items()})

@@ -10,8 +10,9 @@ an `Extern` step calls the ATen op.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._loop_ir import Extern, Kernel, KernelPlan
 from ..passes.stash_values import recompute_locals
@@ -64,12 +65,14 @@ KernelPrinterFn = Callable[[Kernel, PlanLayout, str], PrintedKernel]
 @dataclass
 class Program:
     """`source` is the kernels' unit in the codegen's language ("" when no kernel printed); the codegen fills
-    it in once the steps are known (see `PlanCodegen.unit_source`)."""
+    it in once the steps are known (see `PlanCodegen.unit_source`). `options` are the compile's (`mode` among
+    them), for the codegen's hooks to read."""
 
     plan: KernelPlan
     layout: PlanLayout
     steps: list[Step]
     source: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def segments(self) -> list[Segment]:
