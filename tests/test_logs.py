@@ -63,3 +63,15 @@ def test_ember_dump_numbers_a_partition_diagram_with_its_event(tmp_path):
     stem = diagram.removesuffix(".dot")
     assert stem.split("-")[1] == "partitioned"
     assert {n.removeprefix(stem) for n in names if n.startswith(stem.split("-")[0] + "-")} >= {".dot", ".txt", ".json"}
+
+
+def test_ember_dump_writes_the_generated_triton_source(tmp_path):
+    script = textwrap.dedent("""
+        import ember, torch
+        ember.compile(lambda x: torch.softmax(x, -1) * 2, options={"codegen.cpu": "triton"})(torch.randn(4, 8))
+    """)
+    env = {**os.environ, "EMBER_DUMP": str(tmp_path), "EMBER_CACHE_DIR": str(tmp_path / "c"), "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    sources = [p.read_text() for p in tmp_path.glob("*kernels_generated*.src.txt")]
+    assert any("@triton.jit" in s and "# ---- wrapper (Python) ----" in s for s in sources), sorted(tmp_path.iterdir())
