@@ -65,6 +65,9 @@ class TritonKernelPrinter:
         self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
         self.roots: dict[str, bool] = {}  # root → written
         self.checks = False
+        self.loaded: dict[tuple, tuple[str, str]] = {}  # (address, mask, other, shape) → (value, root) already loaded
+        self.computed: dict[tuple, str] = {}  # (op, operands, dtype, inside) → the value that computed it
+        self.same: dict[str, str] = {}  # value → the earlier value it equals
         self.accumulating: dict[str, Accumulator] = {}  # reduction → its accumulator, inside a looped Loop
         self.reduce = bool(self.k.reduce_dims)
         self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
@@ -114,11 +117,13 @@ class TritonKernelPrinter:
         """A `Loop` over a row longer than one block: accumulators of `[XBLOCK, RBLOCK]` lanes, a loop over the
         row in steps of RBLOCK that updates them, and the reductions of the lanes after it."""
         accs = [Accumulator(i, self) for i in loop.body if i.op in REDUCTIONS]
+        self._forget_loop_values()  # values of an earlier loop's body are out of scope here (and this one's after)
         head = [line for a in accs for line in a.init()]
         self.accumulating = {a.i.out: a for a in accs}
         body = row + [line for i in loop.body for line in self._instr(i, inside=True)]
         self.accumulating = {}
         tail = [line for a in accs for line in a.final()]
+        self._forget_loop_values()
         return head + [f"for roff in range(0, {self.rnumel}, RBLOCK):"] + ["    " + line for line in body] + tail
 
     def _shape(self, inside: bool) -> str:
@@ -145,7 +150,13 @@ class TritonKernelPrinter:
         src = self.ssa.get(i.srcs[0], i.dtype) if i.srcs else i.dtype
         if i.op is Op.WHERE:
             src = self.ssa.get(i.srcs[1], i.dtype)
-        return [f"{i.out} = {expression(i.op, list(i.srcs), src, i.dtype)}"]
+        operands = [self.same.get(s, s) for s in i.srcs]
+        key = (i.op, tuple(operands), i.dtype, inside)
+        if key in self.computed:  # what fusion recomputed for a later loop, computed once
+            self.same[i.out] = self.computed[key]
+            return [f"{i.out} = {self.computed[key]}"]
+        self.computed[key] = i.out
+        return [f"{i.out} = {expression(i.op, operands, src, i.dtype)}"]
 
     def _address(self, i: Instr, inside: bool) -> str:
         layout = self.layout
@@ -175,15 +186,29 @@ class TritonKernelPrinter:
         return f"{mask} & {ok}", [f"{ok} = {' & '.join(tests)}",
                                   f"tl.store(ember_err + {zero}, {zero} + 1, mask={mask} & ({ok} == 0))"]
 
+    def _forget_loop_values(self) -> None:
+        self.loaded = {}
+        self.computed = {k: v for k, v in self.computed.items() if not k[3]}
+
     def _load(self, i: Instr, inside: bool) -> list[str]:
-        self.roots.setdefault(self.layout.root(i.buffer), False)
+        """A load, or the value an identical earlier load gave (same address, mask and shape, and no store to its
+        buffer's storage since): fusion recomputes what later loops need, so a kernel reads x several times."""
+        root = self.layout.root(i.buffer)
+        self.roots.setdefault(root, False)
         ptr = self._address(i, inside)
         mask, lines = self._bounds(i, inside, self._mask(i, inside, i.srcs[0] if i.srcs else None))
         other = _other(i.value if i.value is not None else 0, i.dtype)
+        key = (ptr, mask, other, self._shape(inside))
+        if key in self.loaded and not lines:
+            self.same[i.out] = self.loaded[key][0]
+            return [f"{i.out} = {self.loaded[key][0]}"]
+        self.loaded[key] = (i.out, root)
         return lines + [f"{i.out} = tl.load({ptr}, mask={mask}, other={other})"]
 
     def _store(self, i: Instr, inside: bool) -> list[str]:
-        self.roots[self.layout.root(i.buffer)] = True
+        root = self.layout.root(i.buffer)
+        self.roots[root] = True
+        self.loaded = {k: v for k, v in self.loaded.items() if v[1] != root}
         ptr = self._address(i, inside)
         dtype = self.layout.buffers[i.buffer].dtype
         value = cast(i.srcs[0], self.ssa.get(i.srcs[0], dtype), dtype)
