@@ -39,7 +39,6 @@ class LazyLibrary(LazyBinding):
             bind(load_library(build.key, str(files["so"])), signatures, env)
 
         super().__init__(build, graph, signatures, env, bind_files, "codegen-cpp")
-        self.signatures = signatures
 
 
 def bind(lib: ctypes.CDLL, signatures: dict[str, tuple[int, int]], env: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
 from ._accumulators import Accumulator
 from ._exprs import TritonIndexPrinter
-from ._rules import FLOAT_DTYPES, TL_DTYPE, cast, expression, identity, literal
+from ._rules import FLOAT_DTYPES, TL_DTYPE, cast, expression, identity, literal, scalar
 
 MAX_RBLOCK = 16384  # elements of a row a persistent reduction holds in one block
 LOOPED_RBLOCK = 1024  # lanes of a looped reduction's accumulators
@@ -73,6 +73,7 @@ class TritonKernelPrinter:
         self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
         self.looped = self.reduce and not (self.rsize.is_Integer and int(self.rsize) <= MAX_RBLOCK)
         self.rnumel = self.expr(self.rsize) if self.reduce else "0"
+        self.numel = sympy.Mul(*[d.size for d in self.k.outer_dims])  # the flattened i-dims (1 when none)
 
     # ------------------------------------------------------------------ entry
 
@@ -85,20 +86,18 @@ class TritonKernelPrinter:
         origins = f"  # from {', '.join(self.k.origins)}" if self.k.origins else ""
         text = "\n".join(["@triton.jit", f"def {self.name}({', '.join(params)}):{origins}",
                           *["    " + line for line in body]])
-        numel = sympy.Mul(*[d.size for d in self.k.outer_dims]) if self.k.outer_dims else sympy.Integer(1)
         rblock = (LOOPED_RBLOCK if self.looped else _next_pow2(int(self.rsize))) if self.reduce else 0
         xblock = max(1, min(64, ROW_ELEMENTS // rblock)) if self.reduce else POINTWISE_XBLOCK
         return TritonKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
-                            numel, xblock, rblock, _warps(xblock * max(rblock, 1)), self.checks)
+                            self.numel, xblock, rblock, _warps(xblock * max(rblock, 1)), self.checks)
 
     # ------------------------------------------------------------------ the iteration space
 
     def _body(self) -> list[str]:
         outer, rdims = self.k.outer_dims, self.k.reduce_dims
-        numel = sympy.Mul(*[d.size for d in outer]) if outer else sympy.Integer(1)
         col = "[:, None]" if self.reduce else ""
         lines = [f"xindex = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK){col}",
-                 f"xmask = xindex < {self.expr(numel)}",
+                 f"xmask = xindex < {self.expr(self.numel)}",
                  *_unflatten("xindex", outer, self.expr)]
         row = ["rindex = tl.arange(0, RBLOCK)[None, :].to(tl.int64)" + (" + roff" if self.looped else ""),
                f"rmask = rindex < {self.rnumel}", *_unflatten("rindex", rdims, self.expr), "xrmask = xmask & rmask"]
@@ -166,7 +165,7 @@ class TritonKernelPrinter:
         zero = "tl.zeros(" + self._shape(inside) + ", tl.int64)"
         return f"{layout.local[root]} + (({self.expr(flat)}) + {zero})"
 
-    def _mask(self, i: Instr, inside: bool, extra: str | None) -> str:
+    def _mask(self, inside: bool, extra: str | None) -> str:
         base = "xrmask" if inside else "xmask"
         return f"{base} & {extra}" if extra else base
 
@@ -196,8 +195,8 @@ class TritonKernelPrinter:
         root = self.layout.root(i.buffer)
         self.roots.setdefault(root, False)
         ptr = self._address(i, inside)
-        mask, lines = self._bounds(i, inside, self._mask(i, inside, i.srcs[0] if i.srcs else None))
-        other = _other(i.value if i.value is not None else 0, i.dtype)
+        mask, lines = self._bounds(i, inside, self._mask(inside, i.srcs[0] if i.srcs else None))
+        other = scalar(i.value if i.value is not None else 0, i.dtype)
         key = (ptr, mask, other, self._shape(inside))
         if key in self.loaded and not lines:
             self.same[i.out] = self.loaded[key][0]
@@ -212,7 +211,7 @@ class TritonKernelPrinter:
         ptr = self._address(i, inside)
         dtype = self.layout.buffers[i.buffer].dtype
         value = cast(i.srcs[0], self.ssa.get(i.srcs[0], dtype), dtype)
-        mask, lines = self._bounds(i, inside, self._mask(i, inside, i.srcs[1] if len(i.srcs) > 1 else None))
+        mask, lines = self._bounds(i, inside, self._mask(inside, i.srcs[1] if len(i.srcs) > 1 else None))
         return lines + [f"tl.store({ptr}, tl.broadcast_to({value}, {self._shape(inside)}), mask={mask})"]
 
     # ------------------------------------------------------------------ reductions
@@ -299,11 +298,3 @@ def _warps(block: int) -> int:
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
-
-
-def _other(value: object, dtype: str) -> str:
-    """A masked load's value where its mask is false, as a Python literal Triton accepts."""
-    if dtype in FLOAT_DTYPES:
-        v = float(value)  # type: ignore[arg-type]
-        return repr(v) if v == v and abs(v) != float("inf") else f"float('{v}')"
-    return str(int(bool(value)) if dtype == "bool" else int(value))  # type: ignore[call-overload]

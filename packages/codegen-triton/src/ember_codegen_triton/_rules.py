@@ -80,16 +80,19 @@ def cast(value: str, src: str, dtype: str) -> str:
     return f"{value}.to({TL_DTYPE[dtype]})"
 
 
+def scalar(value: object, dtype: str) -> str:
+    """A Python literal of `dtype`'s kind, as Triton reads it (NaN and infinities as `float('...')`)."""
+    if dtype == "bool":
+        return "1" if value else "0"
+    if dtype in FLOAT_DTYPES:
+        v = float(value)  # type: ignore[arg-type]
+        return repr(v) if v == v and abs(v) != float("inf") else f"float('{v}')"
+    return str(int(value))  # type: ignore[call-overload]
+
+
 def literal(value: object, dtype: str) -> str:
     """A constant as a Triton scalar of `dtype`."""
-    if dtype == "bool":
-        text = "1" if value else "0"
-    elif dtype in FLOAT_DTYPES:
-        v = float(value)  # type: ignore[arg-type]
-        text = repr(v) if v == v and abs(v) != float("inf") else f"float('{v}')"
-    else:
-        text = str(int(value))  # type: ignore[call-overload]
-    return f"tl.full([], {text}, {TL_DTYPE[dtype]})"
+    return f"tl.full([], {scalar(value, dtype)}, {TL_DTYPE[dtype]})"
 
 
 def identity(dtype: str, is_max: bool) -> str:
