@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import check
+from helpers import CODEGEN, check, trace
 
 
 def test_pointwise_chain():
@@ -88,6 +88,22 @@ def test_an_index_out_of_range_raises_torchs_own_error():
     with pytest.raises(IndexError):
         compiled([table, idx])
     assert "ember_err" in compiled.source
+
+
+def test_in_debug_mode_an_index_out_of_range_fails_a_device_assert(monkeypatch):
+    # `triton.debug` (or TRITON_DEBUG=1) launches with debug=True, which compiles the kernels' device asserts in:
+    # the kernel itself stops, naming the buffer, before the error flag would send the graph to torch. Triton's
+    # interpreter ignores a launch's debug flag (its options are fixed when it is imported), so here they are set.
+    from triton.runtime import interpreter
+
+    monkeypatch.setattr(interpreter.interpreter_builder, "options", interpreter.InterpreterOptions(debug=True))
+    table, idx = torch.randn(10, 4), torch.tensor([1, 12])
+    graph = trace(lambda t, i: (t[i] * 2,), table, torch.tensor([1, 2]))
+    compiled = CODEGEN.compile(graph, None, {"triton.debug": True})
+    torch.testing.assert_close(compiled([table, torch.tensor([3, 9])])[0], table[torch.tensor([3, 9])] * 2)
+    with pytest.raises(Exception, match="index out of range for b_arg0_1"):  # InterpreterError; on a GPU, CUDA's
+        compiled([table, idx])
+    assert "debug=True" in compiled.source and "tl.device_assert(" in compiled.source
 
 
 def test_scatter_style_ops_run_as_aten_externs_between_kernels():

@@ -47,8 +47,9 @@ def device_name(t: torch.Tensor) -> str:
 class TunedKernel:
     """`tuned(n, *args)`: launch kernel `name` of `env` over `n` points with the best configuration."""
 
-    def __init__(self, env: dict[str, Any], k: TritonKernel, written: Sequence[int]):
+    def __init__(self, env: dict[str, Any], k: TritonKernel, written: Sequence[int], debug: bool = False):
         self.env, self.k, self.written = env, k, tuple(written)  # written: positions of the roots it stores to
+        self.debug = debug
         self.configs = configs(k)
         self.choice: Config | None = None
         self._lock = threading.Lock()
@@ -62,7 +63,8 @@ class TunedKernel:
 
     def _launch(self, config: Config, n: int, args: Sequence[Any]) -> None:
         xblock, warps = config
-        meta = {"XBLOCK": xblock, "num_warps": warps, **({"RBLOCK": self.k.rblock} if self.k.rblock else {})}
+        meta = {"XBLOCK": xblock, "num_warps": warps, **({"RBLOCK": self.k.rblock} if self.k.rblock else {}),
+                **({"debug": True} if self.debug else {})}
         self.env[self.k.name][(triton.cdiv(n, xblock),)](*args, **meta)
 
     def key(self, args: Sequence[Any]) -> str:
@@ -120,10 +122,11 @@ def _sync(args: Sequence[Any]) -> None:
         torch.cuda.synchronize()
 
 
-def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any]) -> dict[str, Callable]:
+def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any], debug: bool = False
+                  ) -> dict[str, Callable]:
     """`_tune_<name>` → its `TunedKernel`, for a wrapper's globals."""
     out = {}
     for k in program_kernels:
         written = [j for j, r in enumerate(k.roots) if r in k.writes]
-        out[f"_tune_{k.name}"] = TunedKernel(env, k, written)
+        out[f"_tune_{k.name}"] = TunedKernel(env, k, written, debug)
     return out

@@ -53,7 +53,7 @@ class TritonCodegen(PlanCodegen):
         writer.globals["_cdiv"] = triton.cdiv
         writer.globals["_error_flag"] = _error_flag
         if writer.tuned:
-            writer.globals.update(tuned_kernels(program.kernels, writer.globals))
+            writer.globals.update(tuned_kernels(program.kernels, writer.globals, writer.debug))
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:

@@ -172,7 +172,8 @@ class TritonKernelPrinter:
     def _bounds(self, i: Instr, inside: bool, mask: str) -> tuple[str, list[str]]:
         """The access's mask and, for an indirect access (its index reads SSA values), the lines that test its
         index against the buffer's shape: an element out of range is not touched, and it raises the kernel's error
-        flag (the wrapper then runs the graph where torch raises its own error)."""
+        flag (the wrapper then runs the graph where torch raises its own error). In debug mode (a launch with
+        `debug=True`) a device assert stops the kernel first, naming the buffer."""
         b = self.layout.buffers[i.buffer]
         tests = [f"(({self.expr(e)}) >= 0) & (({self.expr(e)}) < ({self.expr(size)}))"
                  for e, size in zip(i.index, b.shape)
@@ -182,7 +183,9 @@ class TritonKernelPrinter:
         self.checks = True
         ok = f"{i.outs[0] if i.outs else 'st'}_{len(self.ssa)}_ok"
         zero = "tl.zeros(" + self._shape(inside) + ", tl.int32)"
+        what = repr(f"index out of range for {self.layout.local[self.layout.root(i.buffer)]} in {self.name}")
         return f"{mask} & {ok}", [f"{ok} = {' & '.join(tests)}",
+                                  f"tl.device_assert({ok}, {what}, mask={mask})",  # compiled in debug mode only
                                   f"tl.store(ember_err + {zero}, {zero} + 1, mask={mask} & ({ok} == 0))"]
 
     def _forget_loop_values(self) -> None:

@@ -12,3 +12,6 @@ from ._codegen import TritonCodegen
 @hookimpl
 def ember_register(registry) -> None:
     registry.add("codegen", "triton", TritonCodegen(), priority=50, devices=("cuda", "cpu"))
+    registry.add_option("triton.debug", bool, False,
+                        "Triton kernels with device asserts compiled in: an index out of range stops the kernel "
+                        "(as TRITON_DEBUG=1)")

@@ -26,12 +26,18 @@ class TritonWrapperWriter(WrapperWriter):
     def tuned(self) -> bool:
         return self.p.options.get("mode") in TUNED_MODES
 
+    @property
+    def debug(self) -> bool:
+        """Launch with `debug=True` (option `triton.debug`): Triton compiles the kernels' device asserts in."""
+        return bool(self.p.options.get("triton.debug"))
+
     def call_segment(self, seg: Segment) -> None:
         syms = [self.layout.sym_local[s] for s in self.layout.symbols]
         for k in seg.kernels:
             assert isinstance(k, TritonKernel)
             args = [self.tensor(r) for r in k.roots] + (["_err"] if k.checks else []) + syms
-            meta = [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"] + ([f"RBLOCK={k.rblock}"] if k.rblock else [])
+            meta = [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"] + ([f"RBLOCK={k.rblock}"] if k.rblock else []) \
+                + (["debug=True"] if self.debug else [])
             if k.checks:
                 self.emit(f"_err = _error_flag({self.tensor(k.roots[0])}.device)")
             self.emit(f"_n = {self.py(k.numel)}")
