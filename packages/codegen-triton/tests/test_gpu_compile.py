@@ -1,30 +1,26 @@
-"""Without a GPU, Triton still compiles: every kernel ember prints is compiled here for an H100 (sm_90) through
-Triton's whole pipeline (TTIR, TTGIR, LLVM IR, PTX, cubin), which catches what the interpreter lets pass (types,
-shapes and constructs the compiler rejects).
+"""Without a GPU, Triton still compiles: the codegen's own GPU build (`_precompile.py`: every kernel of a program
+compiled in parallel before the module is stored) runs here against a stand-in Triton driver that reports an H100
+(sm_90), through Triton's whole pipeline (TTIR, TTGIR, LLVM IR, PTX, cubin). That catches what the interpreter
+lets pass (types, shapes and constructs the compiler rejects), and shows the build's failure path for real: a
+kernel Triton rejects sends its graph to the interpreter codegen with the compiler's message.
 
-A process that imported Triton under `TRITON_INTERPRET=1` (as these tests do) cannot compile, so the compiling
-runs in a fresh process: this file run as a script (`python test_gpu_compile.py`) compiles every case."""
+A process that imported Triton under `TRITON_INTERPRET=1` (as the other tests do) cannot compile, so the work runs
+in a fresh process: this file run as a script (`python test_gpu_compile.py`) prints one `name:ok` per check."""
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import os
+import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-import triton
-from ember_codegen_triton import TritonCodegen
-from ember_lowering import lower
-from ember_lowering.codegen import plan_program
 from helpers import trace
 
-POINTER = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "float64": "*fp64", "int64": "*i64",
-           "int32": "*i32", "int16": "*i16", "int8": "*i8", "uint8": "*u8", "bool": "*i1"}
 W = torch.randn(32)
 CASES = {
     "softmax_tanh": (lambda x: (torch.softmax(x, -1) * torch.tanh(x),), (torch.randn(8, 32),), "fake"),
@@ -36,60 +32,94 @@ CASES = {
                     (torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))), "fake"),
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),
 }
+CHECKS = [*CASES, "debug_asserts", "compile_error_falls_back", "private_triton_cache"]
 
 
-def compile_for_sm90(program, kernel, module) -> dict:
-    fn = getattr(module, kernel.name)
-    buffers, layout = program.layout.buffers, program.layout
-    by_local = {layout.local[r]: r for r in kernel.roots}
-    signature = {}
-    for name in fn.arg_names:
-        if name in ("XBLOCK", "RBLOCK"):
-            signature[name] = "constexpr"
-        elif name == "ember_err":
-            signature[name] = "*i32"
-        elif name in by_local:
-            signature[name] = POINTER[buffers[by_local[name]].dtype]
-        else:
-            signature[name] = "i64"  # a symbol
-    constexprs = {"XBLOCK": kernel.xblock, **({"RBLOCK": kernel.rblock} if kernel.rblock else {})}
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": kernel.warps}).asm
-
-
-def compile_case(name: str, folder: Path) -> int:
-    """Compile every kernel of one case for sm_90; the number of kernels."""
-    fn, args, mode = CASES[name]
-    codegen = TritonCodegen()
-    program = plan_program(lower(trace(fn, *args, mode=mode)), codegen.print_kernel)
-    assert program.kernels and not program.interpreted, name
-    path = folder / f"{name}.py"
-    path.write_text(codegen.unit_source(program))
-    assert "from triton.language.extra import libdevice" in path.read_text()  # the GPU's, not the interpreter's
-    spec = importlib.util.spec_from_file_location(f"ember_sm90_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for kernel in program.kernels:
-        asm = compile_for_sm90(program, kernel, module)
-        assert asm["cubin"] and kernel.name in asm["ptx"], kernel.name
-    return len(program.kernels)
-
-
-def test_generated_kernels_compile_to_cubin_for_sm90(tmp_path):
+def test_the_gpu_build_compiles_every_kernel_for_sm90(tmp_path):
     pytest.importorskip("triton.backends.nvidia")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton"), EMBER_CACHE_DIR=str(tmp_path / "ember"))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_CACHE_DIR")}
+    env.update(EMBER_CACHE_DIR=str(tmp_path / "ember"))
     result = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=600, env=env,
                             cwd=Path(__file__).parent)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert sorted(result.stdout.split()) == sorted(f"{name}:ok" for name in CASES), result.stdout
+    assert result.stdout.split() == [f"{name}:ok" for name in CHECKS], result.stdout + result.stderr[-4000:]
+
+
+# ---------------------------------------------------------------------------------------------- the script
+
+
+def main() -> None:
+    import triton
+    from ember_codegen_triton import TritonCodegen
+    from ember_core import record_events
+    from ember_lowering.codegen import PrintedKernel
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    class Sm90:
+        """What Triton's JIT asks of a driver to compile (not to launch): an H100 as the current device."""
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 0
+
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+    class OnSm90(TritonCodegen):
+        """Serves the CPU graphs traced here as if they were on the stand-in GPU (without the interpreter)."""
+
+        def serves(self, device: str) -> bool:
+            return True
+
+    class Rejected(OnSm90):
+        """Its kernels fail Triton's compile-time checks (the interpreter would not run them either)."""
+
+        def print_kernel(self, kernel, layout, name) -> PrintedKernel:
+            printed = super().print_kernel(kernel, layout, name)
+            lines = printed.text.splitlines()  # @triton.jit, the def line, the body
+            lines.insert(2, '    tl.static_assert(XBLOCK < 0, "ember test: rejected")')
+            return dataclasses.replace(printed, text="\n".join(lines))
+
+    driver.set_active(Sm90())
+    cache = Path(os.environ["EMBER_CACHE_DIR"]) / "triton_jit"
+
+    def built(codegen, fn, args, mode, options=None):
+        with record_events() as rec:
+            compiled = codegen.compile_many([trace(fn, *args, mode=mode)], options)[0]
+        return compiled, [e.data["reason"] for e in rec.kinds("fallback")]
+
+    def binaries(kernel: str) -> list[Path]:
+        return list(cache.glob(f"*/{kernel}.cubin"))
+
+    for name, (fn, args, mode) in CASES.items():
+        compiled, fallbacks = built(OnSm90(), fn, args, mode)
+        names = [line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_")]
+        assert names and not fallbacks, (name, fallbacks)
+        assert "from triton.language.extra import libdevice" in compiled.source  # the GPU's, not the interpreter's
+        assert all(binaries(k) for k in names), (name, names)
+        print(f"{name}:ok", flush=True)
+
+    fn, args, mode = CASES["gather_checked"]
+    compiled, fallbacks = built(OnSm90(), fn, args, mode, {"triton.debug": True})
+    kernel = next(line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_"))
+    ptx = [p.with_suffix(".ptx").read_text() for p in binaries(kernel)]
+    assert not fallbacks and any("__assertfail" in text for text in ptx), fallbacks  # the assert, compiled in
+    print("debug_asserts:ok", flush=True)
+
+    fn, args, mode = CASES["softmax_tanh"]
+    compiled, fallbacks = built(Rejected(), fn, args, mode)
+    assert len(fallbacks) == 1 and "ember test: rejected" in fallbacks[0], fallbacks
+    assert "interpreter codegen" in fallbacks[0] and "Triton could not compile kernel ember_" in fallbacks[0]
+    torch.testing.assert_close(compiled(list(args))[0], fn(*args)[0])  # through ATen, on the CPU
+    print("compile_error_falls_back:ok", flush=True)
+
+    mode_bits = stat.S_IMODE(os.stat(cache).st_mode)
+    assert triton.knobs.cache.dir == str(cache) and mode_bits == 0o700, (triton.knobs.cache.dir, oct(mode_bits))
+    print("private_triton_cache:ok", flush=True)
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as folder:
-        for case in CASES:
-            compile_case(case, Path(folder))
-            print(f"{case}:ok")
+    main()

@@ -2,6 +2,9 @@
 `TritonKernelPrinter`, the program as one Python module of `@triton.jit` functions stored in the disk cache, and a
 wrapper that launches them on grids computed from the call's sizes.
 
+On a GPU, the build compiles every kernel of the program in parallel (`_precompile.py`); a kernel Triton cannot
+compile sends the graph to the interpreter codegen, reported with the compiler's message.
+
 It serves CUDA graphs, and CPU graphs when `TRITON_INTERPRET=1` (Triton's interpreter runs the same kernels on
 CPU tensors: how CI tests it without a GPU; `options={"codegen.cpu": "triton"}`).
 """
@@ -19,6 +22,7 @@ from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, Printed
 from ._autotune import tuned_kernels
 from ._build import import_module, module_build
 from ._kernel_printer import TritonKernelPrinter
+from ._precompile import current_target, precompile
 from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE
 from ._wrapper import TritonWrapperWriter
 
@@ -57,7 +61,12 @@ class TritonCodegen(PlanCodegen):
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:
-        build = module_build(program.source)
+        kernels, layout, debug = program.kernels, program.layout, writer.debug
+        if interpreting():
+            build = module_build(program.source)
+        else:
+            build = module_build(program.source, lambda module: precompile(module, kernels, layout, debug),
+                                 f"{current_target()} debug={debug}")
         names = [k.name for k in program.kernels]
 
         def bind(files: dict, env: dict) -> None:

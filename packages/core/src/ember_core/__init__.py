@@ -1,7 +1,7 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
 from ._builtin import InterpreterCodegen, interpreter_codegen
-from ._cache_dir import cache_root
+from ._cache_dir import cache_root, private_cache_dir
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
 from ._disk_cache import CacheLookup, DiskCache
 from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
@@ -66,9 +66,9 @@ __all__ = [
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
     "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl",
     "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
-    "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "record_events",
-    "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_sequence", "save", "to_dtype",
-    "to_fx", "tracing_lock", "value_of", "verify",
+    "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "private_cache_dir",
+    "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_sequence", "save",
+    "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
     # stage contracts: event payloads, the dump writer, the interpreter codegen
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
     "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen",

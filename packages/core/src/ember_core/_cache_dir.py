@@ -78,6 +78,15 @@ def open_subdir(name: str) -> Path:
         return hit
 
 
+def private_cache_dir(name: str) -> Path:
+    """A private directory (0700, owned by this user, tagged) under ember's cache root for a tool that keeps its
+    own files there, such as Triton's compiler cache. ember's tidying and `ember cache clear` touch only names of
+    its own entries, never such a tool's files."""
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name):
+        raise ValueError(f"cache directory name {name!r} must be 1-64 letters, digits or underscores")
+    return open_subdir(name)
+
+
 def forget_opened() -> None:
     """Let the next use of each cache check and tidy its directory again (tests)."""
     with _lock:

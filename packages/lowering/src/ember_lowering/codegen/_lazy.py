@@ -56,8 +56,7 @@ class LazyBinding:
             except (BuildError, OSError) as e:
                 self.failed = f"the build failed, the graph runs in the interpreter codegen: {e}"
                 report_fallback(self.stage, self.graph, self.failed)
-                for name in self.names:
-                    self.env[name] = _raise(self.failed)
+                self.install_stubs()  # in case bind set some: each stub now raises UseFallback from load()
                 raise UseFallback(self.failed) from None
             self._bound = True
 
@@ -67,9 +66,3 @@ class LazyBinding:
             self.bind(self.build.future.result(), self.env)
             self._bound = True
 
-
-def _raise(reason: str) -> Callable:
-    def failed(*args: Any) -> Any:
-        raise UseFallback(reason)
-
-    return failed

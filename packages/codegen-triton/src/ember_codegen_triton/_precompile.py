@@ -1,0 +1,84 @@
+"""Compiling a program's kernels for the GPU as part of its build, all at once, in threads.
+
+Left alone, Triton compiles a kernel on its first launch, one after another in the launching thread, and a kernel
+it cannot compile raises from inside the wrapper. ember compiles them in the build instead (the wrapper's first
+call waits for it, as it waits for codegen-cpp's compiler): every kernel of the program is warmed up in a thread
+pool (Triton's own compiler drops the GIL for its passes and runs ptxas as a subprocess), with the argument types
+its launches pass and the specialization they will most likely have: pointers 16-byte aligned (as the caching
+allocator gives them), symbols at their traced hints. The launch then finds its binary in Triton's cache; one
+whose arguments specialize otherwise (an input view at an odd offset) compiles at its launch, as Triton would.
+
+A kernel Triton cannot compile fails the build with the compiler's message: the graph runs in the interpreter
+codegen (each node one ATen call), reported as a `fallback` event that carries the message.
+
+Triton keeps its binaries in `<ember cache>/triton_jit` (0700, owner checked, like every ember cache) unless
+`TRITON_CACHE_DIR` says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
+
+import torch
+import triton
+from ember_core import private_cache_dir, to_dtype
+from ember_lowering.codegen import BuildError, PlanLayout
+
+from ._kernel_printer import TritonKernel
+
+CACHE_NAME = "triton_jit"
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def use_ember_cache_dir() -> None:
+    """Point Triton's cache into ember's private cache directory, unless the user chose one (TRITON_CACHE_DIR)."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return
+    triton.knobs.cache.dir = str(private_cache_dir(CACHE_NAME))  # also sets TRITON_CACHE_DIR for subprocesses
+
+
+def current_target() -> str:
+    """The device Triton compiles for now (`cuda:90`)."""
+    target = triton.runtime.driver.active.get_current_target()
+    return f"{target.backend}:{target.arch}"
+
+
+def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool) -> None:
+    """Compile each kernel of `module` for the current device, in parallel; BuildError naming every kernel that
+    failed, with the compiler's message."""
+    use_ember_cache_dir()
+    futures = {k.name: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug) for k in kernels}
+    failed = []
+    for name, future in futures.items():
+        try:
+            future.result()
+        except Exception as e:  # noqa: BLE001 - whatever Triton raises: the kernel cannot run, ATen will
+            failed.append(f"kernel {name}: {type(e).__name__}: {e}")
+    if failed:
+        raise BuildError("Triton could not compile " + "; ".join(failed))
+
+
+def warmup_args(k: TritonKernel, layout: PlanLayout) -> list:
+    """What a launch of `k` passes, as types: root dtypes (Triton's warmup takes a torch dtype for a tensor), the
+    error flag, and each symbol's traced hint."""
+    hints = {s.name: s.hint for s in layout.plan.symbols}
+    dtypes: list = [to_dtype(layout.buffers[r].dtype) for r in k.roots]
+    return dtypes + ([torch.int32] if k.checks else []) + [hints[s] for s in layout.symbols]
+
+
+def _warm_up(fn, k: TritonKernel, layout: PlanLayout, debug: bool) -> None:
+    meta = {"XBLOCK": k.xblock, "num_warps": k.warps, **({"RBLOCK": k.rblock} if k.rblock else {})}
+    fn.warmup(*warmup_args(k, layout), grid=(1,), **meta, **({"debug": True} if debug else {}))
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1), thread_name_prefix="ember-triton-jit")
+        return _pool
