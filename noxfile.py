@@ -69,6 +69,16 @@ def integration(session: nox.Session, torch: str) -> None:
 
 
 @nox.session(python=PYTHON)
+def gpu(session: nox.Session) -> None:
+    """On a machine with CUDA: the `gpu`-marked tests, the Triton codegen's (its conformance kit and kernels on CUDA)
+    and the integration suite's (real models forward and backward on CUDA through the default codegen)."""
+    install_siblings(session, [f"packages/{p}" for p in PACKAGES])
+    session.env["TRITON_INTERPRET"] = "0"
+    pytest(session, "-m", "gpu", "packages/codegen-triton/tests")
+    pytest(session, "-m", "gpu", "tests")
+
+
+@nox.session(python=PYTHON)
 def fuzz(session: nox.Session) -> None:
     """The fuzz tests of every loader (graph JSON and text, loop-IR text, cache sidecars) with many more cases than CI
     runs, on a fresh seed each time: `EMBER_FUZZ_EXAMPLES=100000 nox -s fuzz` for a long run."""
