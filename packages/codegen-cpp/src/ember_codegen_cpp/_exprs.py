@@ -6,7 +6,6 @@ The walk over the expression and the bounds are the shared `IndexPrinter`'s; onl
 
 from __future__ import annotations
 
-import sympy
 from ember_lowering.codegen import IndexPrinter
 
 _INT64_MIN = -(1 << 63)
@@ -15,22 +14,10 @@ _INT64_MIN = -(1 << 63)
 class ExprPrinter(IndexPrinter):
     """C++ spelling of index expressions (int64 literals, floor division and modulo that match Python's)."""
 
+    div_op, floordiv_fn, mod_fn = "/", "ember_ifloor", "ember_imod"
+    max_fn, min_fn = "ember_imax", "ember_imin"
+
     def integer(self, n: int) -> str:
         if n == _INT64_MIN:
             return "(-9223372036854775807LL - 1)"
         return f"{n}LL" if not -(1 << 31) <= n < (1 << 31) else str(n)
-
-    def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        a, b = self.print(num), self.print(den)
-        if self.nonneg(num) and self.positive(den):
-            return f"({a} / {b})"
-        return f"ember_ifloor({a}, {b})"
-
-    def mod(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        a, b = self.print(num), self.print(den)
-        if self.nonneg(num) and self.positive(den):
-            return f"({a} % {b})"
-        return f"ember_imod({a}, {b})"
-
-    def extremum(self, e: sympy.Expr) -> str:
-        return self.fold("ember_imax" if isinstance(e, sympy.Max) else "ember_imin", [self.print(a) for a in e.args])

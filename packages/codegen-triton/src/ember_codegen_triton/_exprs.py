@@ -4,22 +4,9 @@ are), where every rounding agrees, else the prelude's `_ember_floordiv` / `_embe
 
 from __future__ import annotations
 
-import sympy
 from ember_lowering.codegen import IndexPrinter
 
 
 class TritonIndexPrinter(IndexPrinter):
-    def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        a, b = self.print(num), self.print(den)
-        if self.nonneg(num) and self.positive(den):
-            return f"({a} // {b})"
-        return f"_ember_floordiv({a}, {b})"
-
-    def mod(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        a, b = self.print(num), self.print(den)
-        if self.nonneg(num) and self.positive(den):
-            return f"({a} % {b})"
-        return f"_ember_mod({a}, {b})"
-
-    def extremum(self, e: sympy.Expr) -> str:
-        return self.fold("tl.maximum" if isinstance(e, sympy.Max) else "tl.minimum", [self.print(a) for a in e.args])
+    floordiv_fn, mod_fn = "_ember_floordiv", "_ember_mod"
+    max_fn, min_fn = "tl.maximum", "tl.minimum"

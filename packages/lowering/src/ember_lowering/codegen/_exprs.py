@@ -1,11 +1,11 @@
 """Index and size expressions (sympy over loop vars, graph symbols and SSA values) as source text.
 
 `IndexPrinter` walks an expression once and spells it in Python, which every generated wrapper needs; a codegen
-subclasses it for its kernel language (C++ spells floor division `ember_ifloor`, Triton its own way) by
-overriding the leaf spellings (`integer`, `floordiv`, `mod`, `extremum`). The printer also knows lower bounds
-(`lower`, `nonneg`, `positive`), so a subclass may use its language's plain operators where the operands are
-provably nonnegative: loop vars and sizes are. Python's own `//` and `%` already have the loop IR's meaning
-(floor division, remainder with the divisor's sign).
+subclasses it for its kernel language (C++ spells floor division `ember_ifloor`, Triton its own way) by setting
+the names of its division and extremum functions, and overriding `integer` where literals need a suffix. The
+printer also knows lower bounds (`lower`, `nonneg`, `positive`), so that a language's plain operators are used
+where the operands are provably nonnegative: loop vars and sizes are. Python's own `//` and `%` already have the
+loop IR's meaning (floor division, remainder with the divisor's sign).
 """
 
 from __future__ import annotations
@@ -102,19 +102,33 @@ class IndexPrinter:
             return self.mod(sympy.floor(e.args[0] / e.args[1]), e.args[2])
         raise CannotPrint(f"cannot print index expression {e} ({name})")
 
-    # ------------------------------------------------------------------ leaves (override per language)
+    # ------------------------------------------------------------------ leaves (set or override per language)
+
+    # How the kernel language spells integer division and extrema: `div_op` is its division operator, right where
+    # both operands are provably nonnegative; elsewhere `floordiv_fn` / `mod_fn` (functions with Python's meaning,
+    # which the language's prelude defines) are called, unless None: then the operators already mean what Python's do.
+    div_op = "//"
+    floordiv_fn: str | None = None
+    mod_fn: str | None = None
+    max_fn, min_fn = "max", "min"
 
     def integer(self, n: int) -> str:
         return str(n)
 
     def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        return f"({self.print(num)} // {self.print(den)})"
+        a, b = self.print(num), self.print(den)
+        if self.floordiv_fn is None or self.nonneg(num) and self.positive(den):
+            return f"({a} {self.div_op} {b})"
+        return f"{self.floordiv_fn}({a}, {b})"
 
     def mod(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        return f"({self.print(num)} % {self.print(den)})"
+        a, b = self.print(num), self.print(den)
+        if self.mod_fn is None or self.nonneg(num) and self.positive(den):
+            return f"({a} % {b})"
+        return f"{self.mod_fn}({a}, {b})"
 
     def extremum(self, e: sympy.Expr) -> str:
-        return self.fold("max" if isinstance(e, sympy.Max) else "min", [self.print(a) for a in e.args])
+        return self.fold(self.max_fn if isinstance(e, sympy.Max) else self.min_fn, [self.print(a) for a in e.args])
 
     @staticmethod
     def fold(fn: str, args: list[str]) -> str:
