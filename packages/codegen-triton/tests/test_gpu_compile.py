@@ -118,6 +118,12 @@ def main() -> None:
 
     mode_bits = stat.S_IMODE(os.stat(cache).st_mode)
     assert triton.knobs.cache.dir == str(cache) and mode_bits == 0o700, (triton.knobs.cache.dir, oct(mode_bits))
+    del triton.knobs.cache.dir  # Triton's default again; a build that hits ember's cache still moves it
+    os.environ.pop("TRITON_CACHE_DIR")
+    fn, args, mode = CASES["softmax_tanh"]
+    with record_events() as rec:
+        OnSm90().compile_many([trace(fn, *args, mode=mode)])
+    assert rec.kinds("build_cache_hit") and triton.knobs.cache.dir == str(cache), triton.knobs.cache.dir
     print("private_triton_cache:ok", flush=True)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 
 import torch
-from ember_core import Event, Graph, emit
+from ember_core import Graph
 from ember_lowering import Kernel
-from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program
+from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
 
 from ._build import Builder
 from ._kernel_printer import KernelPrinter
@@ -49,13 +49,7 @@ class CppCodegen(PlanCodegen):
     def start_build(self, graph: Graph, program: Program, writer: CppWrapperWriter, env: dict) -> LazyBinding:
         build = self.builder.library(program.source)
         lazy = LazyLibrary(build, graph, writer.signatures, env)
-        if build.hit or is_loaded(build.key):
-            emit(Event(kind="build_cache_hit", stage=self.stage, graph=graph,
-                       message=f"graph {graph.name!r}: library {build.key[:12]} from the cache"))
-        else:
-            emit(Event(kind="build_cache_miss", stage=self.stage, graph=graph,
-                       message=f"graph {graph.name!r}: building library {build.key[:12]} ({build.reason})",
-                       data={"reason": build.reason}))
+        report_build(self.stage, graph, build, "library", build.hit or is_loaded(build.key))
         if build.hit:
             try:
                 lazy.bind_now()

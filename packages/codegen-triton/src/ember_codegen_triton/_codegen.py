@@ -17,12 +17,12 @@ import torch
 import triton
 from ember_core import Graph
 from ember_lowering import Kernel
-from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program
+from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
 
 from ._autotune import tuned_kernels
 from ._build import import_module, module_build
 from ._kernel_printer import TritonKernelPrinter
-from ._precompile import current_target, precompile
+from ._precompile import current_target, precompile, use_ember_cache_dir
 from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE
 from ._wrapper import TritonWrapperWriter
 
@@ -65,8 +65,10 @@ class TritonCodegen(PlanCodegen):
         if interpreting():
             build = module_build(program.source)
         else:
+            use_ember_cache_dir()  # before any kernel compiles or loads, on a hit as on a miss
             build = module_build(program.source, lambda module: precompile(module, kernels, layout, debug),
                                  f"{current_target()} debug={debug}")
+        report_build(self.stage, graph, build, "module")
         names = [k.name for k in program.kernels]
 
         def bind(files: dict, env: dict) -> None:

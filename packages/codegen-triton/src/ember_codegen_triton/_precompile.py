@@ -51,7 +51,6 @@ def current_target() -> str:
 def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool) -> None:
     """Compile each kernel of `module` for the current device, in parallel; BuildError naming every kernel that
     failed, with the compiler's message."""
-    use_ember_cache_dir()
     futures = {k.name: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug) for k in kernels}
     failed = []
     for name, future in futures.items():

@@ -3,7 +3,7 @@ layout checks and ATen/interpreter fallbacks with their events, lazy binding of 
 ember-core's verified disk cache. A codegen subclasses `PlanCodegen` and says only what is its own: how a kernel
 prints, how its unit builds and how the wrapper calls a segment (see ember-codegen-cpp)."""
 
-from ._build_pool import Build, BuildPool
+from ._build_pool import Build, BuildPool, report_build
 from ._codegen import PlanCodegen
 from ._errors import BuildError, CannotPrint
 from ._exprs import IndexPrinter
@@ -25,5 +25,5 @@ __all__ = [
     "Build", "BuildError", "BuildPool", "CannotPrint", "IndexPrinter", "InterpretedKernel", "InterpreterFallback",
     "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel", "Program", "Segment", "Step", "UseFallback",
     "WrapperWriter", "fix_layout", "identifier", "interpreted_kernel", "non_overlapping", "plan_program",
-    "relayout", "report_fallback", "same_layout",
+    "relayout", "report_build", "report_fallback", "same_layout",
 ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ember_core import DiskCache
+from ember_core import DiskCache, Event, Graph, emit
 
 from ._errors import BuildError
 
@@ -39,6 +39,18 @@ class Build:
         future: Future = Future()
         future.set_exception(error)
         return cls("", future, False, reason)
+
+
+def report_build(stage: str, graph: Graph, build: Build, what: str, hit: bool | None = None) -> None:
+    """The `build_cache_hit` or `build_cache_miss` event of `graph`'s build (`what`: "library", "module"); `hit`
+    overrides the build's own (a library this process has loaded already is a hit too)."""
+    if build.hit if hit is None else hit:
+        emit(Event(kind="build_cache_hit", stage=stage, graph=graph,
+                   message=f"graph {graph.name!r}: {what} {build.key[:12]} from the cache"))
+    else:
+        emit(Event(kind="build_cache_miss", stage=stage, graph=graph,
+                   message=f"graph {graph.name!r}: building {what} {build.key[:12]} ({build.reason})",
+                   data={"reason": build.reason}))
 
 
 class BuildPool:
