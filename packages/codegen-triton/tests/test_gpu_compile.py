@@ -32,7 +32,7 @@ CASES = {
                     (torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))), "fake"),
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),
 }
-CHECKS = [*CASES, "debug_asserts", "compile_error_falls_back", "private_triton_cache"]
+CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back", "private_triton_cache"]
 
 
 def test_the_gpu_build_compiles_every_kernel_for_sm90(tmp_path):
@@ -69,7 +69,8 @@ def main() -> None:
             return GPUTarget("cuda", 90, 32)
 
     class OnSm90(TritonCodegen):
-        """Serves the CPU graphs traced here as if they were on the stand-in GPU (without the interpreter)."""
+        """Also serves CPU graphs (without the interpreter), compiled for the stand-in GPU: a graph whose build
+        fails can then run on the CPU here."""
 
         def serves(self, device: str) -> bool:
             return True
@@ -86,9 +87,10 @@ def main() -> None:
     driver.set_active(Sm90())
     cache = Path(os.environ["EMBER_CACHE_DIR"]) / "triton_jit"
 
-    def built(codegen, fn, args, mode, options=None):
+    def built(codegen, fn, args, mode, options=None, cuda=True):
+        graph = trace(fn, *args, mode=mode)
         with record_events() as rec:
-            compiled = codegen.compile_many([trace(fn, *args, mode=mode)], options)[0]
+            compiled = codegen.compile_many([on_cuda(graph) if cuda else graph], options)[0]
         return compiled, [e.data["reason"] for e in rec.kinds("fallback")]
 
     def binaries(kernel: str) -> list[Path]:
@@ -102,15 +104,18 @@ def main() -> None:
         assert all(binaries(k) for k in names), (name, names)
         print(f"{name}:ok", flush=True)
 
-    fn, args, mode = CASES["gather_checked"]
-    compiled, fallbacks = built(OnSm90(), fn, args, mode, {"triton.debug": True})
+    fn, args, mode = CASES["gather_checked"]  # on CUDA a gather asserts on the device, and nothing waits for it
+    compiled, fallbacks = built(OnSm90(), fn, args, mode)
     kernel = next(line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_"))
     ptx = [p.with_suffix(".ptx").read_text() for p in binaries(kernel)]
     assert not fallbacks and any("__assertfail" in text for text in ptx), fallbacks  # the assert, compiled in
-    print("debug_asserts:ok", flush=True)
+    assert "debug=True" in compiled.source and ".item()" not in compiled.source
+    compiled, fallbacks = built(OnSm90(), fn, args, mode, {"triton.sync_index_checks": True})
+    assert not fallbacks and "_err.item()" in compiled.source and "debug=True" not in compiled.source
+    print("gather_asserts_on_cuda:ok", flush=True)
 
     fn, args, mode = CASES["softmax_tanh"]
-    compiled, fallbacks = built(Rejected(), fn, args, mode)
+    compiled, fallbacks = built(Rejected(), fn, args, mode, cuda=False)
     assert len(fallbacks) == 1 and "ember test: rejected" in fallbacks[0], fallbacks
     assert "interpreter codegen" in fallbacks[0] and "Triton could not compile kernel ember_" in fallbacks[0]
     torch.testing.assert_close(compiled(list(args))[0], fn(*args)[0])  # through ATen, on the CPU
@@ -122,9 +127,18 @@ def main() -> None:
     os.environ.pop("TRITON_CACHE_DIR")
     fn, args, mode = CASES["softmax_tanh"]
     with record_events() as rec:
-        OnSm90().compile_many([trace(fn, *args, mode=mode)])
+        OnSm90().compile_many([on_cuda(trace(fn, *args, mode=mode))])
     assert rec.kinds("build_cache_hit") and triton.knobs.cache.dir == str(cache), triton.knobs.cache.dir
     print("private_triton_cache:ok", flush=True)
+
+
+def on_cuda(graph):
+    """The graph with its tensors on `cuda:0` (traced on the CPU: the machine may have no GPU)."""
+    values = {n: dataclasses.replace(v, device="cuda:0") if v.type == "tensor" else v for n, v in graph.values.items()}
+    cuda = torch.device("cuda:0")
+    nodes = tuple(dataclasses.replace(n, kwargs={k: cuda if isinstance(v, torch.device) else v
+                                                 for k, v in n.kwargs.items()}) for n in graph.nodes)
+    return dataclasses.replace(graph, values=values, nodes=nodes)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import triton
 from ember_core import DiskCache
 
 from ._kernel_printer import ROW_ELEMENTS, TritonKernel
+from ._wrapper import launch_debug
 
 CACHE = DiskCache("triton_tune", ("choice",))  # a small JSON object per kernel and device
 Config = tuple[int, int]  # (XBLOCK, num_warps)
@@ -122,11 +123,11 @@ def _sync(args: Sequence[Any]) -> None:
         torch.cuda.synchronize()
 
 
-def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any], debug: bool = False
-                  ) -> dict[str, Callable]:
+def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any], debug: bool = False,
+                  sync: bool = True) -> dict[str, Callable]:
     """`_tune_<name>` → its `TunedKernel`, for a wrapper's globals."""
     out = {}
     for k in program_kernels:
         written = [j for j, r in enumerate(k.roots) if r in k.writes]
-        out[f"_tune_{k.name}"] = TunedKernel(env, k, written, debug)
+        out[f"_tune_{k.name}"] = TunedKernel(env, k, written, launch_debug(k, debug, sync))
     return out

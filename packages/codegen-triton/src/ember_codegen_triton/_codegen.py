@@ -57,17 +57,17 @@ class TritonCodegen(PlanCodegen):
         writer.globals["_cdiv"] = triton.cdiv
         writer.globals["_error_flag"] = _error_flag
         if writer.tuned:
-            writer.globals.update(tuned_kernels(program.kernels, writer.globals, writer.debug))
+            writer.globals.update(tuned_kernels(program.kernels, writer.globals, writer.debug, writer.sync_checks))
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:
-        kernels, layout, debug = program.kernels, program.layout, writer.debug
+        kernels, layout, debug, sync = program.kernels, program.layout, writer.debug, writer.sync_checks
         if interpreting():
             build = module_build(program.source)
         else:
             use_ember_cache_dir()  # before any kernel compiles or loads, on a hit as on a miss
-            build = module_build(program.source, lambda module: precompile(module, kernels, layout, debug),
-                                 f"{current_target()} debug={debug}")
+            build = module_build(program.source, lambda module: precompile(module, kernels, layout, debug, sync),
+                                 f"{current_target()} debug={debug} sync={sync}")
         report_build(self.stage, graph, build, "module")
         names = [k.name for k in program.kernels]
 

@@ -171,9 +171,9 @@ class TritonKernelPrinter:
 
     def _bounds(self, i: Instr, inside: bool, mask: str) -> tuple[str, list[str]]:
         """The access's mask and, for an indirect access (its index reads SSA values), the lines that test its
-        index against the buffer's shape: an element out of range is not touched, and it raises the kernel's error
-        flag (the wrapper then runs the graph where torch raises its own error). In debug mode (a launch with
-        `debug=True`) a device assert stops the kernel first, naming the buffer."""
+        index against the buffer's shape: an element out of range is not touched; it fails a device assert that
+        names the buffer (compiled in by a launch with `debug=True`), and raises the kernel's error flag when
+        the launch passes one (the wrapper then runs the graph where torch raises its own error)."""
         b = self.layout.buffers[i.buffer]
         tests = [f"(({self.expr(e)}) >= 0) & (({self.expr(e)}) < ({self.expr(size)}))"
                  for e, size in zip(i.index, b.shape)
@@ -186,7 +186,8 @@ class TritonKernelPrinter:
         what = repr(f"index out of range for {self.layout.local[self.layout.root(i.buffer)]} in {self.name}")
         return f"{mask} & {ok}", [f"{ok} = {' & '.join(tests)}",
                                   f"tl.device_assert({ok}, {what}, mask={mask})",  # compiled in debug mode only
-                                  f"tl.store(ember_err + {zero}, {zero} + 1, mask={mask} & ({ok} == 0))"]
+                                  "if ember_err is not None:",  # None: the launch does not read a flag
+                                  f"    tl.store(ember_err + {zero}, {zero} + 1, mask={mask} & ({ok} == 0))"]
 
     def _forget_loop_values(self) -> None:
         self.loaded = {}

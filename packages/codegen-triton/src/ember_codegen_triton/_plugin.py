@@ -15,3 +15,6 @@ def ember_register(registry) -> None:
     registry.add_option("triton.debug", bool, False,
                         "Triton kernels with device asserts compiled in: an index out of range stops the kernel "
                         "(as TRITON_DEBUG=1)")
+    registry.add_option("triton.sync_index_checks", bool, False,
+                        "on CUDA, an index out of range in a gather raises torch's own IndexError (the wrapper waits "
+                        "for each gather kernel to read its error flag) instead of a device-side assert")

@@ -29,6 +29,7 @@ from ember_core import private_cache_dir, to_dtype
 from ember_lowering.codegen import BuildError, PlanLayout
 
 from ._kernel_printer import TritonKernel
+from ._wrapper import launch_debug
 
 CACHE_NAME = "triton_jit"
 _lock = threading.Lock()
@@ -48,10 +49,11 @@ def current_target() -> str:
     return f"{target.backend}:{target.arch}"
 
 
-def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool) -> None:
+def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool,
+               sync: bool) -> None:
     """Compile each kernel of `module` for the current device, in parallel; BuildError naming every kernel that
     failed, with the compiler's message."""
-    futures = {k.name: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug) for k in kernels}
+    futures = {k.name: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug, sync) for k in kernels}
     failed = []
     for name, future in futures.items():
         try:
@@ -62,17 +64,19 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
         raise BuildError("Triton could not compile " + "; ".join(failed))
 
 
-def warmup_args(k: TritonKernel, layout: PlanLayout) -> list:
+def warmup_args(k: TritonKernel, layout: PlanLayout, sync: bool) -> list:
     """What a launch of `k` passes, as types: root dtypes (Triton's warmup takes a torch dtype for a tensor), the
-    error flag, and each symbol's traced hint."""
+    error flag (None where the launch reads none), and each symbol's traced hint."""
     hints = {s.name: s.hint for s in layout.plan.symbols}
     dtypes: list = [to_dtype(layout.buffers[r].dtype) for r in k.roots]
-    return dtypes + ([torch.int32] if k.checks else []) + [hints[s] for s in layout.symbols]
+    return dtypes + ([torch.int32 if sync else None] if k.checks else []) + [hints[s] for s in layout.symbols]
 
 
-def _warm_up(fn, k: TritonKernel, layout: PlanLayout, debug: bool) -> None:
+def _warm_up(fn, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool) -> None:
     meta = {"XBLOCK": k.xblock, "num_warps": k.warps, **({"RBLOCK": k.rblock} if k.rblock else {})}
-    fn.warmup(*warmup_args(k, layout), grid=(1,), **meta, **({"debug": True} if debug else {}))
+    if launch_debug(k, debug, sync):
+        meta["debug"] = True
+    fn.warmup(*warmup_args(k, layout, sync), grid=(1,), **meta)
 
 
 def _threads() -> ThreadPoolExecutor:

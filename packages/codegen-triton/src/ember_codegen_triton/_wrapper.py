@@ -4,9 +4,15 @@
     if _n > 0:
         k0_pointwise_s0x7[(_cdiv(_n, 1024),)](b_x_1, b_out, S_s0, XBLOCK=1024)
 
-Kernels take the root tensors themselves (Triton reads their data pointers) and the plan's symbols as ints. A
-kernel with indirect indices also takes a fresh error flag, read after it runs: set, the graph runs in the
-interpreter codegen, where torch raises its own index error.
+Kernels take the root tensors themselves (Triton reads their data pointers) and the plan's symbols as ints.
+
+A kernel with indirect indices (a gather) catches an index out of range one of two ways:
+- on CUDA, as eager's CUDA kernels and Inductor's do: it launches with `debug=True`, so its device asserts are
+  compiled in and stop it (an asynchronous, sticky CUDA error). Nothing waits for the kernel: the wrapper stays
+  free of host syncs, as CUDA graphs and running ahead of the GPU need.
+- on CPU tensors (Triton's interpreter), or on CUDA with option `triton.sync_index_checks`: it takes a fresh error
+  flag, read after it runs (a sync); set, the graph runs in the interpreter codegen, where torch raises its own
+  `IndexError`, as eager does on the CPU.
 """
 
 from __future__ import annotations
@@ -31,14 +37,20 @@ class TritonWrapperWriter(WrapperWriter):
         """Launch with `debug=True` (option `triton.debug`): Triton compiles the kernels' device asserts in."""
         return bool(self.p.options.get("triton.debug"))
 
+    @property
+    def sync_checks(self) -> bool:
+        """Do kernels with indirect indices raise an error flag that the wrapper reads (see above)?"""
+        return sync_checks(self.p.plan.device, self.p.options)
+
     def call_segment(self, seg: Segment) -> None:
         syms = [self.layout.sym_local[s] for s in self.layout.symbols]
         for k in seg.kernels:
             assert isinstance(k, TritonKernel)
-            args = [self.tensor(r) for r in k.roots] + (["_err"] if k.checks else []) + syms
+            flag = k.checks and self.sync_checks
+            args = [self.tensor(r) for r in k.roots] + (["_err" if flag else "None"] if k.checks else []) + syms
             meta = [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"] + ([f"RBLOCK={k.rblock}"] if k.rblock else []) \
-                + (["debug=True"] if self.debug else [])
-            if k.checks:
+                + (["debug=True"] if launch_debug(k, self.debug, self.sync_checks) else [])
+            if flag:
                 self.emit(f"_err = _error_flag({self.tensor(k.roots[0])}.device)")
             self.emit(f"_n = {self.py(k.numel)}")
             self.emit("if _n > 0:")
@@ -46,6 +58,16 @@ class TritonWrapperWriter(WrapperWriter):
                 self.emit(f"_tune_{k.name}({', '.join(['_n', *args])})", 3)
             else:
                 self.emit(f"{k.name}[(_cdiv(_n, {k.xblock}),)]({', '.join(args + meta)})", 3)
-            if k.checks:  # reading the flag waits for the kernel: only kernels with indirect indices pay it
+            if flag:  # reading the flag waits for the kernel
                 self.emit("if _err.item():")
                 self.emit("return _on_error(inputs)", 3)
+
+
+def sync_checks(device: str, options: dict) -> bool:
+    """Whether a gather kernel raises an error flag that the wrapper reads after it, on `device` (see above)."""
+    return not device.startswith("cuda") or bool(options.get("triton.sync_index_checks"))
+
+
+def launch_debug(k: TritonKernel, debug: bool, sync: bool) -> bool:
+    """Does `k` launch with `debug=True`: everything in debug mode, and gathers on CUDA that read no flag."""
+    return debug or (k.checks and not sync)
