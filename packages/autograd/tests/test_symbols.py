@@ -36,3 +36,11 @@ def test_rename_maps_shape_env_names_back():
     assert back.values["x"].shape == ("s0", "s1")
     assert back.nodes[0].args[1] == (Sym("2*s1"),)
     assert back.symbols == (Symbol("s0", 3, 2), Symbol("s1", 5, 2))
+
+
+def test_symbols_with_the_same_hint_stay_apart():
+    # duck sizing (a ShapeEnv's default for tensor sizes) would make two sizes that were both 4 when traced one
+    # symbol, and the joint graph would then speak of one where the graph has two
+    table = SymbolTable(graph_with((Symbol("s0", 4, 2), Symbol("s1", 4, 2))))
+    assert table.symints["s0"].node.expr != table.symints["s1"].node.expr
+    assert sorted(table.graph_names.values()) == ["s0", "s1"]

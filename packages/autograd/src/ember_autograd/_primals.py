@@ -49,6 +49,8 @@ class FakePrimals:
         if v.type == "sym":
             if name in self.symbols.symints:
                 return self.symbols.symints[name]
+            if isinstance(example, torch.SymInt) and isinstance(example.node.hint, int):
+                example = example.node.hint  # a frontend's symbolic example: its value when traced
             if not isinstance(example, int):
                 raise GraphError(f"symbolic input {name!r} needs an int example, got {type(example).__name__}")
             return self.symbols.add(name, example)

@@ -210,6 +210,7 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     facts = TraceFacts()
     with tracing_lock():  # make_fx's state is process-wide
         gm = _trace(fn, fake_inputs, fake_mode, facts)
+    _one_placeholder_per_symbol(gm)
     gm.graph.eliminate_dead_code()
     _check_constants(gm)
     _insert_no_grad_detaches(gm, facts)
@@ -222,6 +223,19 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     # The ShapeEnv named the symbols (by hashes of their sources, which differ between frontends): name them s0,
     # s1 ... in order of first appearance, so every later stage, log and dump shows the same names.
     return ember_core.verify(ember_core.canonical_symbols(graph))
+
+
+def _one_placeholder_per_symbol(gm: fx.GraphModule) -> None:
+    """Dynamo passes a size placeholder per input that carries the size, so two placeholders may hold the same
+    symbol, and the trace reads whichever came last. Every read of a later one is made a read of the first: the
+    later placeholder stays (callers pass every argument) but nothing uses it, and the first names the symbol."""
+    first: dict[Any, fx.Node] = {}
+    for node in [n for n in gm.graph.nodes if n.op == "placeholder"]:
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.expr.is_symbol:
+            earlier = first.setdefault(val.node.expr, node)
+            if earlier is not node:
+                node.replace_all_uses_with(earlier)
 
 
 def _input_name(name: str, x: Any) -> str:
