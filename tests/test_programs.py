@@ -57,3 +57,58 @@ def test_bert_with_a_mask_at_several_batch_and_sequence_sizes(frontend):
         torch.testing.assert_close(got, want)
         for e, c in zip(eager_grads, grads_of(params)):
             torch.testing.assert_close(c, e)
+
+
+SCALE = 0.5
+
+
+def scaled_softmax(x):
+    return torch.softmax(x * SCALE, -1)
+
+
+def sample_probs(logits, temperature=1.0):
+    return torch.softmax(logits / temperature, -1)
+
+
+def compiled_graphs(rec) -> int:
+    return sum(e.kind == "graph_compiled" for e in rec.events)
+
+
+def test_a_global_float_that_changes_between_calls():
+    # Dynamo passes the float as a 0-d float64 tensor once it has changed, and reads it with `.item()`: the
+    # kernels read it from that tensor, and one graph serves every later value
+    global SCALE
+    compiled = ember.compile(scaled_softmax)
+    x = torch.randn(4, 8)
+    with ember.record_events() as rec:
+        for value in (0.5, 0.7, 0.9, 1.3, -2.0):
+            SCALE = value
+            torch.testing.assert_close(compiled(x), scaled_softmax(x))
+    assert compiled_graphs(rec) == 2 and not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+
+
+def test_a_float_keyword_argument_that_changes_between_calls():
+    compiled = ember.compile(sample_probs)
+    logits = torch.randn(3, 16)
+    with ember.record_events() as rec:
+        for t in (1.0, 0.7, 0.3, 1.7):
+            torch.testing.assert_close(compiled(logits, temperature=t), sample_probs(logits, temperature=t))
+    assert compiled_graphs(rec) == 2
+
+
+def test_a_changing_global_float_in_training():
+    global SCALE
+    # the backward needs the float too: it saves the 0-d tensor (never the float as a symbol, which kernels would
+    # read as an integer) and reads the float again from it
+    compiled = ember.compile(scaled_softmax)
+    w = torch.randn(4, 8)
+    with ember.record_events() as rec:
+        for value in (0.5, 0.8, 1.1, 0.2):
+            SCALE = value
+            x = torch.randn(4, 8, requires_grad=True)
+            xe = x.detach().clone().requires_grad_()
+            (compiled(x) * w).sum().backward()
+            (scaled_softmax(xe) * w).sum().backward()
+            torch.testing.assert_close(x.grad, xe.grad)
+    assert compiled_graphs(rec) == 4 and not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+    assert not rec.kinds("graph_break")

@@ -5,8 +5,8 @@ import logging
 import ember_lowering
 import pytest
 import torch
-from ember_core import Graph, Input, Node, Output, Ref, Value
-from ember_lowering import Decision, Extern, bind_args, lower, lower_graph, lowering_rules, run_plan
+from ember_core import Graph, Input, Node, Output, Ref, Value, parse_graph
+from ember_lowering import Decision, Extern, LoweringError, bind_args, lower, lower_graph, lowering_rules, run_plan
 from lowering_checks import check, trace
 
 
@@ -148,3 +148,29 @@ def ember_core_interpret(graph, inputs):
     from lowering_checks import clone
 
     return interpret(graph, [clone(x) for x in inputs])
+
+
+def test_a_float_read_out_of_a_0d_tensor_is_read_by_the_kernels():
+    # how Dynamo passes a Python float that changes between calls: a 0-d float64 input and `.item()`
+    scalar = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    plan = check(lambda x, s: (torch.softmax(x * s.item(), -1) + s.item(), x.clamp(min=s.item())), torch.randn(4, 8),
+                 scalar(0.7), others=[(torch.randn(4, 8), scalar(-1.5))])
+    assert not plan.externs and plan.kernels
+
+
+def test_a_float_read_out_of_a_tensor_that_an_aten_call_takes_is_refused():
+    # an extern cannot take the 0-d tensor where its schema wants a number: the graph is left to ATen whole
+    graph = trace(lambda x, s: (torch.special.zeta(x, s.item()),), torch.randn(4, 4),
+                  torch.tensor(0.5, dtype=torch.float64))
+    with pytest.raises(LoweringError, match="read from a tensor"):
+        lower(graph)
+
+
+def test_a_symbolic_float_input_is_refused():
+    # kernels take symbols as integers: a float read as one would be truncated without a word
+    graph = parse_graph("# ember graph v1.0\n"
+                        "def g(x: f32[4], s: sym:f64):\n"
+                        "  y: f32[4] = aten.mul.Tensor(x, s)\n"
+                        "  return (y)\n")
+    with pytest.raises(LoweringError, match="symbolic float64"):
+        lower(graph)

@@ -15,6 +15,7 @@ A forward output is differentiable, and has a tangent, exactly when its value ha
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,7 +77,9 @@ class JointTrace:
     def _tangents(self) -> list[torch.Tensor]:
         """Run the forward once on the fake primals to learn which outputs are differentiable; a contiguous
         tangent for each."""
-        with self.primals.mode, torch.enable_grad():
+        env = self.primals.symbols.shape_env
+        probe = env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
+        with self.primals.mode, torch.enable_grad(), probe:  # a scalar this run reads is read again when traced
             outs = self.interpreter.run(self.primals.values)
             self.differentiable = [_differentiable(o) for o in outs]
             return [torch.empty(o.shape, dtype=o.dtype, device=o.device)

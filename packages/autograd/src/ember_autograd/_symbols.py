@@ -17,7 +17,10 @@ class SymbolTable:
     """The graph's symbols as SymInts of one ShapeEnv (none when the graph has no symbols)."""
 
     def __init__(self, graph: Graph):
-        self.shape_env = ShapeEnv() if graph.symbols else None
+        # a ShapeEnv also gives a scalar read out of a tensor (`.item()`) a symbol while tracing, where a fake
+        # tensor has no value to read
+        reads_scalars = any(n.op == "aten._local_scalar_dense.default" for n in graph.nodes)
+        self.shape_env = ShapeEnv() if graph.symbols or reads_scalars else None
         self.symints: dict[str, Any] = {}  # graph's symbol name → SymInt
         self.graph_names: dict[str, str] = {}  # ShapeEnv's symbol name → graph's symbol name
         self.symbols: dict[str, Symbol] = {s.name: s for s in graph.symbols}

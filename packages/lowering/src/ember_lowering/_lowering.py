@@ -91,6 +91,9 @@ def lower_graph(graph: Graph) -> KernelPlan:
         if v.type == "tensor":
             ctx.new_buffer(v.shape, v.dtype, kind="input", stride=v.stride, name=inp.name)
             ctx.env[inp.name] = ctx.identity(inp.name)
+        elif v.type == "sym" and not v.dtype.startswith(("int", "uint")):
+            # symbols are integers (sizes, indices): a float or bool read as one would be truncated, silently
+            raise LoweringError(f"input {inp.name!r} is a symbolic {v.dtype}, which kernels do not take")
         else:
             ctx.env[inp.name] = sym(inp.name)
     for name, c in sorted(graph.constants.items()):
@@ -118,7 +121,14 @@ def _needed(graph: Graph) -> set[str]:
 def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
     ctx.origin = (node.outputs[0],)
     values = [ctx.values.get(o) for o in node.outputs]
+    scalar_of = _scalar_tensor(ctx, node)
+    if scalar_of is not None:
+        ctx.env[node.outputs[0]] = scalar_of
+        return
     if values and all(v is not None and v.type == "sym" for v in values):
+        if any(not v.dtype.startswith(("int", "uint")) for v in values):
+            raise LoweringError(f"node {node.outputs[0]!r} ({node.op}) makes a symbolic {values[0].dtype}: symbols "
+                                "are integers")
         for o in node.outputs:
             ctx.env[o] = _sym_value(ctx, node) if len(node.outputs) == 1 else sym(o)
         return
@@ -136,6 +146,20 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
             return
     log.debug("extern %s (%s): %s", node.op, node.outputs[0], reason)
     extern(ctx, node)
+
+
+def _scalar_tensor(ctx: LoweringContext, node: Node) -> TensorRef | None:
+    """A float read out of a 0-d tensor (`_local_scalar_dense`: how Dynamo passes a Python float that changes
+    between calls, as a 0-d float64 input): kernels read it from the tensor itself, as a broadcast operand. That
+    is exact wherever a kernel computes it: the op's result dtype is the graph's, and the operand is converted to
+    the op's compute dtype as ATen converts a Python scalar. An ATen call cannot take it (see `_extern_arg`)."""
+    if node.op != "aten._local_scalar_dense.default" or not node.args or not isinstance(node.args[0], Ref):
+        return None
+    v = ctx.values.get(node.args[0].name)
+    ref = ctx.env.get(node.args[0].name)
+    if v is None or v.type != "tensor" or v.shape != () or not isinstance(ref, TensorRef):
+        return None
+    return ref if v.dtype.startswith(("float", "bfloat")) else None
 
 
 def _sym_value(ctx: LoweringContext, node: Node) -> Any:
@@ -243,6 +267,9 @@ def extern(ctx: LoweringContext, node: Node) -> None:
 def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
     if isinstance(a, Ref):
         value = ctx.env.get(a.name)
+        v = ctx.values.get(a.name)
+        if isinstance(value, TensorRef) and v is not None and v.type != "tensor":
+            raise LoweringError(f"the scalar {a.name!r} read from a tensor is an argument of an ATen call")
         if isinstance(value, TensorRef):
             return Ref(ctx.materialize(value))
         if isinstance(value, sympy.Basic):

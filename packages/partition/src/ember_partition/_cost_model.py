@@ -4,7 +4,7 @@ and how its cost is estimated.
 | class      | recompute                                   | examples                                          |
 |------------|---------------------------------------------|---------------------------------------------------|
 | view       | free, and its result is never saved          | view, t, permute, expand, slice, split, detach    |
-| size       | free (arithmetic on symbolic sizes)          | sym_size, operator.mul                            |
+| size       | free (arithmetic on symbolic sizes, scalars) | sym_size, operator.mul, _local_scalar_dense       |
 | pointwise  | cheap: fuses into its consumer               | add, mul, gelu, where, clone, cat, full, index    |
 | reduction  | only under a memory budget below 1, weighted | sum, amax, _softmax, native_layer_norm            |
 | opaque     | only under a memory budget below 1, weighted | any op no table knows                             |
@@ -108,7 +108,7 @@ def _returns_alias(schema: torch.FunctionSchema) -> bool:
 
 
 def _returns_only_sizes(schema: torch.FunctionSchema) -> bool:
-    kinds = (torch.IntType, torch.SymIntType, torch.FloatType, torch.BoolType)
+    kinds = (torch.IntType, torch.SymIntType, torch.FloatType, torch.BoolType, torch.NumberType)  # Number: `.item()`
     return bool(schema.returns) and all(isinstance(r.type, kinds) for r in schema.returns)
 
 
