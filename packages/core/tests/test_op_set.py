@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from ember_core import decompositions, is_random
 
@@ -27,3 +28,23 @@ def test_is_random():
 def test_is_random_takes_schema_names():
     assert is_random("aten.native_dropout.default") and not is_random("aten.add.Tensor")
     assert not is_random("aten.no_such_op.default")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda xs, ys: torch._foreach_add(xs, ys, alpha=2.0),
+    lambda xs, ys: torch._foreach_addcmul(xs, ys, ys, value=0.5),
+    lambda xs, ys: torch._foreach_addcdiv(xs, ys, [y.abs() + 1 for y in ys], 0.25),
+    lambda xs, ys: torch._foreach_lerp(xs, ys, 0.3),
+    lambda xs, ys: torch._foreach_pow(2.0, xs),
+    lambda xs, ys: torch._foreach_mul(xs, [0.5, 2.0]),
+    lambda xs, ys: torch._foreach_sqrt([x.abs() for x in xs]),
+    lambda xs, ys: torch._foreach_maximum(xs, ys),
+], ids=["add_alpha", "addcmul_value", "addcdiv", "lerp", "pow_scalar_base", "mul_scalar_list", "sqrt", "maximum"])
+def test_foreach_ops_decompose_into_per_tensor_ops(fn):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    xs, ys = [torch.randn(3), torch.randn(2, 4)], [torch.randn(3), torch.randn(2, 4)]
+    gm = make_fx(lambda a, b, c, d: fn([a, b], [c, d]), decomposition_table=decompositions())(*xs, *ys)
+    assert not [n for n in gm.graph.nodes if "_foreach_" in str(n.target)], gm.code
+    for got, want in zip(gm(*xs, *ys), fn(xs, ys)):
+        torch.testing.assert_close(got, want)

@@ -46,6 +46,39 @@ def _fake_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any], fake_mode) -
     return fakes
 
 
+def _lift_attributes(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[str]]:
+    """Dynamo installs some tensors on the graph module and reads them with `get_attr` (an optimizer's
+    parameters and state, when `optimizer.step()` is compiled), and the graph may update them in place. In a copy
+    of the graph (Dynamo goes on using its own), each one becomes a placeholder after Dynamo's, so that capture
+    sees an input it can write (functionalization cannot write a tensor it does not wrap) and the runner passes
+    the live tensor. Returns the graph module to capture and the attributes it takes, in order."""
+    if not any(n.op == "get_attr" and isinstance(_attribute(gm, n.target), torch.Tensor) for n in gm.graph.nodes):
+        return gm, []
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    gm = fx.GraphModule(gm, graph)
+    reads = [n for n in gm.graph.nodes if n.op == "get_attr" and isinstance(_attribute(gm, n.target), torch.Tensor)]
+    last = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    lifted: dict[str, fx.Node] = {}
+    for node in reads:
+        if node.target not in lifted:
+            with gm.graph.inserting_after(last[-1]) if last else gm.graph.inserting_before(None):
+                lifted[node.target] = gm.graph.placeholder(f"attr_{node.name}")
+            lifted[node.target].meta.update(node.meta)
+            last.append(lifted[node.target])
+        node.replace_all_uses_with(lifted[node.target])
+        gm.graph.erase_node(node)
+    gm.recompile()
+    return gm, list(lifted)
+
+
+def _attribute(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
 def _break_source(reason: Any) -> tuple[str, str]:
     """(file:line, code) of the user's line where Dynamo broke the graph."""
     frames = getattr(reason, "user_stack", None) or []
@@ -80,6 +113,9 @@ class DynamoBackend:
             report("recompiled", self.last_failure or "Dynamo recompiled the frame", compile_id=str(compile_id))
         fake_mode = detect_fake_mode(example_inputs)
         fakes = _fake_inputs(gm, example_inputs, fake_mode)
+        gm, lifted = _lift_attributes(gm)
+        with fake_mode:
+            fakes += [fake_mode.from_tensor(_attribute(gm, t), static_shapes=True) for t in lifted]
         try:
             graph = capture_graph(gm, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode)
         except EmberError as e:  # a construct the graph cannot hold: this graph runs eagerly
@@ -88,7 +124,10 @@ class DynamoBackend:
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
         direct = runner.passthrough
-        if direct is not None:
+        if lifted:  # the attributes' tensors as they are now: the graph reads and writes the live ones
+            def run(*args: Any) -> list:
+                return runner([*args, *(_attribute(gm, t) for t in lifted)])
+        elif direct is not None:
             def run(*args: Any) -> list:
                 return direct(args)
         else:

@@ -32,5 +32,54 @@ def is_random(op: Any) -> bool:
 
 @functools.cache
 def decompositions() -> dict[Any, Callable]:
-    """torch's core ATen decompositions without those of random ops. Cached; do not mutate."""
-    return {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op)}
+    """torch's core ATen decompositions without those of random ops, and ember's own of the pointwise `_foreach_*`
+    ops (see `foreach_decompositions`). Cached; do not mutate."""
+    table = {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op)}
+    return table | foreach_decompositions()
+
+
+# `_foreach_<name>` ops whose per-tensor op is `aten.<name>` with the same arguments, element by element.
+FOREACH_POINTWISE = tuple("""
+    abs acos add addcdiv addcmul asin atan ceil clamp_max clamp_min cos cosh div erf erfc exp expm1 floor frac lerp
+    lgamma log log10 log1p log2 maximum minimum mul neg pow reciprocal round rsqrt sigmoid sign sin sinh sqrt sub tan
+    tanh trunc
+""".split())
+
+
+@functools.cache
+def foreach_decompositions() -> dict[Any, Callable]:
+    """`aten._foreach_add.List(xs, ys, alpha=a)` → `[aten.add(x, y, alpha=a) for x, y in zip(xs, ys)]`, and so on
+    for every functional overload of the pointwise foreach ops (what a compiled `optimizer.step()` calls with
+    `foreach=True`): the per-tensor ops then fuse like any others. Overloads whose per-element scalars come as one
+    tensor (`.Tensor` of addcmul/addcdiv: `scalars: Tensor`) are left whole."""
+    table: dict[Any, Callable] = {}
+    for name in FOREACH_POINTWISE:
+        packet = getattr(torch.ops.aten, f"_foreach_{name}", None)
+        per_tensor = getattr(torch.ops.aten, name, None)
+        if packet is None or per_tensor is None:
+            continue
+        for overload_name in packet.overloads():
+            overload = getattr(packet, overload_name)
+            schema = overload._schema
+            if schema.is_mutable or any(a.name == "scalars" and not isinstance(a.type, torch.ListType)
+                                        for a in schema.arguments):
+                continue
+            table[overload] = functools.partial(_foreach, per_tensor, schema, _keyword_only(per_tensor))
+    return table
+
+
+def _keyword_only(packet: Any) -> frozenset[str]:
+    """The names the per-tensor op takes only by keyword in some overload (`alpha` of add, `value` of addcmul)."""
+    return frozenset(a.name for o in packet.overloads() for a in getattr(packet, o)._schema.arguments if a.kwarg_only)
+
+
+def _foreach(per_tensor: Any, schema: Any, keyword: frozenset[str], *args: Any, **kwargs: Any) -> list:
+    """Call `per_tensor` once per position of the list arguments, which are indexed; the others go to every call.
+    The foreach op's arguments go in their order, by position, except those the per-tensor op takes by keyword
+    (`_foreach_addcmul.Scalar(xs, as, bs, 0.5)` → `addcmul(x, a, b, value=0.5)`)."""
+    bound = dict(zip((a.name for a in schema.arguments), args)) | kwargs
+    names = [a.name for a in schema.arguments if a.name in bound]
+    n = next(len(v) for v in bound.values() if isinstance(v, (list, tuple)))
+    pick = lambda v, i: v[i] if isinstance(v, (list, tuple)) else v  # noqa: E731
+    return [per_tensor(*(pick(bound[k], i) for k in names if k not in keyword),
+                       **{k: pick(bound[k], i) for k in names if k in keyword}) for i in range(n)]

@@ -248,6 +248,8 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
     add(["aten.lerp.Scalar", "aten.lerp.Tensor"], elementwise(("self", "end", "weight"), _lerp))
     add(["aten.addcmul.default"], elementwise(("self", "tensor1", "tensor2"),
                                               lambda b, x, t1, t2, a: x + _scaled(b, t1 * t2, a.get("value"))))
+    # Dynamo writes `addcmul_` with a value as `prims.fma(t1 * t2, value, self)` (one rounding in eager; two here)
+    add(["prims.fma.default"], elementwise(("a", "b", "c"), lambda b, x, y, z, a: x * y + z))
     add(["aten.addcdiv.default"], elementwise(("self", "tensor1", "tensor2"),
                                               lambda b, x, t1, t2, a: x + _scaled(b, t1 / t2, a.get("value"))))
     add(["aten.relu.default"], elementwise(("self",), lambda b, x, a: b.maximum(x, 0)))
