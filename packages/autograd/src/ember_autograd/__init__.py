@@ -4,11 +4,11 @@ compiled halves of its partition as an autograd.Function."""
 from ._grad_boundaries import insert_grad_boundaries
 from ._joint import joint
 from ._plugin import AOTAutograd
-from ._wrapper import DOUBLE_BACKWARD, CompiledFunction, wrap
+from ._wrapper import CompiledFunction, wrap
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DOUBLE_BACKWARD", "AOTAutograd", "CompiledFunction", "__version__", "insert_grad_boundaries",
+    "AOTAutograd", "CompiledFunction", "__version__", "insert_grad_boundaries",
     "joint", "wrap",
 ]

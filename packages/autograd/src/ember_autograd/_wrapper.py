@@ -4,23 +4,26 @@ An `autograd.Function` runs the compiled forward (it returns the forward outputs
 saved values for the backward, and marks outputs without a tangent non-differentiable. Its backward compiles the
 backward graph on first use (once), feeds it the saved values and the incoming gradients (zeros where autograd has
 none, made contiguous, as the tangents were traced), and hands back one gradient per primal (None where the
-backward computes none). `retain_graph=True` runs it again on the same saved values. A second-order gradient
-through it is an error raised when it is asked for, never a silent zero.
+backward computes none). `retain_graph=True` runs it again on the same saved values.
+
+A backward asked for with `create_graph=True` (a gradient penalty, double backward) must itself be
+differentiable: the compiled kernels are not, so that backward runs both graphs of the partition through ATen
+with grad mode on, the forward again from the function's inputs (so that the saved values carry their history)
+then the backward; the gradients it returns are eager autograd's to differentiate, as far as the ATen ops are.
+It is reported once as a `fallback` of stage `autograd`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, GraphError, Partition
+from ember_core import CompiledGraph, Event, GraphError, Interpreter, Partition, emit, is_random
 
-DOUBLE_BACKWARD = ("ember's compiled backward is not differentiable twice (double backward, e.g. a gradient penalty "
-                   "through create_graph=True). Run this function eagerly for higher-order gradients, or enable "
-                   "compiled autograd (ember.compiled_autograd.enable()).")
-
+log = logging.getLogger("ember.autograd")
 
 class Plan:
     """What the autograd.Function needs: the compiled forward, the backward (compiled on first use) and the layout
@@ -28,7 +31,10 @@ class Plan:
 
     def __init__(self, partition: Partition, forward: CompiledGraph, compile_backward: Callable[[], CompiledGraph]):
         fw, bw = partition.forward, partition.backward
+        self.partition = partition
         self.forward = forward
+        self.random = any(is_random(n.op) for n in fw.nodes)  # then a forward run again must draw the same
+        self._differentiable: tuple[Interpreter, Interpreter] | None = None
         self._compile_backward = compile_backward
         self._backward: CompiledGraph | None = None
         self._lock = threading.Lock()
@@ -61,6 +67,19 @@ class Plan:
                     self._backward = self._compile_backward()
         return self._backward
 
+    def differentiable_backward(self) -> tuple[Interpreter, Interpreter]:
+        """The partition's forward and backward graphs as ATen calls, for a backward that must be differentiable."""
+        if self._differentiable is None:
+            with self._lock:
+                if self._differentiable is None:
+                    fw, bw = self.partition.forward, self.partition.backward
+                    report = f"graph {fw.name!r}: a backward with create_graph=True runs {fw.name!r} and {bw.name!r} " \
+                             "through ATen with grad mode on (compiled kernels are not differentiable)"
+                    log.warning("autograd: %s", report)
+                    emit(Event(kind="fallback", stage="autograd", message=report, graph=bw, data={"reason": report}))
+                    self._differentiable = (Interpreter(fw), Interpreter(bw))
+        return self._differentiable
+
     def check_inputs(self, inputs: Sequence[Any]) -> None:
         """An input that requires grad now but was traced without would silently get no gradient: refuse it."""
         for k, (x, traced) in enumerate(zip(inputs, self.traced_grad)):
@@ -74,9 +93,11 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, plan: Plan, *inputs: Any) -> tuple[Any, ...]:
+        ctx.rng = _rng_states(inputs) if plan.random else None
         results = plan.forward(list(inputs))
         outs, saved = results[:plan.num_outputs], results[plan.num_outputs:]
         ctx.plan = plan
+        ctx.inputs = inputs  # kept for a differentiable backward (create_graph=True), which runs the forward again
         ctx.tensor_slots = [isinstance(s, torch.Tensor) for s in saved]
         ctx.others = [s for s in saved if not isinstance(s, torch.Tensor)]
         ctx.save_for_backward(*(s for s in saved if isinstance(s, torch.Tensor)))
@@ -87,10 +108,10 @@ class CompiledFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
         plan: Plan = ctx.plan
+        if torch.is_grad_enabled():  # create_graph=True: the grads must be differentiable themselves
+            return (None, *_differentiable_grads(plan, ctx.inputs, grad_outputs, ctx.rng))
         with torch.no_grad():
             grads = _run_backward(plan, _saved_values(ctx), grad_outputs)
-        if torch.is_grad_enabled():  # create_graph=True: these grads have no backward of their own
-            grads = _error_on_differentiation(grads)
         return (None, *grads)
 
 
@@ -108,19 +129,29 @@ def _run_backward(plan: Plan, saved: list[Any], grad_outputs: Sequence[Any]) -> 
     return grads
 
 
-def _error_on_differentiation(grads: list[Any]) -> list[Any]:
-    """The grads as outputs of a node whose own backward raises DOUBLE_BACKWARD (as once_differentiable does)."""
-    live = [k for k, g in enumerate(grads) if isinstance(g, torch.Tensor)]
-    if not live:
-        return grads
-    err = torch._C._functions.DelayedError(DOUBLE_BACKWARD.encode(), len(live))
-    marked = err(*(grads[k].detach().requires_grad_(grads[k].dtype.is_floating_point or grads[k].dtype.is_complex)
-                   for k in live))
-    marked = marked if isinstance(marked, tuple) else (marked,)
-    out = list(grads)
-    for k, g in zip(live, marked):
-        out[k] = g
-    return out
+def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """The CPU generator's state and that of each CUDA device an input is on."""
+    cuda = {x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"}
+    return torch.get_rng_state(), {d: torch.cuda.get_rng_state(d) for d in sorted(cuda)}
+
+
+def _differentiable_grads(plan: Plan, inputs: Sequence[Any], grad_outputs: Sequence[Any],
+                          rng: tuple[torch.Tensor, dict[int, torch.Tensor]] | None) -> list[Any]:
+    """The backward through ATen with grad mode on: the forward graph again on the inputs (its saved values then
+    have autograd history; random ops draw what they drew the first time), then the backward graph on them and
+    the tangents."""
+    forward, backward = plan.differentiable_backward()
+    with torch.random.fork_rng(devices=list(rng[1]) if rng else [], enabled=rng is not None):
+        if rng is not None:
+            torch.set_rng_state(rng[0])
+            for device, state in rng[1].items():
+                torch.cuda.set_rng_state(state, device)
+        saved = forward.run(list(inputs))[plan.num_outputs:]
+    tangents = [g.contiguous() for g, d in zip(grad_outputs, plan.differentiable) if d]
+    grads: list[Any] = [None] * plan.num_primals
+    for k, g in zip(plan.grad_inputs, backward.run([*saved, *tangents])):
+        grads[k] = g
+    return grads
 
 
 def wrap(partition: Partition, forward: CompiledGraph,
