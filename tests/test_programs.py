@@ -139,3 +139,17 @@ def test_a_gradient_penalty_trains_equal_to_eager(frontend):
     for p, q in zip(critic.parameters(), twin.parameters()):
         torch.testing.assert_close(p, q)
     assert {e.stage for e in rec.kinds("fallback")} == {"autograd"}  # reported, once per compiled graph
+
+
+def test_outputs_of_zero_derivative_ops_require_grad_as_in_eager(frontend):
+    # `fill` and `zero_` compute nothing from x's values, yet eager autograd makes their results require grad and
+    # gives x a zero gradient through them
+    def f(x, y):
+        return torch.fill(x, 2.0), x.clone().zero_() + y
+
+    x, y = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    got = ember.compile(f, options={"frontend": frontend})(x, y)
+    want = f(x, y)
+    assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [True, True]
+    g = torch.autograd.grad(sum(t.sum() for t in got), (x, y))
+    torch.testing.assert_close(g, torch.autograd.grad(sum(t.sum() for t in want), (x, y)))

@@ -29,6 +29,7 @@ from ember_core import (
     Output,
     decompositions,
     from_fx,
+    node_refs,
     tracing_lock,
     verify,
 )
@@ -81,9 +82,17 @@ class JointTrace:
         probe = env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
         with self.primals.mode, torch.enable_grad(), probe:  # a scalar this run reads is read again when traced
             outs = self.interpreter.run(self.primals.values)
-            self.differentiable = [_differentiable(o) for o in outs]
+            self.traced = [_differentiable(o) for o in outs]
+            self.differentiable = [t or self._recorded(j, o) for j, (t, o) in enumerate(zip(self.traced, outs))]
             return [torch.empty(o.shape, dtype=o.dtype, device=o.device)
                     for o, d in zip(outs, self.differentiable) if d]
+
+    def _recorded(self, j: int, out: Any) -> bool:
+        """Eager autograd made output j require grad although its value does not depend on a primal's
+        (`torch.fill(x, v)`, `x.zero_()`: ops with a zero derivative, which the graph computes from x's metadata
+        alone). Such an output stays differentiable, and the primals it reads get zero gradients, as in eager."""
+        value = self.graph.values[self.graph.outputs[j].name]
+        return value.requires_grad and isinstance(out, torch.Tensor) and differentiable_dtype(out.dtype)
 
     def _joint_fn(self, *flat: Any) -> list[Any]:
         n = len(self.graph.inputs)
@@ -92,14 +101,34 @@ class JointTrace:
         for node in get_proxy_mode().tracer.graph.nodes:
             node.meta[_REGION] = "forward"
         wrt = [(k, p) for k, p in enumerate(primals) if isinstance(p, torch.Tensor) and p.requires_grad]
-        diff = [o for o, d in zip(outs, self.differentiable) if d]
-        if [_differentiable(o) for o in outs] != self.differentiable:
+        if [_differentiable(o) for o in outs] != self.traced:
             raise AssertionError("forward outputs changed differentiability between two traces")
-        grads: Sequence[torch.Tensor | None] = ()
-        if diff and wrt:
-            grads = torch.autograd.grad(diff, [p for _, p in wrt], list(tangents), allow_unused=True)
+        tangent_of = iter(tangents)
+        pairs = [(o, next(tangent_of)) for o, d in zip(outs, self.differentiable) if d]
+        traced = [(o, t) for o, t in pairs if _differentiable(o)]
+        grads: list[torch.Tensor | None] = [None] * len(wrt)
+        if traced and wrt:
+            grads = list(torch.autograd.grad([o for o, _ in traced], [p for _, p in wrt], [t for _, t in traced],
+                                             allow_unused=True))
+        zero = self._zero_gradient_primals()
+        grads = [torch.zeros_like(p) if g is None and k in zero else g for (k, p), g in zip(wrt, grads)]
         self.grad_inputs = [k for (k, _), g in zip(wrt, grads) if g is not None]
         return [*outs, *(g for g in grads if g is not None)]
+
+    def _zero_gradient_primals(self) -> set[int]:
+        """Primals that an output kept differentiable by `_recorded` reads (through any chain of nodes)."""
+        forced = {self.graph.outputs[j].name for j, (t, d) in enumerate(zip(self.traced, self.differentiable))
+                  if d and not t}
+        if not forced:
+            return set()
+        reads = {o: set(node_refs(n)) for n in self.graph.nodes for o in n.outputs}
+        seen, stack = set(), list(forced)
+        while stack:
+            name = stack.pop()
+            if name not in seen:
+                seen.add(name)
+                stack.extend(reads.get(name, ()))
+        return {k for k, inp in enumerate(self.graph.inputs) if inp.name in seen}
 
 
 def _drop_aliases(gm: fx.GraphModule) -> None:
