@@ -31,7 +31,7 @@ from ember_core import Graph, Input, Output, custom_function_arguments, is_custo
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ._errors import CaptureError
+from ._errors import CaptureError, located
 
 
 @dataclass
@@ -156,12 +156,15 @@ class CustomFunctions:
             with torch.no_grad():
                 return capture_graph(fn, fakes, input_names=names, name=name, producer=self.producer,
                                      fake_mode=self.fake_mode)
-        except CaptureError:
-            raise
+        except CaptureError as e:
+            if e.reason.startswith("custom autograd function"):
+                raise
+            raise CaptureError(f"custom autograd function {function} cannot be captured: {e.reason}", e.where,
+                               e.code) from e
         except Exception as e:  # noqa: BLE001 - whatever stops the trace, the call must not be dropped silently
-            raise CaptureError(f"custom autograd function {function} cannot be captured: "
-                               f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                               ) from e
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise located(f"custom autograd function {function} cannot be captured: {type(e).__name__}: {first}",
+                          e) from e
 
 
 def _operand_order(name: str, args: Sequence[Any]) -> list[int]:
@@ -184,8 +187,8 @@ def _gradients(name: str, grads: Any, n: int) -> list:
     """The backward's result as one entry per argument, as eager autograd checks it."""
     grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
     if len(grads) < n or any(g is not None for g in grads[n:]):
-        raise CaptureError(f"custom autograd function {name}: backward returned {len(grads)} gradients for {n} "
-                           "inputs")
+        raise CaptureError(f"custom autograd function {name}: backward returned an incorrect number of "
+                           f"gradients (expected {n}, got {len(grads)})")
     if not all(g is None or isinstance(g, torch.Tensor) for g in grads):
         raise CaptureError(f"custom autograd function {name}: backward returned a gradient that is not a tensor")
     return grads[:n]

@@ -102,8 +102,8 @@ def traced_body(cls: type, args: Sequence[Any]) -> tuple[FunctionBody, list[Any]
         grads = cls.backward(ctx, *tangents)
         grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
         if len(grads) < len(args) or any(g is not None for g in grads[len(args):]):
-            raise CaptureError(f"custom autograd function {name}: backward returned {len(grads)} gradients for "
-                               f"{len(args)} inputs")
+            raise CaptureError(f"custom autograd function {name}: backward returned an incorrect number of "
+                               f"gradients (expected {len(args)}, got {len(grads)})")
         return [grads[i] for i in positions]
 
     body = FunctionBody(name, forward, backward, lambda: state["non_differentiable"], _arg_names(cls, positions))
