@@ -144,6 +144,25 @@ def test_forward_that_reads_a_tensor_it_was_not_given_runs_eagerly_in_the_trace_
                for e in events.of("fallback"))
 
 
+def test_tensor_passed_inside_a_list_runs_eagerly_in_the_trace_frontend(compile_graph, events):
+    """Only top-level tensors are the call's operands; one inside a list would be baked into the forward subgraph
+    as a constant with no data (a fake tensor of the enclosing trace): refused, so the function runs eagerly."""
+    class ListArg(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, xs, y):
+            return xs[0] * y
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None, grad * 7
+
+    y = torch.randn(3, requires_grad=True)
+    TraceFrontend().wrap(lambda x, y: ListArg.apply([x], y), compile_graph, {})(torch.randn(3), y).sum().backward()
+    assert_close(y.grad, torch.full((3,), 7.0))
+    assert any("ListArg cannot be captured: the function reads a tensor of the traced program" in e.message
+               for e in events.of("fallback"))
+
+
 def test_function_apply_is_the_original_outside_a_capture(compile_graph):
     original = Function.__dict__["apply"]
     TraceFrontend().wrap(lambda x: TimesThree.apply(x), compile_graph, {})(torch.ones(2, requires_grad=True))

@@ -32,6 +32,7 @@ from ember_core import (
 )
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ._custom_functions import CustomFunctions, dynamo_body, function_name, needs_gradient
@@ -151,9 +152,17 @@ def _insert_no_grad_detaches(gm: fx.GraphModule, facts: TraceFacts) -> None:
 
 
 def _check_constants(gm: fx.GraphModule) -> None:
-    """Tensors the function closes over become graph constants; one that needs grad would silently lose it."""
+    """Tensors the function closes over become graph constants; one that needs grad would silently lose it, and a
+    fake one (a tensor of an enclosing trace, which a custom function's forward reached other than through its
+    arguments, say inside a list) has no data at all."""
     for node in gm.graph.nodes:
-        if node.op == "get_attr" and getattr(gm, node.target).requires_grad:
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target)
+        if is_fake(value):
+            raise CaptureError("the function reads a tensor of the traced program that it is not given as an "
+                               "argument (inside a list or another container, say); pass it as an argument")
+        if value.requires_grad:
             raise CaptureError("the function reads a tensor that requires grad but is neither an argument nor a "
                                "module parameter; pass it as an argument")
 
