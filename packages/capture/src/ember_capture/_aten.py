@@ -87,8 +87,8 @@ def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFact
     Python meets custom autograd functions through `Function.apply`, which the trace intercepts."""
     is_gm = isinstance(fn, fx.GraphModule)
     target = _DynamoReplay(fn, custom).run if is_gm else fn
-    keep_meta = fx.traceback.preserve_node_meta() if is_gm else intercepting_functions(custom)
-    with fake_mode, enable_python_dispatcher(), keep_meta:
+    context = fx.traceback.preserve_node_meta() if is_gm else intercepting_functions(custom)
+    with fake_mode, enable_python_dispatcher(), context:
         gm = make_fx(functionalized(target, facts), decomposition_table=decompositions(),
                      record_stack_traces=not is_gm)(*fake_inputs)
     return gm
@@ -101,16 +101,17 @@ class _DynamoReplay(fx.Interpreter):
     def __init__(self, gm: fx.GraphModule, custom: CustomFunctions):
         super().__init__(gm)
         self.custom = custom
+        self._node: fx.Node | None = None  # the node being run, for the function's name
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if not _is_hop(target, "autograd_function_apply") or not needs_gradient(args[2:]):
             return super().call_function(target, args, kwargs)
         fwd, bwd, *operands = args
-        body = dynamo_body(function_name(self.current_node), fwd, bwd, kwargs)
+        body = dynamo_body(function_name(self._node), fwd, bwd, kwargs)
         return self.custom.call(body, operands)
 
     def run_node(self, n: fx.Node) -> Any:
-        self.current_node = n
+        self._node = n
         return super().run_node(n)
 
 
