@@ -47,3 +47,16 @@ def test_integer_values_and_existing_detaches_are_not_boundaries():
     graph = stamped(graph, {graph.inputs[0].name: True, mul_1: True})
     assert has_grad_facts(graph)
     assert boundaries(graph) == []
+
+
+def test_a_custom_function_call_stops_grad_only_at_its_non_differentiable_output():
+    """Its differentiable outputs get their gradient from the backward subgraph; the mask it marked
+    non-differentiable is a boundary, as in eager."""
+    from ember_core.testing import gate_graph
+
+    graph = gate_graph()
+    sin, call, mul, add = graph.nodes
+    y, mask = call.outputs
+    grads = {i.name: True for i in graph.inputs} | {sin.outputs[0]: True, y: True, mul.outputs[0]: True,
+                                                    add.outputs[0]: True}
+    assert boundaries(stamped(graph, grads)) == [mask]

@@ -28,6 +28,20 @@ def mlp_inputs():
 
 # ---------------------------------------------------------------------------------------------- layout
 
+def test_custom_function_call_is_differentiated_by_its_backward_subgraph():
+    """`Gate`'s backward doubles the gradient of its input: a 2 the derivative of its forward does not have."""
+    from ember_core.testing import gate_graph
+
+    graph = gate_graph()
+    jg = joint(graph, [torch.randn(6, 8, requires_grad=True), torch.randn(8, requires_grad=True)]).graph
+    assert not jg.subgraphs and all(n.op != "ember.custom_function.default" for n in jg.nodes)
+    backward = [n for n in jg.nodes if n.meta["region"] == "backward"]
+    # one 2 from `y * 2` around the call, one from the custom backward (re-deriving the forward has no second)
+    assert sum(n.op == "aten.mul.Tensor" and n.args[1:] == (2,) for n in backward) == 2, str(jg)
+    assert sum(n.op == "aten.sigmoid.default" for n in backward) == 1  # the backward subgraph's own sigmoid
+
+
+
 
 def test_inputs_are_primals_then_one_tangent_per_differentiable_output():
     def f(x, w):

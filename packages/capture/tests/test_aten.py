@@ -118,6 +118,78 @@ def test_no_grad_region_becomes_detach_and_requires_grad_is_recorded():
     assert graph.values[graph.inputs[0].name].requires_grad
 
 
+# ---------------------------------------------------------------------------------------------- where grad stops
+# `_insert_no_grad_detaches` cuts gradient paths. Each case below pins a cut it must make (a no_grad region of the
+# user's code is dead for gradients in eager) or must not make (a custom function's forward runs under no_grad,
+# but its backward is the path), and checks the captured graph's gradients against eager's.
+
+
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        with torch.no_grad():  # already off inside forward; an explicit region must not change anything
+            y = x * x
+        return y * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * grad
+
+
+def _graph_and_grads(f, x):
+    """The captured graph, then its gradient (run in ember-core's interpreter) and eager's, for `f(x).sum()`."""
+    graph = capture_graph(f, fakes(x))
+    got = x.detach().clone().requires_grad_()
+    ember_core.interpret(graph, [got])[0].sum().backward()
+    want = x.detach().clone().requires_grad_()
+    f(want).sum().backward()
+    return graph, got.grad, want.grad
+
+
+def _ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+def test_detach_pass_cuts_a_no_grad_region_of_user_code_as_eager_does():
+    def f(x):
+        with torch.no_grad():
+            scale = x.exp()
+        return x * scale
+
+    graph, got, want = _graph_and_grads(f, torch.randn(4, requires_grad=True))
+    assert _ops(graph).count("aten.detach.default") == 1
+    assert_close(got, want)
+
+
+def test_detach_pass_leaves_a_custom_functions_forward_whole():
+    graph, got, want = _graph_and_grads(lambda x: Cube.apply(x + 1), torch.randn(4, requires_grad=True))
+    assert "aten.detach.default" not in _ops(graph) and "ember.custom_function.default" in _ops(graph)
+    (call,) = [n for n in graph.nodes if n.op == "ember.custom_function.default"]
+    assert graph.values[call.outputs[0]].requires_grad
+    assert_close(got, want)
+
+
+def test_detach_pass_cuts_a_custom_function_called_under_no_grad_by_the_user():
+    """Under the user's no_grad the call needs no gradient: it runs inline and is cut where grad resumes."""
+    def f(x):
+        with torch.no_grad():
+            y = Cube.apply(x)
+        return x * y
+
+    graph, got, want = _graph_and_grads(f, torch.randn(4, requires_grad=True))
+    assert "ember.custom_function.default" not in _ops(graph) and "aten.detach.default" in _ops(graph)
+    assert_close(got, want)
+
+
+def test_detach_pass_leaves_a_custom_function_on_inputs_without_grad_inline():
+    x = torch.randn(4)
+    graph = capture_graph(lambda x: Cube.apply(x) * 2, fakes(x))
+    assert "ember.custom_function.default" not in _ops(graph) and not graph.subgraphs
+    assert not any(v.requires_grad for v in graph.values.values())
+
+
 def test_closed_over_tensor_that_requires_grad_is_refused():
     w = torch.randn(3, requires_grad=True)
     with pytest.raises(CaptureError, match="requires grad"):

@@ -173,3 +173,18 @@ def test_symbolic_int_inputs_renamed_to_canonical_symbols_still_bind(compile_gra
     assert compile_graph.count == 1
     assert [i.name for i in graph.inputs if graph.values[i.name].type == "sym"] == ["s0", "s1", "s2"]
     assert [s.name for s in graph.symbols] == ["s0", "s1"]
+
+
+def test_no_grad_region_blocks_gradients_like_eager(compile_graph):
+    """Dynamo's graph toggles grad mode around the region; the detach where grad resumes must survive capture."""
+    def f(x):
+        with torch.no_grad():
+            scale = x * 3
+        return (x * scale).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    wrap(f, compile_graph)(x).backward()
+    f(x_ref).backward()
+    assert_close(x.grad, x_ref.grad)
+    assert "aten.detach.default" in [n.op for n in compile_graph.graphs[0].nodes]

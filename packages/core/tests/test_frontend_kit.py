@@ -27,6 +27,17 @@ class FirstShapesOnly:
         return run
 
 
+class TracesThrough:
+    """A broken frontend: records whatever ops run, so a custom autograd function's forward is all it keeps."""
+
+    def wrap(self, fn, compile_graph, options):
+        def run(*args):
+            graph = from_fx(make_fx(fn)(*args), name="traced")
+            return tuple(compile_graph(graph, list(args))(list(args)))
+
+        return run
+
+
 class NoWrap:
     def backend(self, compile_graph, options):
         return lambda gm, example_inputs: gm
@@ -49,6 +60,11 @@ def test_kit_catches_a_frontend_that_ignores_new_shapes():
 def test_kit_catches_a_frontend_that_runs_a_graph_break_eagerly_under_fullgraph():
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         kit(Eager()).test_fullgraph_refuses_a_graph_break()
+
+
+def test_kit_catches_a_frontend_that_loses_a_custom_functions_backward():
+    with pytest.raises(AssertionError, match="gradients 0"):
+        kit(TracesThrough()).test_custom_autograd_function_keeps_its_backward()
 
 
 def test_kit_checks_the_protocols():

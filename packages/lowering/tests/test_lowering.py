@@ -19,6 +19,15 @@ def test_an_op_without_a_rule_becomes_an_extern_call(caplog):
     assert len(plan.kernels) == 2
 
 
+def test_a_custom_function_call_is_refused_not_made_an_extern_call():
+    """An extern call would run the op's forward alone: its backward subgraph would be lost."""
+    from ember_core.testing import gate_graph
+    from ember_lowering import LoweringError
+
+    with pytest.raises(LoweringError, match="custom autograd function call has no kernel"):
+        lower_graph(gate_graph())
+
+
 def test_matmul_convolution_and_attention_run_extern():
     q = torch.randn(1, 2, 4, 8)
     plan = check(lambda q, w: (q @ q.transpose(-1, -2), torch.nn.functional.conv2d(q, w),

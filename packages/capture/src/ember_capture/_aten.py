@@ -6,12 +6,13 @@ the inputs come from Dynamo, so symbolic sizes and guards stay one story), funct
 `Input(mutated=True)` + `Output(kind="mutation")`; outputs that share storage with an input become
 `Output(kind="alias")`. Symbols are named `s0, s1, ...` in order of first appearance (`canonical_symbols`), whichever
 frontend traced. Gradient facts that only eager autograd knows are written into `Value.requires_grad`, and
-no_grad regions inside the function become `aten.detach` at their boundary.
+no_grad regions inside the function become `aten.detach` at their boundary. A custom autograd function that needs a
+gradient becomes one `ember.custom_function` call with its forward and backward as subgraphs
+(`_custom_functions.py`), so no detach cuts it off: its own backward is its gradient.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,12 +20,24 @@ from typing import Any
 import ember_core
 import torch
 import torch.fx as fx
-from ember_core import Graph, Input, Output, decompositions, iter_refs, tracing_lock
+from ember_core import (
+    Graph,
+    Input,
+    Output,
+    custom_function_arguments,
+    decompositions,
+    is_custom_function,
+    iter_refs,
+    tracing_lock,
+)
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ._custom_functions import CustomFunctions, dynamo_body, function_name, needs_gradient
 from ._errors import CaptureError, is_torch_file
+from ._function_apply import intercepting_functions
 from ._functionalize import TraceFacts, functionalized
 
 
@@ -49,11 +62,15 @@ def _rename(node: fx.Node, name: str) -> None:
         node._rename(name)
 
 
+def _is_hop(target: Any, name: str) -> bool:
+    """Whether an fx target is the higher-order op of that name (Dynamo's ops for hooks, custom functions ...)."""
+    return isinstance(target, torch._ops.HigherOrderOperator) and target.name() == name
+
+
 def _check_python_effects(gm: fx.GraphModule) -> None:
     """Dynamo records a hook registered on an intermediate tensor as an op; make_fx would drop it silently."""
     for node in gm.graph.nodes:
-        target = node.target
-        if isinstance(target, torch._ops.HigherOrderOperator) and target.name() == "register_hook":
+        if _is_hop(node.target, "register_hook"):
             where = _source_of(node)
             raise CaptureError("a tensor hook registered inside the graph cannot be captured", where)
 
@@ -64,15 +81,38 @@ def _source_of(node: fx.Node) -> str | None:
     return ":".join(frames[-1]) if frames else None
 
 
-def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFacts) -> fx.GraphModule:
-    """make_fx of `fn`, functional and decomposed. A GraphModule is re-run node by node so its meta survives."""
+def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFacts,
+           custom: CustomFunctions) -> fx.GraphModule:
+    """make_fx of `fn`, functional and decomposed. A GraphModule is re-run node by node so its meta survives;
+    Python meets custom autograd functions through `Function.apply`, which the trace intercepts."""
     is_gm = isinstance(fn, fx.GraphModule)
-    target = fx.Interpreter(fn).run if is_gm else fn
-    keep_meta = fx.traceback.preserve_node_meta() if is_gm else contextlib.nullcontext()
-    with fake_mode, enable_python_dispatcher(), keep_meta:
+    target = _DynamoReplay(fn, custom).run if is_gm else fn
+    context = fx.traceback.preserve_node_meta() if is_gm else intercepting_functions(custom)
+    with fake_mode, enable_python_dispatcher(), context:
         gm = make_fx(functionalized(target, facts), decomposition_table=decompositions(),
                      record_stack_traces=not is_gm)(*fake_inputs)
     return gm
+
+
+class _DynamoReplay(fx.Interpreter):
+    """Re-runs Dynamo's graph; a call of `autograd_function_apply` that needs a gradient becomes one
+    `ember.custom_function` call (one that needs none runs inline, as eager would)."""
+
+    def __init__(self, gm: fx.GraphModule, custom: CustomFunctions):
+        super().__init__(gm)
+        self.custom = custom
+        self._node: fx.Node | None = None  # the node being run, for the function's name
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if not _is_hop(target, "autograd_function_apply") or not needs_gradient(args[2:]):
+            return super().call_function(target, args, kwargs)
+        fwd, bwd, *operands = args
+        body = dynamo_body(function_name(self._node), fwd, bwd, kwargs)
+        return self.custom.call(body, operands)
+
+    def run_node(self, n: fx.Node) -> Any:
+        self._node = n
+        return super().run_node(n)
 
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in .*$')
@@ -113,9 +153,17 @@ def _insert_no_grad_detaches(gm: fx.GraphModule, facts: TraceFacts) -> None:
 
 
 def _check_constants(gm: fx.GraphModule) -> None:
-    """Tensors the function closes over become graph constants; one that needs grad would silently lose it."""
+    """Tensors the function closes over become graph constants; one that needs grad would silently lose it, and a
+    fake one (a tensor of an enclosing trace, which a custom function's forward reached other than through its
+    arguments, say inside a list) has no data at all."""
     for node in gm.graph.nodes:
-        if node.op == "get_attr" and getattr(gm, node.target).requires_grad:
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target)
+        if is_fake(value):
+            raise CaptureError("the function reads a tensor of the traced program that it is not given as an "
+                               "argument (inside a list or another container, say); pass it as an argument")
+        if value.requires_grad:
             raise CaptureError("the function reads a tensor that requires grad but is neither an argument nor a "
                                "module parameter; pass it as an argument")
 
@@ -172,15 +220,23 @@ def _requires_grad(graph: Graph, gm: fx.GraphModule, fake_inputs: Sequence[Any],
     for node in graph.nodes:
         reads = any(r in values and values[r].requires_grad for r in iter_refs((node.args, node.kwargs)))
         on = grad_of.get(node.outputs[0], True)
+        marked = _marked_non_differentiable(node)
         for o in node.outputs:
             v = values[o]
             rg = reads and on and node.op != "aten.detach.default" and v.type == "tensor" and _differentiable(v.dtype)
-            values[o] = v.replace(requires_grad=rg)
+            values[o] = v.replace(requires_grad=rg and o not in marked)
     n_user = len(graph.outputs) - len(facts.mutated)
     for j, out in enumerate(graph.outputs):
         rg = facts.out_requires_grad[j] if j < n_user else facts.mutated_requires_grad[j - n_user]
         values[out.name] = values[out.name].replace(requires_grad=rg)
     return graph.replace(values=values)
+
+
+def _marked_non_differentiable(node: ember_core.Node) -> set[str]:
+    """The outputs of a custom function call that its author marked non-differentiable."""
+    if not is_custom_function(node.op):
+        return set()
+    return {node.outputs[i] for i in custom_function_arguments(node)["non_differentiable"]}
 
 
 def _differentiable(dtype: str) -> bool:
@@ -208,8 +264,9 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     if isinstance(fn, fx.GraphModule):
         _check_python_effects(fn)
     facts = TraceFacts()
+    custom = CustomFunctions(fake_mode, producer)
     with tracing_lock():  # make_fx's state is process-wide
-        gm = _trace(fn, fake_inputs, fake_mode, facts)
+        gm = _trace(fn, fake_inputs, fake_mode, facts, custom)
     _one_placeholder_per_symbol(gm)
     gm.graph.eliminate_dead_code()
     _check_constants(gm)
@@ -219,7 +276,7 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     _stamp_io(gm, facts, names, input_kinds)
     gm.recompile()
     graph = ember_core.from_fx(gm, name=name, producer=producer)
-    graph = _requires_grad(graph, gm, fake_inputs, facts)
+    graph = _requires_grad(graph.replace(subgraphs=custom.used_by(graph)), gm, fake_inputs, facts)
     # The ShapeEnv named the symbols (by hashes of their sources, which differ between frontends): name them s0,
     # s1 ... in order of first appearance, so every later stage, log and dump shows the same names.
     return ember_core.verify(ember_core.canonical_symbols(graph))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember_core import is_custom_function
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -38,7 +39,11 @@ class TraceFacts:
 
 
 class GradModeRecorder(TorchDispatchMode):
-    """Stamps every fx node made while an op runs with the grad mode it ran under (`meta["ember_grad"]`)."""
+    """Stamps every fx node made while an op runs with the grad mode it ran under (`meta["ember_grad"]`).
+
+    A custom function call (`ember.custom_function`) reaches this mode from inside the autograd node that makes
+    its outputs require grad, where grad mode is off; but it is only ever recorded for a call that needs a
+    gradient, so it is stamped as grad-on: nothing may detach it."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         mode = get_proxy_mode()
@@ -46,7 +51,7 @@ class GradModeRecorder(TorchDispatchMode):
         last = graph._root.prev if graph is not None else None
         out = func(*args, **(kwargs or {}))
         if graph is not None:
-            grad, node = torch.is_grad_enabled(), last.next
+            grad, node = torch.is_grad_enabled() or is_custom_function(func), last.next
             while node is not graph._root:
                 node.meta.setdefault("ember_grad", grad)
                 node = node.next

@@ -3,6 +3,13 @@
 from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._cache_dir import cache_root, private_cache_dir
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
+from ._custom_function import (
+    CUSTOM_FUNCTION,
+    custom_function_arguments,
+    is_custom_function,
+    node_callable,
+    subgraph_scope,
+)
 from ._disk_cache import CacheLookup, DiskCache
 from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
 from ._dump import DumpWriter
@@ -16,7 +23,7 @@ from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_sche
 from ._op_set import decompositions, is_random
 from ._ops import resolve_op
 from ._options import OptionSpec
-from ._parser import load_text, parse_graph
+from ._parser import load_text, parse_graph, text_constants
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
@@ -72,4 +79,7 @@ __all__ = [
     # stage contracts: event payloads, the dump writer, the interpreter codegen
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
     "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen",
+    # custom autograd functions: the call node and its subgraphs
+    "CUSTOM_FUNCTION", "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope",
+    "text_constants",
 ]

@@ -46,7 +46,7 @@ def _canonical_node(n: Node, names: dict[str, str], symbols: dict[str, str]) -> 
 
 def canonical(graph: Graph) -> Graph:
     """The same graph with values renamed `%0, %1 ...` in definition order, symbols renamed `k0, k1 ...` in
-    declaration order, and name and location metadata dropped."""
+    declaration order, and name and location metadata dropped; its subgraphs likewise."""
     order = [i.name for i in graph.inputs] + list(graph.constants) + [o for n in graph.nodes for o in n.outputs]
     names = {old: f"%{k}" for k, old in enumerate(order)}
     symbols = {s.name: f"k{k}" for k, s in enumerate(graph.symbols)}
@@ -59,6 +59,7 @@ def canonical(graph: Graph) -> Graph:
         outputs=tuple(Output(names[o.name], o.kind, o.input) for o in graph.outputs),
         values={names[k]: _rename_value(v, names, symbols) for k, v in graph.values.items() if k in names},
         constants={names[k]: c.__class__(names[k], c.tensor) for k, c in graph.constants.items()},
+        subgraphs={k: canonical(sub) for k, sub in graph.subgraphs.items()},  # called by name: keys stay
     )
 
 

@@ -5,7 +5,8 @@
 so `from_fx(to_fx(g)) == g` exactly, and `to_fx(from_fx(gm))` has the same code as `gm` when `gm` returns a
 tuple (a Graph's outputs are always a sequence, so a bare `return x` comes back as `return (x,)`).
 A frontend may set `meta["ember_input"]` on placeholders and `meta["ember_outputs"]` on the output node to give
-input and output kinds (mutations, aliases, params).
+input and output kinds (mutations, aliases, params). A graph's subgraphs travel as Graphs in the module's
+`meta["ember_graph"]["subgraphs"]`: fx has no form for them that `from_fx` could read back exactly.
 """
 
 from __future__ import annotations
@@ -194,6 +195,7 @@ def from_fx(gm: fx.GraphModule, *, name: str | None = None, producer: str | None
         constants=constants,
         producer=producer if producer is not None else info.get("producer", ""),
         **({"version": info["version"]} if "version" in info else {}),
+        subgraphs=dict(info.get("subgraphs", {})),
     )
 
 
@@ -242,6 +244,7 @@ def to_fx(graph: Graph) -> fx.GraphModule:
     gm = fx.GraphModule(b.root, b.g)
     gm.meta["ember_graph"] = {
         "name": graph.name, "producer": graph.producer, "symbols": graph.symbols, "version": graph.version,
+        "subgraphs": dict(graph.subgraphs),
     }
     return gm
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from ._custom_function import node_callable
 from ._errors import GraphError
-from ._ops import resolve_op
 from ._printer import format_node
 from ._schema import Graph, Ref, Sym, has_sym, node_refs
 from ._symbolic import evaluate
@@ -19,7 +19,7 @@ class Interpreter:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self._ops = [resolve_op(n.op) for n in graph.nodes]
+        self._ops = [node_callable(graph, n) for n in graph.nodes]
         self._frees = self._plan_frees(graph)
         self._has_syms = any(has_sym(n.args) or has_sym(tuple(n.kwargs.values())) for n in graph.nodes)
         self._outputs = [o.name for o in graph.outputs]

@@ -29,6 +29,7 @@ ARG_TAGS = ("ref", "sym", "none", "bool", "int", "float", "str", "list", "dtype"
 # Limits on what a document may hold: it is untrusted input (see README, "Untrusted input").
 MAX_FILE_BYTES = 1 << 30  # a graph file, or a constant's side file
 MAX_ARG_DEPTH = 32  # `{"list": [...]}` nested deeper than this is refused
+MAX_SUBGRAPH_DEPTH = 8  # subgraphs of subgraphs ... deeper than this are refused
 MAX_INT_DIGITS = 40  # longer integer literals are refused while parsing (int64 needs 19)
 MAX_CONSTANT_NUMEL = 1 << 31  # elements of one constant
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -202,6 +203,8 @@ def graph_to_json(graph: Graph, side_dir: Path | None = None) -> dict:
         "outputs": [{"name": o.name, "kind": o.kind, "input": o.input} for o in graph.outputs],
         "values": {name: _value_to_json(v) for name, v in graph.values.items()},
         "constants": {name: _constant_to_json(c, side_dir) for name, c in graph.constants.items()},
+        # a subgraph's constants travel inline: side files are named by the top graph's constants alone
+        "subgraphs": {name: graph_to_json(sub) for name, sub in graph.subgraphs.items()},
     }
 
 
@@ -335,6 +338,10 @@ def _read_side_file(rel: str, where: str, base_dir: Path | None) -> torch.Tensor
 
 def graph_from_json(data: Any, where: str = "", base_dir: Path | None = None) -> Graph:
     """Build a Graph from JSON data. `where` prefixes error paths (a file name, say)."""
+    return _graph_from_json(data, where, base_dir, 0)
+
+
+def _graph_from_json(data: Any, where: str, base_dir: Path | None, depth: int) -> Graph:
     prefix = f"{where}: " if where else ""
     data = _expect(data, dict, where or "document")
     if data.get("format") != FORMAT:
@@ -361,9 +368,16 @@ def graph_from_json(data: Any, where: str = "", base_dir: Path | None = None) ->
             for k, v in r.get("constants", dict, {}).items()
         },
         version=(SCHEMA_VERSION if lenient else version),
+        subgraphs=_read_subgraphs(r.get("subgraphs", dict, {}), f"{prefix}subgraphs", depth),
     )
     r.done()
     return graph
+
+
+def _read_subgraphs(data: dict, where: str, depth: int) -> dict[str, Graph]:
+    if data and depth >= MAX_SUBGRAPH_DEPTH:
+        raise SchemaError(where, f"subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH}")
+    return {k: _graph_from_json(v, f"{where}.{k}", None, depth + 1) for k, v in data.items()}
 
 
 def _read_symbol(data: Any, where: str, lenient: bool) -> Symbol:

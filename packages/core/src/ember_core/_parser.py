@@ -6,8 +6,9 @@ through a table), lengths and nesting have the limits of `_json.py`, and every w
 `SchemaError` naming the line and the field, with the column marked.
 
 What the text cannot hold: the data of constants above `INLINE_CONSTANT_NUMEL` elements (or of dtypes without a
-printable number form), which reads `constant [...]`; `parse_graph` takes their tensors in `constants=`, and
-`load_text` from the JSON file the dump wrote beside the text. A text shortened or marked for an error message
+printable number form), which reads `constant [...]`; `parse_graph` takes their tensors in `constants=` (a
+subgraph's under `SUBGRAPH/NAME`, as `text_constants` keys them), and `load_text` from the JSON file the dump
+wrote beside the text. A text shortened or marked for an error message
 (`format_graph(mark=..., window=...)`) is refused.
 """
 
@@ -29,13 +30,14 @@ from ._json import (
     MAX_ARG_DEPTH,
     MAX_CONSTANT_NUMEL,
     MAX_FILE_BYTES,
+    MAX_SUBGRAPH_DEPTH,
     check_version,
     load,
     make_symbol,
     read_graph_file,
 )
 from ._ops import resolve_op
-from ._printer import IDENT, RESERVED, row_major
+from ._printer import IDENT, RESERVED, SUBGRAPH_INDENT, row_major
 from ._schema import (
     INPUT_KINDS,
     OUTPUT_KINDS,
@@ -80,6 +82,15 @@ def parse_graph(text: str, *, constants: Mapping[str, torch.Tensor] | None = Non
     return _Reader(text, constants or {}, where).graph()
 
 
+def text_constants(graph: Graph) -> dict[str, torch.Tensor]:
+    """Every constant's tensor, keyed as `parse_graph(constants=)` takes them: `NAME` for the graph's own,
+    `SUBGRAPH/NAME` for a subgraph's (and so on down)."""
+    found = {name: c.tensor for name, c in graph.constants.items()}
+    for sub_name, sub in graph.subgraphs.items():
+        found.update({f"{sub_name}/{k}": t for k, t in text_constants(sub).items()})
+    return found
+
+
 def load_text(path: str | os.PathLike, constants: Mapping[str, torch.Tensor] | None = None) -> Graph:
     """Read a graph text file, like the `.txt` files `EMBER_DUMP` writes. The tensors of large constants come from
     `constants`, else from the JSON file of the same name beside it (the dump writes both)."""
@@ -87,18 +98,20 @@ def load_text(path: str | os.PathLike, constants: Mapping[str, torch.Tensor] | N
     text = read_graph_file(path, "graph text file")
     if constants is None and "= constant [...]" in text and path.suffix == ".txt":
         beside = path.with_name(path.name.removesuffix(".txt") + ".json")
-        constants = {k: c.tensor for k, c in load(beside).constants.items()} if beside.is_file() else None
+        constants = text_constants(load(beside)) if beside.is_file() else None
     return parse_graph(text, constants=constants, where=str(path))
 
 
 class _Reader:
     """Reads the lines in order: header, header comments, `def`, body, `return`."""
 
-    def __init__(self, text: str, constants: Mapping[str, torch.Tensor], where: str):
+    def __init__(self, text: str, constants: Mapping[str, torch.Tensor], where: str, first_line: int = 0,
+                 depth: int = 0):
         self.lines = text.split("\n")
         self.k = 0
         self.where = f"{where}: " if where else ""
         self.given = constants
+        self.first_line, self.depth = first_line, depth  # where a subgraph's text starts in the whole text
 
     def next(self) -> Cursor | None:
         """The next line that is not blank, or None at the end."""
@@ -106,15 +119,17 @@ class _Reader:
             line = self.lines[self.k].removesuffix("\r")
             self.k += 1
             if len(line) > MAX_LINE_CHARS:
-                raise SchemaError(f"{self.where}line {self.k}", f"longer than {MAX_LINE_CHARS} characters")
+                raise SchemaError(f"{self.where}line {self.k + self.first_line}",
+                                  f"longer than {MAX_LINE_CHARS} characters")
             if line.strip():
-                return Cursor(line, self.k, self.where)
+                return Cursor(line, self.k + self.first_line, self.where)
         return None
 
     def required(self, what: str) -> Cursor:
         c = self.next()
         if c is None:
-            raise SchemaError(f"{self.where}line {len(self.lines)}", f"expected {what} before the end of the text")
+            raise SchemaError(f"{self.where}line {len(self.lines) + self.first_line}",
+                              f"expected {what} before the end of the text")
         return c
 
     def graph(self) -> Graph:
@@ -122,11 +137,42 @@ class _Reader:
         symbols, region, c = self.comments()
         name, inputs, values = self.signature(c)
         nodes, constants, outputs = self.body(values, region)
-        extra = self.next()
-        if extra is not None:
-            raise extra.fail("text after the return line")
+        subgraphs = self.subgraphs()
         return Graph(name=name, inputs=inputs, nodes=nodes, outputs=outputs, values=values, symbols=symbols,
-                     constants=constants, producer=producer, version=version)
+                     constants=constants, producer=producer, version=version, subgraphs=subgraphs)
+
+    # ------------------------------------------------------------------------------------------ subgraphs
+
+    def subgraphs(self) -> dict[str, Graph]:
+        """`subgraph NAME:` lines after the return line, each followed by its graph's text, indented."""
+        found: dict[str, Graph] = {}
+        while (c := self.next()) is not None:
+            c.field = "subgraph"
+            if not c.take("subgraph "):
+                raise c.fail("text after the return line; expected 'subgraph NAME:' or the end", 0)
+            if self.depth >= MAX_SUBGRAPH_DEPTH:
+                raise c.fail(f"subgraphs nested deeper than {MAX_SUBGRAPH_DEPTH}", 0)
+            start, name = c.pos, c.name()
+            c.expect(":")
+            c.end()
+            if name in found:
+                raise c.fail(f"subgraph {name!r} given twice", start)
+            given = {k.partition("/")[2]: t for k, t in self.given.items() if k.startswith(name + "/")}
+            first_line, text = self.indented_block()
+            where = f"{self.where}subgraph {name}"
+            found[name] = _Reader(text, given, where, first_line, self.depth + 1).graph()
+        return found
+
+    def indented_block(self) -> tuple[int, str]:
+        """(the number of the line before it, the text) of the indented lines that follow, the indent removed."""
+        first, lines = self.k + self.first_line, []
+        while self.k < len(self.lines):
+            line = self.lines[self.k].removesuffix("\r")
+            if line.strip() and not line.startswith(SUBGRAPH_INDENT):
+                break
+            lines.append(line[len(SUBGRAPH_INDENT):])
+            self.k += 1
+        return first, "\n".join(lines)
 
     # ------------------------------------------------------------------------------------------ header
 

@@ -1,7 +1,7 @@
 """The one canonical text form of a Graph: a header, one line per node, a return line. Deterministic, and read
 back exactly by `parse_graph` (`_parser.py`):
 
-    # ember graph v1.0 from ember-capture 0.1.0 trace
+    # ember graph v1.1 from ember-capture 0.1.0 trace
     # symbols: s0=8 in [2, inf]
     def f(x: f32[s0, 4] requires_grad, w: f32[4] param, n: sym:i64):
       c0: f32[3] = constant [0.5, 1.0, 2.0]
@@ -20,6 +20,8 @@ back exactly by `parse_graph` (`_parser.py`):
   a region and some are forward, the header says `# default region: forward` and only the others are noted.
 - Constants of up to `INLINE_CONSTANT_NUMEL` elements print their data; larger ones read `constant [...]` and
   `parse_graph` takes their tensors separately.
+- Subgraphs (the two graphs of each `ember.custom_function` call) follow the return line, in name order: a line
+  `subgraph NAME:`, then the subgraph's own text indented by `SUBGRAPH_INDENT`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ._json import INLINE_CONSTANT_NUMEL
 from ._schema import REGIONS, Constant, Graph, Node, Output, Ref, Sym, Value
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SUBGRAPH_INDENT = "    "
 # Words that mean something in argument position; a value with such a name prints as `%"name"`.
 RESERVED = frozenset({"None", "True", "False", "inf", "nan", *SHORT_DTYPE_NAMES.values()})
 INT_TEXT = re.compile(r"-?[0-9]+")
@@ -232,4 +235,14 @@ def format_graph(graph: Graph, *, mark: int | None = None, window: int | None = 
     if hi < len(graph.nodes):
         lines.append(f"  ... {len(graph.nodes) - hi} nodes")
     lines.append(f"  return ({', '.join(format_output(o) for o in graph.outputs)})")
+    if mark is None:  # an error's excerpt is about the graph itself
+        lines += _subgraph_lines(graph)
     return "\n".join(lines)
+
+
+def _subgraph_lines(graph: Graph) -> list[str]:
+    lines = []
+    for name in sorted(graph.subgraphs):
+        lines.append(f"subgraph {format_name(name)}:")
+        lines += [SUBGRAPH_INDENT + line for line in format_graph(graph.subgraphs[name]).split("\n")]
+    return lines

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._custom_function import node_callable
 from ._errors import GraphError
 from ._interpreter import Interpreter
 from ._ops import resolve_op
@@ -71,7 +72,7 @@ def python_source(graph: Graph) -> tuple[str, dict[str, Any]]:
     keep = {o.name for o in graph.outputs} | set(graph.constants)
     for i, node in enumerate(graph.nodes):
         op = f"_op{i}"
-        namer.globals[op] = direct_call(resolve_op(node.op))
+        namer.globals[op] = direct_call(node_callable(graph, node))
         args = [namer.arg(a) for a in node.args] + [f"{keyword_name(k)}={namer.arg(v)}" for k, v in node.kwargs.items()]
         outs = [namer.local(o) for o in node.outputs]
         single = len(outs) == 1 and not returns_sequence(resolve_op(node.op))

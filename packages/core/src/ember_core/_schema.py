@@ -17,7 +17,7 @@ import torch
 
 # (major, minor). Rules: a field added with a default is a minor bump; a field removed or changed is a major bump.
 # tests/test_schema_lock.py fails when the schema's shape changes without a bump.
-SCHEMA_VERSION: tuple[int, int] = (1, 0)
+SCHEMA_VERSION: tuple[int, int] = (1, 1)
 
 INPUT_KINDS = ("user", "param", "buffer", "tangent", "saved", "rng")
 OUTPUT_KINDS = ("user", "grad", "saved", "mutation", "alias")
@@ -135,6 +135,9 @@ class Graph:
     constants: dict[str, Constant] = field(default_factory=dict)
     producer: str = ""
     version: tuple[int, int] = SCHEMA_VERSION
+    # Graphs that nodes of this one name (schema 1.1): the forward and backward of each custom autograd function
+    # call, `ember.custom_function` (see `_custom_function.py`). Each is a whole graph with its own values.
+    subgraphs: dict[str, Graph] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> Graph:
         return dataclasses.replace(self, **changes)

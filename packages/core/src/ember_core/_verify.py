@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._custom_function import call_problem, is_custom_function
 from ._dtypes import DTYPE_NAMES
 from ._errors import GraphError
 from ._expr import ExprError
@@ -63,6 +64,8 @@ def verify(graph: Graph) -> Graph:
     for i, node in enumerate(graph.nodes):
         _check_node(graph, i, node, defined, symbols)
     _check_outputs(graph, defined)
+    for sub in graph.subgraphs.values():
+        verify(sub)
     return graph
 
 
@@ -82,6 +85,8 @@ def _check_node(graph: Graph, i: int, node: Node, defined: set[str], symbols: se
     except GraphError as e:
         raise _fail(graph, f"{where}.op", str(e), i) from None
     problem = signature_problem(op, node)
+    if problem is None and is_custom_function(node.op):
+        problem = call_problem(graph, node)
     if problem is not None:
         raise _fail(graph, f"{where}.args", problem, i)
     fields = [(f"args[{j}]", a) for j, a in enumerate(node.args)] + [(f"kwargs.{k}", a) for k, a in node.kwargs.items()]

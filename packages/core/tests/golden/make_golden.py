@@ -14,7 +14,7 @@ from pathlib import Path
 import ember_core
 import torch
 from ember_core import Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
-from ember_core.testing import battery_case
+from ember_core.testing import battery_case, gate_graph
 
 CASES = ("pointwise_chain", "symbolic_sizes", "multi_output", "input_mutation", "constants", "views", "dtypes")
 
@@ -78,6 +78,7 @@ def main() -> int:
         ember_core.save(battery_case(name).graph, folder / f"{name}.json")
         print(f"wrote {folder / name}.json")
     ember_core.save(ember_core.verify(every_field()), folder / "every_field.json")
+    ember_core.save(ember_core.verify(gate_graph()), folder / "custom_function.json")  # since 1.1: subgraphs
     return 0
 
 

@@ -15,7 +15,20 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, graph_device, node_refs, resolve_op
+from ember_core import (
+    Event,
+    Graph,
+    Node,
+    Ref,
+    Sym,
+    as_sympy,
+    dtype_name,
+    emit,
+    graph_device,
+    is_custom_function,
+    node_refs,
+    resolve_op,
+)
 
 from ._context import LoweringContext, TensorRef
 from ._decisions import Decision
@@ -119,6 +132,9 @@ def _needed(graph: Graph) -> set[str]:
 
 
 def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
+    if is_custom_function(node.op):
+        raise LoweringError(f"{node.outputs[0]} = {node.op}: a custom autograd function call has no kernel of its "
+                            "own; the interpreter codegen runs it with its backward subgraph")
     ctx.origin = (node.outputs[0],)
     values = [ctx.values.get(o) for o in node.outputs]
     scalar_of = _scalar_tensor(ctx, node)

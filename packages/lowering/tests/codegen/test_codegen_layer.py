@@ -154,5 +154,24 @@ def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(m
     assert "runs in the interpreter codegen: lowering failed: RuntimeError: no lowering today" in event.message
 
 
+def test_a_custom_function_call_runs_in_the_interpreter_codegen_with_its_backward():
+    """The call has no kernel; the interpreter codegen applies its backward subgraph (Gate's is not the derivative
+    of its forward), so even a graph run under eager autograd gets the author's gradient."""
+    from ember_core.testing import gate_graph
+    from ember_core.testing._custom_function import gate_reference
+
+    with record_events() as ev:
+        compiled = ToyCodegen().compile(gate_graph())
+    assert compiled.codegen == "interpreter"
+    [event] = ev.kinds("fallback")
+    assert "a custom autograd function call has no kernel of its own" in event.data["reason"]
+    ember_in = [torch.randn(6, 8, requires_grad=True), torch.randn(8, requires_grad=True)]
+    eager_in = [t.detach().clone().requires_grad_() for t in ember_in]
+    compiled(ember_in)[0].sum().backward()
+    gate_reference(*eager_in)[0].sum().backward()
+    for got, want in zip(ember_in, eager_in):
+        torch.testing.assert_close(got.grad, want.grad)
+
+
 class TestToyCodegenConformance(CodegenConformance):
     codegen = ToyCodegen()

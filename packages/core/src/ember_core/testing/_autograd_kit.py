@@ -6,7 +6,8 @@
         autograd = MyAutograd()
         partitioner = MyPartitioner()    # optional: splits the joint graphs (default: ember-core's RegionPartitioner)
 
-For each battery graph, plus the kit's own (outputs aliasing an input, a buffer written in place), the kit builds
+For each battery graph, plus the kit's own (outputs aliasing an input, a buffer written in place, a custom autograd
+function call whose backward is not the derivative of its forward, which must differentiate it), the kit builds
 `autograd.joint(graph, example_inputs)` and checks the `JointGraph` layout; then partitions it, compiles both halves
 with ember-core's interpreter codegen and runs `autograd.wrap(...)`: outputs, their requires_grad and the gradients
 of every input must equal eager PyTorch's (`torch.testing.assert_close`), and the backward must be compiled once,
@@ -30,6 +31,7 @@ from .._schema import Graph, Input, Output
 from .._stages import Autograd, CompiledGraph, JointGraph
 from .._verify import verify
 from ._battery import BatteryCase, CaseSpec, battery_case, battery_names, trace_case
+from ._custom_function import gate_model, gate_reference, stamp_gate
 from ._joint import RegionPartitioner, with_grad
 
 # ---------------------------------------------------------------------------------------------- the kit's cases
@@ -73,6 +75,7 @@ KIT_CASES = {
     "alias_outputs": CaseSpec("alias_outputs", _alias_outputs, _x_w, stamp=_stamp_aliases),
     "buffer_update": CaseSpec("buffer_update", _buffer_update, lambda n, g: [*_x_w(n, g), torch.zeros(8)],
                               stamp=_stamp_buffer, reference=_buffer_update_eager),
+    "custom_function": CaseSpec("custom_function", gate_model, _x_w, stamp=stamp_gate, reference=gate_reference),
 }
 
 

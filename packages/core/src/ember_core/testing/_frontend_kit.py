@@ -11,8 +11,9 @@ Each function of the battery (as eager code writes it, input mutation included) 
 `frontend.wrap(fn, compile_graph, options)`, where the kit's `compile_graph` verifies every graph it is handed and
 compiles it with ember-core's interpreter codegen. The kit checks results against eager (outputs and the inputs a
 function writes), that compiled graphs are what runs, that the same shapes compile nothing new, that new shapes
-compile again when `dynamic=False`, that a graph break runs correctly and is refused under `fullgraph=True`, and
-that the frontend implements the `Frontend` protocol. `options` holds torch.compile's arguments (`fullgraph`,
+compile again when `dynamic=False`, that a graph break runs correctly and is refused under `fullgraph=True`, that a
+custom autograd function keeps its own backward (one that is not its forward's derivative: `Gate`), and that the
+frontend implements the `Frontend` protocol. `options` holds torch.compile's arguments (`fullgraph`,
 `dynamic`, `mode`, as the runtime passes them) and the kit's `options`.
 """
 
@@ -29,6 +30,7 @@ from .._schema import Graph
 from .._stages import BackendFrontend, Frontend
 from .._verify import verify
 from ._battery import OTHER_SIZE, TRACE_SIZE, battery_names, battery_spec, clone_inputs
+from ._custom_function import gate_reference
 
 # ---------------------------------------------------------------------------------------------- functions
 
@@ -189,6 +191,20 @@ class FrontendConformance:
         compiled, _ = self._wrap(_branchy, fullgraph=True)
         with pytest.raises(Exception):  # noqa: B017, PT011 - each frontend raises its own error type
             compiled(torch.rand(TRACE_SIZE, 8))
+
+    def test_custom_autograd_function_keeps_its_backward(self) -> None:
+        """Gradients through `Gate` equal eager's: the frontend kept its backward (as an `ember.custom_function`
+        call, or by running the function eagerly), never re-derived its forward nor dropped it."""
+        compiled, _ = self._wrap(gate_reference)
+        g = torch.Generator().manual_seed(0)
+        inputs = [torch.randn(TRACE_SIZE, 8, generator=g), torch.randn(8, generator=g)]
+        eager_in, compiled_in = ([x.clone().requires_grad_() for x in inputs] for _ in range(2))
+        want, got = gate_reference(*eager_in), compiled(*compiled_in)
+        self._compare("outputs", _as_list(got), _as_list(want))
+        assert [o.requires_grad for o in got] == [o.requires_grad for o in want], "outputs' requires_grad"
+        want[0].pow(2).sum().backward()
+        got[0].pow(2).sum().backward()
+        self._compare("gradients", [x.grad for x in compiled_in], [x.grad for x in eager_in])
 
     def test_backend_compiles_what_dynamo_captures(self) -> None:
         if not self.backend:
