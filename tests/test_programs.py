@@ -153,3 +153,16 @@ def test_outputs_of_zero_derivative_ops_require_grad_as_in_eager(frontend):
     assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [True, True]
     g = torch.autograd.grad(sum(t.sum() for t in got), (x, y))
     torch.testing.assert_close(g, torch.autograd.grad(sum(t.sum() for t in want), (x, y)))
+
+
+def test_eager_autograd_option_keeps_gradients(frontend):
+    # `autograd="eager"`: the forward graph runs where eager autograd records it (the interpreter codegen); a
+    # codegen's kernels would return outputs that silently do not require grad
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    x = torch.randn(3, 4, requires_grad=True)
+    compiled = ember.compile(model, options={"frontend": frontend, "autograd": "eager"})
+    got, want = compiled(x), model(x)
+    assert got.requires_grad
+    torch.testing.assert_close(got, want)
+    params = [x, *model.parameters()]
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), params), torch.autograd.grad(want.sum(), params))

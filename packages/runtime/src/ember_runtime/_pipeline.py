@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,9 +19,12 @@ from ember_core import (
     fingerprint,
     get_plugin_manager,
     graph_device,
+    interpreter_codegen,
 )
 
 from ._graph_cache import GraphCache
+
+log = logging.getLogger("ember.runtime")
 
 # fingerprint + codegen + options → compiled graph, shared by every compiled function in the process.
 _cache = GraphCache()
@@ -96,10 +100,23 @@ class Pipeline:
         """What every frontend calls for each captured graph: passes, then (training) autograd and partition,
         then the device's codegen. Returns a callable from the graph's inputs (a list) to its outputs (a list)."""
         graph = self.run_passes(graph, "post_capture")
-        autograd = self.autograd() if self.needs_grad(graph, example_inputs) else None
-        if autograd is None:
+        if not self.needs_grad(graph, example_inputs):
             return self.codegen_graph(graph, example_inputs)
+        autograd = self.autograd()
+        if autograd is None:
+            return self.eager_autograd(graph, example_inputs)
         return self.compile_training(autograd, graph, example_inputs)
+
+    def eager_autograd(self, graph: Graph, example_inputs: Sequence[Any]) -> CompiledGraph:
+        """A graph that needs grad under eager autograd (`autograd="eager"`, or no autograd plugin installed): its
+        ATen calls must run where autograd records them, in the interpreter codegen (a codegen's kernels are not
+        differentiable: their outputs would silently not require grad)."""
+        reason = f"graph {graph.name!r} needs grad under eager autograd: it runs in the interpreter codegen"
+        log.info("runtime: %s", reason)
+        compiled = interpreter_codegen().compile(graph, example_inputs, self.options)
+        self.manager.emit(Event("graph_compiled", "codegen", f"graph {graph.name!r} compiled by interpreter",
+                                graph=graph, source=compiled.source, payload=GraphCompiled(compiled)))
+        return compiled
 
     def compile_training(self, autograd, graph: Graph, example_inputs: Sequence[Any]) -> Any:
         """autograd → partition → codegen of each half; the backward is compiled on its first use."""
