@@ -117,6 +117,8 @@ def _needed(graph: Graph) -> set[str]:
 
 def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
     ctx.origin = (node.outputs[0],)
+    if _scalar_of_tensor(ctx, node):
+        return
     values = [ctx.values.get(o) for o in node.outputs]
     if values and all(v is not None and v.type == "sym" for v in values):
         for o in node.outputs:
@@ -136,6 +138,19 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
             return
     log.debug("extern %s (%s): %s", node.op, node.outputs[0], reason)
     extern(ctx, node)
+
+
+def _scalar_of_tensor(ctx: LoweringContext, node: Node) -> bool:
+    """`aten._local_scalar_dense` of a 0-d floating tensor (Dynamo passes a Python float that changed between calls
+    that way, and reads it back with `.item()`): the value is that tensor, which the kernels reading the float load.
+    A symbol in its place would be an index variable nothing binds."""
+    if node.op != "aten._local_scalar_dense.default" or not isinstance(node.args[0], Ref):
+        return False
+    src = ctx.env.get(node.args[0].name)
+    if not isinstance(src, TensorRef) or src.rank != 0 or not src.dtype.startswith(("float", "bfloat")):
+        return False
+    ctx.env[node.outputs[0]] = src
+    return True
 
 
 def _sym_value(ctx: LoweringContext, node: Node) -> Any:
