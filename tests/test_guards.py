@@ -433,7 +433,10 @@ def test_same_tensor_twice_with_grad(frontend):
     assert_close(w.grad, w_ref.grad)
 
 
-def test_argument_that_is_also_a_global_tensor(frontend, monkeypatch):
+def test_argument_that_is_also_a_global_tensor(frontend, monkeypatch, request):
+    if frontend == "dynamo":  # torch.compile(backend="eager") gets it wrong too
+        request.applymarker(pytest.mark.xfail(strict=True, reason="Dynamo dedups an argument that is also a global "
+                                              "but guards nothing between a local and a global source"))
     monkeypatch.setitem(globals(), "WEIGHT", torch.arange(4.0))
 
     def f(a):

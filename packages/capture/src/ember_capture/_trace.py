@@ -39,7 +39,7 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from ._aten import capture_graph
+from ._aten import capture_graph, readable_name
 from ._errors import CaptureError, located
 from ._guards import GuardBuilder, Live, shape_env_checks, static_ints, tensor_checks, value_check
 from ._inputs import InputLayout
@@ -398,6 +398,8 @@ def leaf_labels(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     except (TypeError, ValueError):
         params = []
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if isinstance(fn, torch.fx.GraphModule):  # Dynamo's: `forward(self, *args)`, its placeholders name them
+        positional = [readable_name(n.name) for n in fn.graph.nodes if n.op == "placeholder"]
     star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
     labels = []
     for path, _ in tree_flatten_with_path((args, kwargs))[0]:
