@@ -170,6 +170,82 @@ def test_module_forward_reads_a_global_and_an_attribute(frontend, monkeypatch):
     assert_close(compiled(x), model(x))
 
 
+class Limits:
+    LOW = -1.0
+
+
+GAINS = {"a": 1.0, "b": 2.0}
+
+
+def clamps_and_sums_gains(x):
+    y = x.clamp(min=Limits.LOW)
+    for key, gain in GAINS.items():
+        y = y + gain * (x if key == "a" else x.sin())
+    return y
+
+
+def test_class_constant_and_dict_of_scalars_changed(frontend, monkeypatch):
+    compiled = compile_with(frontend, clamps_and_sums_gains)
+    x = torch.randn(6) * 3
+    assert_close(compiled(x), clamps_and_sums_gains(x))
+    monkeypatch.setattr(Limits, "LOW", 0.5)
+    assert_close(compiled(x), clamps_and_sums_gains(x))
+    monkeypatch.setitem(GAINS, "b", -3.0)
+    assert_close(compiled(x), clamps_and_sums_gains(x))
+    monkeypatch.setitem(GAINS, "c", 1.0)
+    assert_close(compiled(x), clamps_and_sums_gains(x))
+
+
+def test_closure_over_a_helper_that_closes_over_a_scalar(frontend):
+    def make(scale):
+        def helper(x):
+            return x * scale
+
+        def f(x):
+            return helper(x).exp()
+
+        def set_scale(v):
+            nonlocal scale
+            scale = v
+
+        return f, set_scale
+
+    f, set_scale = make(0.5)
+    compiled = compile_with(frontend, f)
+    x = torch.randn(4)
+    assert_close(compiled(x), f(x))
+    set_scale(-2.0)
+    assert_close(compiled(x), f(x))
+
+
+class PlainListOfLayers(nn.Module):
+    """Layers in a plain list attribute: not submodules, so not in named_parameters()."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = [nn.Linear(4, 4), nn.Linear(4, 4)]
+        self.mask = torch.ones(4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x) * self.mask
+        return x
+
+
+def test_modules_and_tensors_in_plain_attributes(frontend):
+    model = PlainListOfLayers()
+    compiled = compile_with(frontend, model)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_close(compiled(x), model(x))
+        model.mask[1] = 0.0
+        assert_close(compiled(x), model(x))
+        model.layers[0] = nn.Linear(4, 4)
+        assert_close(compiled(x), model(x))
+        model.mask = torch.full((4,), 2.0)
+        assert_close(compiled(x), model(x))
+
+
 # ---------------------------------------------------------------------------------------------- tensors
 
 WEIGHT = torch.arange(4.0)

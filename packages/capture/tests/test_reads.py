@@ -127,6 +127,19 @@ def test_tensors_are_fetched_live_and_substituted_while_tracing(monkeypatch):
     assert holder[0] is w and TABLE["w"] is new
 
 
+class _Table:
+    WEIGHTS = torch.ones(2)
+
+
+def test_a_class_attribute_tensor_is_substituted_and_put_back():
+    reads = find_reads(lambda x: x * _Table.WEIGHTS)
+    assert [r.label for r in reads.tensors] == ["_Table.WEIGHTS"]
+    original, stand_in = _Table.WEIGHTS, torch.empty(2)
+    with reads.substituted([stand_in]):
+        assert _Table.WEIGHTS is stand_in
+    assert _Table.WEIGHTS is original
+
+
 def test_hostile_keys_and_names_never_become_code():
     weird = {"'); import os; os.system('x') #": 1.0, 3: 2.0}
 

@@ -415,6 +415,26 @@ def test_a_write_through_a_view_argument_reaches_the_other(compile_graph, events
     assert events.of("recompiled")[-1].get("reason") == "b no longer shares memory with a"
 
 
+def test_one_tensor_twice_beside_a_view_of_it(compile_graph):
+    def f(a, b, c):
+        a.add_(1)
+        c.mul_(3)
+        return b[:3] + c
+
+    x, x_ref = torch.arange(6.0), torch.arange(6.0)
+    assert_close(wrap(f, compile_graph)(x, x, x[1:4]), f(x_ref, x_ref, x_ref[1:4]))
+    assert_close(x, x_ref)
+    assert [i.name for i in compile_graph.graphs[0].inputs] == ["a_base"]
+
+
+def test_one_tensor_twice_with_dynamic_sizes_compiles_once(compile_graph):
+    compiled = wrap(lambda a, b: a * b, compile_graph, dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n)
+        assert_close(compiled(x, x), x * x)
+    assert compile_graph.count == 1
+
+
 def test_sharing_arguments_of_a_pure_function_stay_separate_inputs(compile_graph):
     compiled = wrap(lambda a, b: a * 2 + b.sum(), compile_graph)
     x = torch.randn(6)

@@ -72,18 +72,24 @@ class InputLayout:
                 self._add(r.label, "param" if isinstance(r.value, torch.nn.Parameter) else "buffer", r.value)
                 self.own_reads.append(r)
             self.read_inputs.append(first[id(r.value)])
-        self.duplicates: list[tuple[int, int]] = []  # (leaf, input it is the same tensor as)
+        self.duplicates: list[tuple[int, int]] = []  # (leaf, parameter or read input it is the same tensor as)
+        self.same_leaf: list[tuple[int, int]] = []  # (leaf, earlier leaf it is the same tensor as)
         self.user: list[int] = []  # leaves that are inputs of their own
         self.leaf_input: dict[int, int] = {}
+        leaf_of: dict[int, int] = {}  # tensor → the first leaf holding it
         for i in leaves:
             t = flat[i]
-            if id(t) in first:
+            if id(t) in leaf_of:
+                self.same_leaf.append((i, leaf_of[id(t)]))
+            elif id(t) in first:
                 self.duplicates.append((i, first[id(t)]))
+                self.leaf_input[i] = first[id(t)]
             else:
+                leaf_of[id(t)] = i
                 first[id(t)] = len(self.tensors)
                 self._add(labels[i], "user", t)
                 self.user.append(i)
-            self.leaf_input[i] = first[id(t)]
+                self.leaf_input[i] = first[id(t)]
         self.bases: list[Base] = []
         self.loose: list[tuple[list[int], bool]] = []  # inputs over one storage kept separate; could be a base?
         self._group(flat, bases)
@@ -152,6 +158,8 @@ class InputLayout:
         for j, b in enumerate(self.bases):
             for i, (size, stride, offset) in zip(b.members, b.views):
                 values[i] = torch.as_strided(inputs[first_base + j], size, stride, offset)
+        for i, j in self.same_leaf:
+            values[i] = values[j]
         return values
 
     def read_values(self, inputs: Sequence[Any]) -> list[Any]:
@@ -193,6 +201,9 @@ class InputLayout:
         for i, k in self.duplicates:
             g.check(f"a{i} is not {var[k]}", "{label} is no longer the same tensor as {other}", label=self.labels[i],
                     other=self.names[k])
+        for i, j in self.same_leaf:
+            g.check(f"a{i} is not a{j}", "{label} is no longer the same tensor as {other}", label=self.labels[i],
+                    other=self.labels[j])
         for b in self.bases:
             first = b.members[0]
             g.let(f"s{first}", f"_storage_of(a{first})")

@@ -95,7 +95,11 @@ class Read:
             else:
                 container[how[1]] = value
         elif how[0] == "attr":
-            vars(self.parent.fetch())[how[1]] = value
+            owner = self.parent.fetch()
+            if isinstance(owner, type):  # a class's namespace is read-only as a mapping
+                setattr(owner, how[1], value)
+            else:
+                vars(owner)[how[1]] = value
         else:
             raise CaptureError(f"cannot substitute {self.label} while tracing")
 
@@ -162,7 +166,7 @@ class Reads:
                             other=same.label)
             elif r.kind == "container":
                 _container_checks(g, r)
-            elif r.kind in ("module", "object"):
+            elif r.kind in ("module", "object") and r.step[0] != "const":  # a constant root is itself
                 g.check(f"{r.var} is not {g.const('O', r.value)}", "{label}: is a different object", label=r.label)
 
     @contextlib.contextmanager
@@ -347,7 +351,10 @@ class _Walk:
 
     def attributes(self, r: Read, attrs: frozenset[str], depth: int = 0) -> None:
         """The attributes in `attrs` that `r`'s object holds in its own `__dict__`, and its methods named there."""
-        own = getattr(r.value, "__dict__", None)
+        try:
+            own = getattr(r.value, "__dict__", None)
+        except Exception:  # a `__dict__` property that raises: the identity guard is all there is
+            return
         if not isinstance(own, (dict, types.MappingProxyType)):
             return
         is_type = isinstance(r.value, type)

@@ -222,6 +222,7 @@ class TracedFunction:
         grad = torch.is_grad_enabled()
         g.check(f"is_grad_enabled() is not {grad}", "grad mode changed from {old} to {new}", old=grad, new=not grad)
         fakes = dict(zip(layout.user, user_fakes))
+        fakes.update((i, fakes[j]) for i, j in layout.same_leaf if j in fakes)
         for i, x in enumerate(flat):
             g.let(f"a{i}", f"flat[{i}]")
             if isinstance(x, torch.Tensor):  # an argument of its own by its fake, the others as they are now
