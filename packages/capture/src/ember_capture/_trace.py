@@ -3,8 +3,10 @@
 Each wrapped function keeps a list of entries, each a generated guard plus a compiled graph. A call flattens its
 arguments, runs the guards in order and calls the first entry that passes. A miss traces the function with
 make_fx under a fresh `FakeTensorMode`/`ShapeEnv` (sizes symbolic where the dynamic policy says so), compiles the
-graph with `compile_graph`, and adds an entry. Python scalars are specialized by value; module parameters and
-buffers become graph inputs (see `_state.py`). A function that cannot be one graph (a branch on a tensor's value,
+graph with `compile_graph`, and adds an entry. Python scalars are specialized by value; what the function reads
+besides its arguments (globals, closure cells, attributes) is guarded or made graph inputs (`_reads.py`), module
+parameters and buffers become graph inputs (`_state.py`), and arguments that are one tensor or share memory are
+traced and guarded as such (`_inputs.py`). A function that cannot be one graph (a branch on a tensor's value,
 `.item()`, `print`) raises `CaptureError` under `fullgraph=True`, else runs eagerly from then on.
 """
 
