@@ -188,3 +188,28 @@ def test_no_grad_region_blocks_gradients_like_eager(compile_graph):
     f(x_ref).backward()
     assert_close(x.grad, x_ref.grad)
     assert "aten.detach.default" in [n.op for n in compile_graph.graphs[0].nodes]
+
+
+def _add_then_double(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def test_written_argument_sharing_memory_goes_through_the_trace_frontend(compile_graph):
+    compiled = wrap(_add_then_double, compile_graph)
+    a, b = torch.zeros(6), torch.zeros(6)
+    assert_close(compiled(a, b), torch.zeros(6))
+    (graph,) = compile_graph.graphs
+    x = torch.zeros(6)
+    assert_close(compiled(x, x.view(6)), torch.full((6,), 2.0))
+    assert_close(x, torch.ones(6))
+    assert [i.name for i in compile_graph.graphs[-1].inputs] == ["a_base"]
+    assert_close(compiled(a, b), torch.zeros(6))  # no sharing: the graph Dynamo made
+    assert len(compile_graph.graphs) == 2
+
+
+def test_graph_writing_no_argument_checks_no_sharing(compile_graph):
+    compiled = wrap(lambda a, b: a * 2 + b, compile_graph)
+    x = torch.randn(6)
+    assert_close(compiled(x, x.view(6)), x * 3)
+    assert len(compile_graph.graphs) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from ember_capture._guards import GuardBuilder
+from ember_capture._reads import find_reads
 from ember_capture._state import ModuleState, find_owners
 
 _MODEL = torch.nn.Linear(2, 2)
@@ -22,6 +23,17 @@ def test_owners_are_the_module_its_self_or_its_closure_and_globals():
     assert find_owners(torch.relu) == []
 
 
+def test_owners_in_containers_and_shared_tensors_are_lifted_once():
+    inner = torch.nn.Linear(2, 2)
+    outer = torch.nn.Sequential(inner, torch.nn.Linear(2, 2))
+    blocks = {"all": outer, "first": inner}
+    state = ModuleState(find_owners(lambda x: blocks["first"](x) + blocks["all"](x)))
+    assert state.names == ["blocks['all'].0.weight", "blocks['all'].0.bias", "blocks['all'].1.weight",
+                           "blocks['all'].1.bias"]
+    with state.substituted([torch.zeros_like(t) for t in state.tensors]):
+        assert inner.weight is outer[0].weight and not inner.weight.any()
+
+
 def test_state_lists_params_then_buffers_and_substitutes_them():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
     state = ModuleState(find_owners(model))
@@ -36,7 +48,9 @@ def test_state_lists_params_then_buffers_and_substitutes_them():
 def test_guard_fails_when_a_parameter_is_replaced_or_mode_changes():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     g = GuardBuilder()
-    ModuleState(find_owners(model)).add_checks(g)
+    reads = find_reads(model)
+    reads.add_checks(g)  # the modules' locals, which the state's checks start from
+    ModuleState(reads.owners).add_checks(g)
     check, explain, _ = g.build()
     assert check([], None)
     model.eval()

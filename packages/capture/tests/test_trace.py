@@ -334,3 +334,133 @@ def test_hook_registered_inside_the_function_runs_eagerly(compile_graph, events)
     wrap(f, compile_graph)(x).backward()
     assert_close(x.grad, torch.full((4,), 30.0))
     assert "register_hook" in events.of("fallback")[0].message
+
+
+# ---------------------------------------------------------------------------------------------- globals and closures
+
+_SHIFT = 1.0
+_TABLE = torch.arange(3.0)
+
+
+def _shifted(x):
+    return x + _SHIFT + _TABLE
+
+
+def test_changed_global_scalar_recompiles_and_says_why(compile_graph, events, monkeypatch):
+    compiled = wrap(_shifted, compile_graph)
+    x = torch.zeros(3)
+    assert_close(compiled(x), _shifted(x))
+    monkeypatch.setitem(globals(), "_SHIFT", 2.0)
+    assert_close(compiled(x), _shifted(x))
+    assert compile_graph.count == 2
+    assert [e.get("reason") for e in events.of("recompiled")] == ["_SHIFT: changed from 1.0 to 2.0"]
+
+
+def test_global_tensor_is_a_graph_input_read_on_every_call(compile_graph, monkeypatch):
+    compiled = wrap(_shifted, compile_graph)
+    x = torch.zeros(3)
+    compiled(x)
+    _TABLE.mul_(2)
+    assert_close(compiled(x), _shifted(x))
+    monkeypatch.setitem(globals(), "_TABLE", torch.full((3,), -1.0))
+    assert_close(compiled(x), _shifted(x))
+    assert compile_graph.count == 1
+    inputs = compile_graph.graphs[0].inputs
+    assert [(i.name, i.kind) for i in inputs] == [("TABLE", "buffer"), ("x", "user")]
+    assert not any(compile_graph.graphs[0].constants)
+
+
+def test_global_tensor_written_by_the_function_is_written_back(compile_graph, monkeypatch):
+    counts = torch.zeros(2)
+
+    def f(x):
+        counts.add_(x)
+        return counts * 1
+
+    compiled = wrap(f, compile_graph)
+    compiled(torch.ones(2))
+    compiled(torch.ones(2))
+    assert_close(counts, torch.full((2,), 2.0))
+    assert compile_graph.graphs[0].inputs[0].mutated
+
+
+# ---------------------------------------------------------------------------------------------- aliasing arguments
+
+def _add_then_double(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def test_same_tensor_twice_is_one_input_and_guarded(compile_graph, events):
+    compiled = wrap(_add_then_double, compile_graph)
+    x = torch.zeros(3)
+    assert_close(compiled(x, x), torch.full((3,), 2.0))
+    assert_close(x, torch.ones(3))
+    assert [i.name for i in compile_graph.graphs[0].inputs] == ["a"]
+    y, z = torch.zeros(3), torch.zeros(3)
+    assert_close(compiled(y, z), torch.zeros(3))
+    assert events.of("recompiled")[0].get("reason") == "b is no longer the same tensor as a"
+
+
+def test_a_write_through_a_view_argument_reaches_the_other(compile_graph, events):
+    compiled = wrap(_add_then_double, compile_graph)
+    x = torch.zeros(6)
+    assert_close(compiled(x, x.view(2, 3)), torch.full((2, 3), 2.0))
+    assert_close(x, torch.ones(6))
+    graph = compile_graph.graphs[-1]
+    assert [(i.name, i.mutated) for i in graph.inputs] == [("a_base", True)]
+    assert any(n.op == "aten.as_strided.default" for n in graph.nodes)
+    y = torch.zeros(6)
+    assert_close(compiled(y, torch.zeros(2, 3)), torch.zeros(2, 3))
+    assert events.of("recompiled")[-1].get("reason") == "b no longer shares memory with a"
+
+
+def test_one_tensor_twice_beside_a_view_of_it(compile_graph):
+    def f(a, b, c):
+        a.add_(1)
+        c.mul_(3)
+        return b[:3] + c
+
+    x, x_ref = torch.arange(6.0), torch.arange(6.0)
+    assert_close(wrap(f, compile_graph)(x, x, x[1:4]), f(x_ref, x_ref, x_ref[1:4]))
+    assert_close(x, x_ref)
+    assert [i.name for i in compile_graph.graphs[0].inputs] == ["a_base"]
+
+
+def test_one_tensor_twice_with_dynamic_sizes_compiles_once(compile_graph):
+    compiled = wrap(lambda a, b: a * b, compile_graph, dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n)
+        assert_close(compiled(x, x), x * x)
+    assert compile_graph.count == 1
+
+
+def test_sharing_arguments_of_a_pure_function_stay_separate_inputs(compile_graph):
+    compiled = wrap(lambda a, b: a * 2 + b.sum(), compile_graph)
+    x = torch.randn(6)
+    assert_close(compiled(x, x.view(6)), x * 2 + x.sum())
+    assert_close(compiled(torch.ones(6), torch.ones(6)), torch.full((6,), 8.0))
+    assert compile_graph.count == 1 and len(compile_graph.graphs[0].inputs) == 2
+
+
+def test_written_argument_that_starts_sharing_memory_recompiles(compile_graph, events):
+    compiled = wrap(_add_then_double, compile_graph)
+    compiled(torch.zeros(4), torch.zeros(4))
+    x = torch.zeros(4)
+    assert_close(compiled(x, x.view(4)), torch.full((4,), 2.0))
+    assert events.of("recompiled")[0].get("reason") == "a now shares memory with b, and the graph writes a"
+
+
+def test_written_argument_sharing_memory_with_one_that_needs_grad_runs_eagerly(compile_graph, events):
+    w = torch.randn(6, requires_grad=True)
+    base = w * 1
+    compiled = wrap(_add_then_double, compile_graph)
+    out = compiled(base[:4], base[2:])
+    w_ref = w.detach().clone().requires_grad_()
+    base_ref = w_ref * 1
+    expected = _add_then_double(base_ref[:4], base_ref[2:])
+    assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    assert_close(w.grad, w_ref.grad)
+    assert "share memory" in events.of("fallback")[0].message

@@ -83,6 +83,21 @@ def test_symbolic_int_inputs_and_outputs():
     torch.testing.assert_close(run_plan(plan, [x, 3])[0], x * 3)
 
 
+def test_float_read_from_a_zero_dim_tensor_is_loaded_by_the_kernel():
+    # Dynamo's form of a Python float that changed between calls: a 0-d float64 input read back with .item()
+    values = {"x": Value(shape=(4,), stride=(1,)), "scale": Value(shape=(), stride=(), dtype="float64"),
+              "s": Value(type="sym", dtype="float64"), "y": Value(shape=(4,), stride=(1,))}
+    graph = Graph(inputs=(Input("x"), Input("scale")), values=values,
+                  nodes=(Node(("s",), "aten._local_scalar_dense.default", (Ref("scale"),)),
+                         Node(("y",), "aten.mul.Tensor", (Ref("x"), Ref("s")))),
+                  outputs=(Output("y"),))
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs and "load scale[]" in str(plan)
+    x = torch.randn(4)
+    for scale in (2.0, -0.5):
+        torch.testing.assert_close(run_plan(plan, [x, torch.tensor(scale, dtype=torch.float64)])[0], x * scale)
+
+
 def test_dead_nodes_are_not_lowered():
     plan = lower_graph(trace(lambda x: (x.exp(), x.sin())[0], torch.randn(3)))
     assert len(plan.kernels) == 1 and not any(i.op.value == "sin" for i in plan.kernels[0].instrs())

@@ -2,6 +2,13 @@
 
 Each FX graph Dynamo hands over is made a functional ATen `Graph` (`capture_graph`), compiled once with
 `compile_graph`, and wrapped in a `GraphRunner`, which Dynamo then calls with the flat real inputs.
+
+Dynamo guards that two arguments are the same tensor (and passes it once), but not that two different tensors share
+memory: the graph is traced with every input its own. That is right unless the graph writes an input that shares
+memory with another (`f(x, x.view(2, 3))` with `x.add_(1)` inside). A graph that writes an argument therefore
+checks, on each call, whether that argument shares its storage with another argument; when one does, the call goes
+to Dynamo's FX graph wrapped by the `trace` frontend, whose guards and inputs handle memory shared between
+arguments (see `_inputs.py`). Parameters and buffers are left out of the check, as in the trace frontend.
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ from torch._guards import CompileContext, TracingContext, detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
 
 from ._aten import capture_graph
+from ._guards import storage_of
 from ._options import options_of
 from ._report import qualname, report
 from ._runner import GraphRunner
+from ._trace import TraceFrontend
 
 PRODUCER = "ember-capture 0.1.0 dynamo"
 
@@ -134,8 +143,30 @@ class DynamoBackend:
             def run(*args: Any) -> list:
                 return runner(list(args))
 
+        run = self._sharing_checked(run, gm, graph)
         run.graph = graph  # type: ignore[attr-defined]
         return run
+
+    def _sharing_checked(self, run: Callable, gm: fx.GraphModule, graph: Any) -> Callable:
+        """`run`, or, for a call in which an argument the graph writes shares memory with another argument, the FX
+        graph through the trace frontend."""
+        values = graph.values
+        args = [k for k, inp in enumerate(graph.inputs) if inp.kind == "user" and values[inp.name].type == "tensor"]
+        written = [k for k in args if graph.inputs[k].mutated]
+        if not written:
+            return run
+        others = {w: [k for k in args if k != w] for w in written}
+        shared = TraceFrontend().wrap(gm, self.compile_graph, {**self.options, "fullgraph": False})
+
+        def checked(*inputs: Any) -> Any:
+            storages = {k: storage_of(inputs[k]) for k in args}
+            for w, rest in others.items():
+                s = storages[w]
+                if any(storages[k] == s for k in rest):
+                    return shared(*inputs)
+            return run(*inputs)
+
+        return checked
 
     @staticmethod
     def _report_break(gm: fx.GraphModule) -> None:

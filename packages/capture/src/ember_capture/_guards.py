@@ -35,7 +35,8 @@ class GuardBuilder:
 
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {**SYMPY_INTERP, "is_grad_enabled": torch.is_grad_enabled, "_size_diff": _size_diff,
-                                   "_stride_diff": _stride_diff, "_reason": _reason}
+                                   "_stride_diff": _stride_diff, "_reason": _reason,
+                                   "_storage_of": storage_of}
         self.lines: list[tuple[str, str, str | None]] = []  # ("let", code, None) | ("check", condition, explain code)
 
     def const(self, prefix: str, value: Any) -> str:
@@ -94,6 +95,14 @@ class GuardBuilder:
                 return f"guard raised {type(e).__name__}: {e}"
 
         return check, explain_safely, src
+
+
+def storage_of(t: torch.Tensor) -> int:
+    """A key equal for tensors over one storage; a tensor without one (a subclass wrapper) is its own."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return id(t)
 
 
 def _reason(parts: tuple, live: tuple) -> str:

@@ -1,54 +1,28 @@
 """Module state of a traced function: the parameters and buffers it reads, lifted as graph inputs, and their guards.
 
-The modules come from the function itself (an `nn.Module`, or a bound method of one), else from its closure cells
-and the globals its code names. Each tensor becomes a graph input of kind `param` or `buffer`; while tracing, the
-module is reparametrized to read the fake input instead. The guard checks that every module, parameter and buffer
-is still the same object, in the same training mode, with the same dtype, shape and requires_grad.
+The modules come from the function itself (an `nn.Module`, or a bound method of one), else from what `find_reads`
+finds in its closure cells and globals (a module in a global list is found by its path). Each tensor becomes a graph
+input of kind `param` or `buffer`, once however many modules share it; while tracing, the module is reparametrized to
+read the fake input instead. The guard checks that every module, parameter and buffer is still the same object, in
+the same training mode, with the same dtype, shape and requires_grad.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
 from ._guards import GuardBuilder, Live
-
-
-@dataclass
-class Owner:
-    """A module the function reads: `access` is the guard code that finds it again, `prefix` names its tensors."""
-
-    module: torch.nn.Module
-    prefix: str
-    access: str  # Python code, in the guard's namespace
-    namespace: dict[str, Any] = field(default_factory=dict)
+from ._reads import Owner, find_reads
 
 
 def find_owners(fn: Callable) -> list[Owner]:
-    """The modules whose state `fn` reads: itself, its `__self__`, or modules in its closure and globals."""
-    if isinstance(fn, torch.nn.Module):
-        return [Owner(fn, "", "ROOT", {"ROOT": fn})]
-    self_obj = getattr(fn, "__self__", None)
-    if isinstance(self_obj, torch.nn.Module):
-        return [Owner(self_obj, "", "ROOT", {"ROOT": self_obj})]
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return []
-    owners = []
-    for k, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
-        with contextlib.suppress(ValueError):
-            if isinstance(cell.cell_contents, torch.nn.Module):
-                owners.append(Owner(cell.cell_contents, name, f"CELL{k}.cell_contents", {f"CELL{k}": cell}))
-    for name in code.co_names:
-        value = fn.__globals__.get(name)
-        if isinstance(value, torch.nn.Module):
-            owners.append(Owner(value, name, f"GLOBALS.get({name!r})", {"GLOBALS": fn.__globals__}))
-    return owners
+    """The modules whose state `fn` reads: itself, its `__self__`, or modules reached from its globals and closure
+    (in lists and dicts too, and through the helpers it calls): see `find_reads`."""
+    return find_reads(fn).owners
 
 
 class ModuleState:
@@ -59,14 +33,17 @@ class ModuleState:
         self.names: list[str] = []  # qualified: `fc.weight`, or `model.fc.weight` for a global `model`
         self.tensors: list[torch.Tensor] = []
         self.kinds: list[str] = []
-        self._local: list[tuple[int, str]] = []  # (owner index, name inside that owner)
+        self._local: list[tuple[int, str, int]] = []  # (owner index, name inside that owner, tensor index)
+        index: dict[int, int] = {}
         for kind, getter in (("param", "named_parameters"), ("buffer", "named_buffers")):
             for j, owner in enumerate(owners):
                 for name, t in getattr(owner.module, getter)():
-                    self.names.append(f"{owner.prefix}.{name}" if owner.prefix else name)
-                    self.tensors.append(t)
-                    self.kinds.append(kind)
-                    self._local.append((j, name))
+                    if id(t) not in index:  # a module inside another owner, or weights tied across owners
+                        index[id(t)] = len(self.tensors)
+                        self.names.append(f"{owner.prefix}.{name}" if owner.prefix else name)
+                        self.tensors.append(t)
+                        self.kinds.append(kind)
+                    self._local.append((j, name, index[id(t)]))
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -75,8 +52,8 @@ class ModuleState:
     def substituted(self, values: list[torch.Tensor]) -> Iterator[None]:
         """While inside, each module reads `values` (in `self.tensors` order) instead of its own tensors."""
         per_owner: list[dict[str, torch.Tensor]] = [{} for _ in self.owners]
-        for (j, name), v in zip(self._local, values):
-            per_owner[j][name] = v
+        for j, name, k in self._local:
+            per_owner[j][name] = values[k]
         with contextlib.ExitStack() as stack:
             for owner, mapping in zip(self.owners, per_owner):
                 stack.enter_context(_reparametrize_module(owner.module, mapping, tie_weights=True))
@@ -86,12 +63,11 @@ class ModuleState:
         """Checks that every module, parameter and buffer is the same object, mode and metadata as now."""
         lifted = {id(t): k for k, t in enumerate(self.tensors)}
         for j, owner in enumerate(self.owners):
-            g.ns.update(owner.namespace)
             found: dict[str, str] = {}
             for path, module in owner.module.named_modules():
                 var = f"m{j}_{len(found)}"
                 parent, _, leaf = path.rpartition(".")
-                g.let(var, owner.access if not path else f"{found[parent]}._modules.get({g.const('N', leaf)})")
+                g.let(var, owner.read.var if not path else f"{found[parent]}._modules.get({g.const('N', leaf)})")
                 found[path] = var
                 label = ".".join(p for p in (owner.prefix, path) if p) or type(module).__name__
                 g.check(f"{var} is not {g.const('M', module)}", "module {label} was replaced", label=label)

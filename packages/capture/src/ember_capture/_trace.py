@@ -3,8 +3,10 @@
 Each wrapped function keeps a list of entries, each a generated guard plus a compiled graph. A call flattens its
 arguments, runs the guards in order and calls the first entry that passes. A miss traces the function with
 make_fx under a fresh `FakeTensorMode`/`ShapeEnv` (sizes symbolic where the dynamic policy says so), compiles the
-graph with `compile_graph`, and adds an entry. Python scalars are specialized by value; module parameters and
-buffers become graph inputs (see `_state.py`). A function that cannot be one graph (a branch on a tensor's value,
+graph with `compile_graph`, and adds an entry. Python scalars are specialized by value; what the function reads
+besides its arguments (globals, closure cells, attributes) is guarded or made graph inputs (`_reads.py`), module
+parameters and buffers become graph inputs (`_state.py`), and arguments that are one tensor or share memory are
+traced and guarded as such (`_inputs.py`). A function that cannot be one graph (a branch on a tensor's value,
 `.item()`, `print`) raises `CaptureError` under `fullgraph=True`, else runs eagerly from then on.
 """
 
@@ -39,13 +41,15 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from ._aten import capture_graph
+from ._aten import capture_graph, readable_name
 from ._errors import CaptureError, located
 from ._guards import GuardBuilder, Live, shape_env_checks, static_ints, tensor_checks, value_check
+from ._inputs import InputLayout
 from ._options import options_of
+from ._reads import find_reads
 from ._report import qualname, report
 from ._runner import GraphRunner
-from ._state import ModuleState, find_owners
+from ._state import ModuleState
 
 PRODUCER = "ember-capture 0.1.0 trace"
 _DATA_DEPENDENT = (DataDependentOutputException, GuardOnDataDependentSymNode, DynamicOutputShapeException)
@@ -174,48 +178,65 @@ class TracedFunction:
     def _compile(self, args: tuple, kwargs: dict, flat: list, spec: Any) -> Entry:
         labels = leaf_labels(self.fn, args, kwargs)
         leaves = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
-        state = ModuleState(find_owners(self.fn))
-        shape_env = ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
-        fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
-        state_fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in state.tensors]
-        user_fakes = [self._fake(fake_mode, flat[i], i, k) for k, i in enumerate(leaves)]
-        outputs = _OutputLayout()
-        traced = _flat_function(self.fn, state, flat, spec, leaves, outputs)
-        _anchor_stack_traces(self.fn)
+        reads = find_reads(self.fn)
+        state = ModuleState(reads.owners)
         name = re.sub(r"\W", "_", self.name) + f"_{self.compiles}"
-        graph = _capture(traced, state_fakes + user_fakes, name=name, producer=PRODUCER, fake_mode=fake_mode,
-                         input_names=[_ident(n) for n in (*state.names, *(labels[i] for i in leaves))],
-                         input_kinds=state.kinds + ["user"] * len(leaves))
+        _anchor_stack_traces(self.fn)
+        layout = InputLayout(state, reads, flat, leaves, labels)
+        graph, fakes, shape_env, outputs = self._trace(layout, flat, spec, name)
+        mutated = {k for k, inp in enumerate(graph.inputs) if inp.mutated}
+        if layout.needs_bases(mutated):  # it writes an argument that shares memory with another: trace again
+            layout = InputLayout(state, reads, flat, leaves, labels, bases=True)
+            graph, fakes, shape_env, outputs = self._trace(layout, flat, spec, name)
+            mutated = {k for k, inp in enumerate(graph.inputs) if inp.mutated}
+            layout.needs_bases(mutated)
         self.compiles += 1
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
-        check, explain, source = self._guard(flat, spec, labels, leaves, user_fakes, shape_env, state)
+        user_fakes = [fakes[layout.leaf_input[i]] for i in layout.user]
+        check, explain, source = self._guard(flat, spec, labels, layout, user_fakes, shape_env, mutated)
         report("guards_built", f"guards of {self.name}, entry {len(self.entries)}", source=source)
-        runner = GraphRunner(graph, self.compile_graph(graph, state_fakes + user_fakes))
-        return Entry(check, explain, source, graph, outputs.caller(runner, state.tensors, leaves), spec, leaves,
-                     [static_ints(f.shape) for f in user_fakes])
+        runner = GraphRunner(graph, self.compile_graph(graph, fakes))
+        sizes = {i: static_ints(fakes[k].shape) for i, k in layout.leaf_input.items()}
+        return Entry(check, explain, source, graph, outputs.caller(runner, layout.gather()), spec, leaves,
+                     [sizes.get(i, list(flat[i].shape)) for i in leaves])
+
+    def _trace(self, layout: InputLayout, flat: list, spec: Any, name: str) -> tuple[Any, list, ShapeEnv, Any]:
+        """(graph, fake inputs, shape environment, output layout) of one trace with `layout`'s inputs."""
+        shape_env = ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+        fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+        fakes = layout.fakes(fake_mode, lambda i, k: self._fake(fake_mode, flat[i], i, k))
+        outputs = _OutputLayout()
+        traced = _flat_function(self.fn, layout, flat, spec, outputs)
+        graph = _capture(traced, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode,
+                         input_names=[_ident(n) for n in layout.names], input_kinds=layout.kinds)
+        return graph, fakes, shape_env, outputs
 
     def _fake(self, fake_mode: FakeTensorMode, x: torch.Tensor, leaf: int, k: int) -> torch.Tensor:
         dims = [DimDynamic.DYNAMIC if self._is_dynamic(leaf, d) else DimDynamic.STATIC for d in range(x.dim())]
         return fake_mode.from_tensor(x, source=LocalSource(f"t{k}"),
                                      symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
 
-    def _guard(self, flat, spec, labels, leaves, user_fakes, shape_env, state) -> tuple[Callable, Callable, str]:
+    def _guard(self, flat: list, spec: Any, labels: list[str], layout: InputLayout, user_fakes: list,
+               shape_env: ShapeEnv, mutated: set[int]) -> tuple[Callable, Callable, str]:
         g = GuardBuilder()
         g.check(f"spec != {g.const('SPEC', spec)}", "argument structure changed (pytree of {old} leaves, now {new})",
                 old=len(flat), new=Live("len(flat)"))
         grad = torch.is_grad_enabled()
         g.check(f"is_grad_enabled() is not {grad}", "grad mode changed from {old} to {new}", old=grad, new=not grad)
-        fakes = dict(zip(leaves, user_fakes))
+        fakes = dict(zip(layout.user, user_fakes))
+        fakes.update((i, fakes[j]) for i, j in layout.same_leaf if j in fakes)
         for i, x in enumerate(flat):
             g.let(f"a{i}", f"flat[{i}]")
-            if i in fakes:
-                tensor_checks(g, f"a{i}", labels[i], fakes[i], type(x))
+            if isinstance(x, torch.Tensor):  # an argument of its own by its fake, the others as they are now
+                tensor_checks(g, f"a{i}", labels[i], fakes.get(i, x), type(x))
             else:
                 value_check(g, f"a{i}", labels[i], x)
-        sources = [LocalSource(f"t{k}") for k in range(len(leaves))]
-        names = {f"t{k}": (f"a{i}", labels[i]) for k, i in enumerate(leaves)}
+        sources = [LocalSource(f"t{k}") for k in range(len(user_fakes))]
+        names = {f"t{k}": (f"a{i}", labels[i]) for k, i in enumerate(layout.user)}
         shape_env_checks(g, shape_env.produce_guards(user_fakes, sources) if user_fakes else [], names)
-        state.add_checks(g)
+        layout.reads.add_checks(g)
+        layout.state.add_checks(g)
+        layout.add_checks(g, mutated)
         return g.build()
 
 
@@ -240,13 +261,14 @@ class _OutputLayout:
                 raise CaptureError(f"the function returns a symbolic {type(v).__name__} that depends on sizes")
         return [leaves[p] for p in self.graph_leaves]
 
-    def caller(self, runner: GraphRunner, state: list[torch.Tensor], leaves: list[int]) -> Callable[[list], Any]:
-        state, spec, positions, template = list(state), self.spec, self.graph_leaves, self.template
+    def caller(self, runner: GraphRunner, inputs: Callable[[list], list]) -> Callable[[list], Any]:
+        """`run(flat)`: the graph called on `inputs(flat)`, its outputs put back in the function's return value."""
+        spec, positions, template = self.spec, self.graph_leaves, self.template
         if positions == [0] and len(template) == 1 and spec.is_leaf():
-            return lambda flat: runner(state + [flat[i] for i in leaves])[0]
+            return lambda flat: runner(inputs(flat))[0]
 
         def run(flat: list) -> Any:
-            outs = runner(state + [flat[i] for i in leaves])
+            outs = runner(inputs(flat))
             result = template.copy()
             for p, v in zip(positions, outs):
                 result[p] = v
@@ -272,17 +294,17 @@ def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
         raise CaptureError(str(e)) from e
 
 
-def _flat_function(fn: Callable, state: ModuleState, flat: list, spec: Any, leaves: list[int],
+def _flat_function(fn: Callable, layout: InputLayout, flat: list, spec: Any,
                    outputs: _OutputLayout) -> Callable[..., list]:
-    """`fn` as a function of (state tensors, tensor leaves) returning the graph's outputs as a flat list."""
-    n_state = len(state)
+    """`fn` as a function of the graph's inputs (see `InputLayout`) returning the graph's outputs as a flat list."""
+    n_state = len(layout.state)
 
     def traced(*inputs: Any) -> list:
         values = list(flat)
-        for i, v in zip(leaves, inputs[n_state:]):
+        for i, v in layout.leaf_values(inputs).items():
             values[i] = v
         args, kwargs = unflatten_args(values, spec)
-        with state.substituted(list(inputs[:n_state])):
+        with layout.state.substituted(list(inputs[:n_state])), layout.reads.substituted(layout.read_values(inputs)):
             result = fn(*args, **kwargs)
         return outputs.record(result)
 
@@ -379,6 +401,8 @@ def leaf_labels(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     except (TypeError, ValueError):
         params = []
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if isinstance(fn, torch.fx.GraphModule):  # Dynamo's: `forward(self, *args)`, its placeholders name them
+        positional = [readable_name(n.name) for n in fn.graph.nodes if n.op == "placeholder"]
     star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
     labels = []
     for path, _ in tree_flatten_with_path((args, kwargs))[0]:

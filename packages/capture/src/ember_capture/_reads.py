@@ -1,0 +1,419 @@
+"""What a traced function reads besides its arguments: globals, closure cells and what hangs off them.
+
+make_fx runs the function once and keeps what it read as constants: a global float becomes a literal in the graph,
+a global tensor a constant. `find_reads(fn)` finds those values before the trace by walking code objects: the names
+a code object loads as globals (`LOAD_GLOBAL`), its closure cells (`co_freevars`) and the attribute names it loads
+(`LOAD_ATTR`, `LOAD_METHOD`), in the function itself, in its nested code (lambdas, comprehensions) and in the code it
+names (helpers, methods, the `forward` of every module it reaches). Each value found is a `Read`, kept by kind:
+- `value`: a Python scalar (None, bool, int, float, str, dtype, ...), guarded by type and value;
+- `tensor`: a graph input like a parameter, fetched again from where it was found on every call (new values and new
+  tensors of the same metadata reuse the graph), guarded by its metadata;
+- `module`: an `nn.Module`, guarded by identity; its parameters and buffers are lifted by `_state.py`;
+- `container`: a list, tuple or dict, guarded by type and length (a dict by its keys), each item read in turn;
+- `object`: anything else (a function, a class, a namespace), guarded by identity. The attributes the walked code
+  loads that such an object holds in its own `__dict__` are read in turn, and its user-code methods walked.
+
+The walk over-approximates: a name loaded on a branch not taken is guarded too. It does not enter code outside the
+user's files (torch, ember, the standard library, installed packages), and it cannot see names made at run time
+(`globals()[name]`, `getattr(obj, name)`).
+
+Guards reach every value through constants (the globals dict, the cell, the key): no name or key becomes code.
+While the function is traced, `Reads.substituted` puts the trace's stand-ins where the tensors were found, as
+`ModuleState` does for parameters, and puts the originals back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import functools
+import inspect
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import ember_core
+import torch
+
+from ._errors import CaptureError, is_torch_file
+from ._guards import GuardBuilder, Live, tensor_checks, value_check
+
+MAX_READS = 10_000  # more than this and the function falls back to eager: pass such state as arguments
+_SCALARS = (type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+@dataclass(eq=False)
+class Read:
+    """One value found: `step` says how to reach it from `parent` (or from nothing, for a root)."""
+
+    parent: Read | None
+    step: tuple  # ("global", globals, name) | ("cell", cell, name) | ("const", obj, label) | ("item", key)
+    #              | ("attr", name) | ("module", name)
+    value: Any
+    kind: str  # value | tensor | module | container | object | path
+    label: str
+    var: str = ""  # its local in the guard being built
+
+    @functools.cached_property
+    def fetch(self) -> Callable[[], Any]:
+        """Reads the value again, as it is now."""
+        parent = self.parent.fetch if self.parent is not None else None
+        how = self.step
+        if how[0] == "global":
+            return functools.partial(how[1].get, how[2])
+        if how[0] == "cell":
+            cell = how[1]
+            return lambda: cell.cell_contents
+        if how[0] == "const":
+            obj = how[1]
+            return lambda: obj
+        if how[0] == "item":
+            key = how[1]
+            return lambda: parent()[key]
+        name = how[1]
+        if how[0] == "attr":
+            return lambda: vars(parent()).get(name)
+        return lambda: parent()._modules.get(name)
+
+    def assign(self, value: Any) -> None:
+        """Puts `value` where this read was found. A tuple on the way is rebuilt and assigned to its own parent."""
+        how = self.step
+        if how[0] == "global":
+            how[1][how[2]] = value
+        elif how[0] == "cell":
+            how[1].cell_contents = value
+        elif how[0] == "item":
+            container = self.parent.fetch()
+            if isinstance(container, tuple):
+                items = list(container)
+                items[how[1]] = value
+                self.parent.assign(container._make(items) if hasattr(container, "_make") else type(container)(items))
+            else:
+                container[how[1]] = value
+        elif how[0] == "attr":
+            owner = self.parent.fetch()
+            if isinstance(owner, type):  # a class's namespace is read-only as a mapping
+                setattr(owner, how[1], value)
+            else:
+                vars(owner)[how[1]] = value
+        else:
+            raise CaptureError(f"cannot substitute {self.label} while tracing")
+
+    def code(self, g: GuardBuilder) -> str:
+        """Guard code that reads the value from its parent's local."""
+        how = self.step
+        if how[0] == "global":
+            return f"{g.const('G', how[1])}.get({g.const('N', how[2])})"
+        if how[0] == "cell":
+            return f"{g.const('CELL', how[1])}.cell_contents"
+        if how[0] == "const":
+            return g.const("O", how[1])
+        parent = self.parent.var
+        if how[0] == "item":
+            key = how[1]
+            return f"{parent}[{key:d}]" if type(key) is int else f"{parent}[{g.const('K', key)}]"
+        if how[0] == "attr":
+            return f"{parent}.__dict__.get({g.const('N', how[1])})"
+        return f"{parent}._modules.get({g.const('N', how[1])})"
+
+
+@dataclass
+class Owner:
+    """A module whose parameters and buffers the function reads, found at `read`; `prefix` names its tensors."""
+
+    module: torch.nn.Module
+    prefix: str
+    read: Read
+
+
+@dataclass
+class Reads:
+    """Everything `find_reads` found, in walk order."""
+
+    found: list[Read] = field(default_factory=list)
+
+    @property
+    def tensors(self) -> list[Read]:
+        """The tensor reads, one per tensor object (the first place it was found)."""
+        seen: set[int] = set()
+        return [r for r in self.found if r.kind == "tensor" and not (id(r.value) in seen or seen.add(id(r.value)))]
+
+    @property
+    def owners(self) -> list[Owner]:
+        """The modules found, one per module object."""
+        seen: set[int] = set()
+        return [Owner(r.value, r.label if r.parent is not None or r.step[0] != "const" else "", r)
+                for r in self.found if r.kind == "module" and not (id(r.value) in seen or seen.add(id(r.value)))]
+
+    def add_checks(self, g: GuardBuilder) -> None:
+        """Checks that every value read is still what the trace saw: scalars by value, tensors by metadata (and,
+        where one tensor was found in two places, that it still is), containers by shape, the rest by identity."""
+        first: dict[int, Read] = {}
+        for k, r in enumerate(self.found):
+            r.var = f"r{k}"
+            g.let(r.var, r.code(g))
+            if r.kind == "value":
+                value_check(g, r.var, r.label, r.value)
+            elif r.kind == "tensor":
+                tensor_checks(g, r.var, r.label, r.value, type(r.value))
+                same = first.setdefault(id(r.value), r)
+                if same is not r:
+                    g.check(f"{r.var} is not {same.var}", "{label} is no longer the tensor {other}", label=r.label,
+                            other=same.label)
+            elif r.kind == "container":
+                _container_checks(g, r)
+            elif r.kind in ("module", "object") and r.step[0] != "const":  # a constant root is itself
+                g.check(f"{r.var} is not {g.const('O', r.value)}", "{label}: is a different object", label=r.label)
+
+    @contextlib.contextmanager
+    def substituted(self, values: list[Any]) -> Iterator[None]:
+        """While inside, every place a tensor of `self.tensors` was found holds its stand-in from `values`."""
+        stand_in = {id(r.value): v for r, v in zip(self.tensors, values)}
+        places = [r for r in self.found if r.kind == "tensor"]
+        done: list[tuple[Read, Any]] = []
+        try:
+            for r in places:
+                before = r.fetch()
+                r.assign(stand_in[id(r.value)])
+                done.append((r, before))
+            yield
+        finally:
+            for r, before in reversed(done):
+                r.assign(before)
+
+
+def _container_checks(g: GuardBuilder, r: Read) -> None:
+    ty = g.const("T", type(r.value))
+    g.check(f"type({r.var}) is not {ty}", "{label}: type changed from {old} to {new}", label=r.label,
+            old=type(r.value).__name__, new=Live(f"type({r.var}).__name__"))
+    if isinstance(r.value, dict):
+        keys = list(r.value)
+        g.check(f"list({r.var}) != {g.const('K', keys)}", "{label}: keys changed from {old} to {new}", label=r.label,
+                old=keys, new=Live(f"list({r.var})"))
+    elif isinstance(r.value, (set, frozenset)):
+        g.check(f"{r.var} != {g.const('C', frozenset(r.value))}", "{label}: changed from {old} to {new}",
+                label=r.label, old=sorted(map(repr, r.value)), new=Live(f"sorted(map(repr, {r.var}))"))
+    else:
+        g.check(f"len({r.var}) != {len(r.value)}", "{label}: length changed from {old} to {new}", label=r.label,
+                old=len(r.value), new=Live(f"len({r.var})"))
+
+
+# ---------------------------------------------------------------------------------------------- the walk
+
+
+def find_reads(fn: Callable) -> Reads:
+    """The values `fn` reads besides its arguments (see the module's docstring). Raises `CaptureError` past
+    `MAX_READS` values."""
+    walk = _Walk()
+    if isinstance(fn, torch.nn.Module):
+        walk.visit(Read(None, ("const", fn, "self"), fn, "module", "self"), frozenset())
+    elif inspect.ismethod(fn):
+        self_obj = fn.__self__
+        kind = "module" if isinstance(self_obj, torch.nn.Module) else "object"
+        root = Read(None, ("const", self_obj, "self"), self_obj, kind, "self")
+        walk.add(root)
+        walk.function(fn.__func__, root)
+        if kind == "module":
+            walk.module(root, frozenset())
+    elif isinstance(fn, functools.partial):
+        walk.function(fn.func, None)
+    elif inspect.isfunction(fn):
+        walk.function(fn, None)
+    else:  # a callable object: its __call__, with the object as self
+        root = Read(None, ("const", fn, "self"), fn, "object", "self")
+        walk.add(root)
+        walk.method(root, "__call__")
+    return Reads(walk.found)
+
+
+class _Walk:
+    def __init__(self) -> None:
+        self.found: list[Read] = []
+        self.roots: dict[tuple[int, str], Read] = {}  # (globals dict or cell, name) → its read: each visited once
+        self.walked: set[tuple[int, int]] = set()  # (code, self object) pairs already walked
+        self.added: set[int] = set()  # ids of the reads in `found`
+
+    def add(self, r: Read) -> None:
+        """Record `r`, after the parents it is reached through (a submodule's path is recorded only when needed)."""
+        if r.parent is not None and id(r.parent) not in self.added:
+            self.add(r.parent)
+        if len(self.found) >= MAX_READS:
+            raise CaptureError(f"the function reads more than {MAX_READS} values from globals and closures; pass "
+                               f"large state as arguments")
+        self.found.append(r)
+        self.added.add(id(r))
+
+    def function(self, fn: Any, self_read: Read | None) -> None:
+        """Walk a user function: its closure cells, the globals its code loads and, with `self_read`, the
+        attributes of `self` it loads."""
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is not None and wrapped is not fn:
+            self.function(wrapped, self_read)
+        code = getattr(fn, "__code__", None)
+        if code is None or not is_user_code(code):
+            return
+        key = (id(code), id(self_read.value) if self_read is not None else 0)
+        if key in self.walked:
+            return
+        self.walked.add(key)
+        globals_, attrs = code_names(code)
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # not bound yet
+                continue
+            self.root(("cell", cell, name), value, name, attrs)
+        namespace = fn.__globals__
+        for name in globals_:
+            if name in namespace:
+                self.root(("global", namespace, name), namespace[name], name, attrs)
+        if self_read is not None:
+            self.attributes(self_read, attrs)
+
+    def root(self, step: tuple, value: Any, label: str, attrs: frozenset[str]) -> None:
+        key = (id(step[1]), step[2] if step[0] == "global" else "")
+        known = self.roots.get(key)
+        if known is None:
+            r = Read(None, step, value, "", label)
+            if not self.visit(r, attrs):
+                return
+            self.roots[key] = r
+        elif known.kind in ("object", "module"):  # reached again from other code: the attributes it loads
+            self.attributes(known, attrs)
+
+    def visit(self, r: Read, attrs: frozenset[str], depth: int = 0) -> bool:
+        """Record `r` by its value's kind and go on into what the value holds. False when it is not worth a read."""
+        v = r.value
+        if depth > 32:
+            raise CaptureError(f"{r.label}: values nested too deep to guard; pass them as arguments")
+        if not isinstance(v, _SCALARS) and any(a.value is v for a in _ancestors(r)):
+            r.kind = "object"  # a cycle: the identity guard says enough
+            self.add(r)
+            return True
+        if isinstance(v, _SCALARS):
+            r.kind = "value"
+            self.add(r)
+        elif isinstance(v, torch.Tensor):
+            r.kind = "tensor"
+            self.add(r)
+        elif isinstance(v, torch.nn.Module):
+            r.kind = "module"
+            self.add(r)
+            self.module(r, attrs, depth)
+        elif type(v) in (list, tuple, dict, set, frozenset) or isinstance(v, tuple) and hasattr(v, "_fields"):
+            r.kind = "container"
+            self.add(r)
+            if not isinstance(v, (set, frozenset)):
+                for key, item in (v.items() if isinstance(v, dict) else enumerate(v)):
+                    self.visit(Read(r, ("item", key), item, "", _item_label(r.label, key)), attrs, depth + 1)
+        elif isinstance(v, types.ModuleType):
+            if not _user_module(v):
+                return False  # a library: its globals are its business
+            r.kind = "object"
+            self.add(r)
+            self.attributes(r, attrs, depth)
+        else:
+            r.kind = "object"
+            self.add(r)
+            if inspect.isfunction(v) or hasattr(v, "__wrapped__"):
+                self.function(v, None)
+            elif inspect.ismethod(v):
+                self.function(v.__func__, None)
+            elif isinstance(v, functools.partial):
+                self.function(v.func, None)
+            elif not isinstance(v, type) or _user_module(sys.modules.get(v.__module__)):
+                self.attributes(r, attrs, depth)
+        return True
+
+    def module(self, r: Read, attrs: frozenset[str], depth: int = 0) -> None:
+        """A module: the attributes of it that the code reaching it loads, and the forward of it and of every
+        submodule, walked with the submodule as self."""
+        self.attributes(r, attrs, depth)
+        for path, _ in r.value.named_modules():
+            sub_read = r
+            for name in path.split(".") if path else ():
+                sub_read = Read(sub_read, ("module", name), sub_read.value._modules[name], "path",
+                                f"{sub_read.label}.{name}")
+            self.method(sub_read, "forward")
+
+    def method(self, self_read: Read, name: str) -> None:
+        fn = inspect.getattr_static(type(self_read.value), name, None)
+        if isinstance(fn, (staticmethod, classmethod)):
+            self.function(fn.__func__, None)
+        elif isinstance(fn, property):
+            self.function(fn.fget, self_read)
+        elif inspect.isfunction(fn):
+            self.function(fn, self_read)
+
+    def attributes(self, r: Read, attrs: frozenset[str], depth: int = 0) -> None:
+        """The attributes in `attrs` that `r`'s object holds in its own `__dict__`, and its methods named there."""
+        try:
+            own = getattr(r.value, "__dict__", None)
+        except Exception:  # a `__dict__` property that raises: the identity guard is all there is
+            return
+        if not isinstance(own, (dict, types.MappingProxyType)):
+            return
+        is_type = isinstance(r.value, type)
+        for name in sorted(attrs):
+            if name in own and name != "training":  # a module's training flag is guarded by `ModuleState`
+                value = own[name]
+                if is_type and isinstance(value, (staticmethod, classmethod)):
+                    self.function(value.__func__, None)
+                elif not (is_type and isinstance(value, property)):
+                    self.visit(Read(r, ("attr", name), value, "", f"{r.label}.{name}"), attrs, depth + 1)
+            elif not is_type:
+                self.method(r, name)
+
+
+def _ancestors(r: Read) -> Iterator[Read]:
+    while r.parent is not None:
+        r = r.parent
+        yield r
+
+
+def _item_label(label: str, key: Any) -> str:
+    return f"{label}[{key!r}]"
+
+
+@functools.lru_cache(maxsize=4096)
+def code_names(code: types.CodeType) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(global names loaded, in order of first load; attribute names loaded) by `code` and its nested code."""
+    globals_: dict[str, None] = {}
+    attrs: set[str] = set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            globals_[ins.argval] = None
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"):
+            attrs.add(ins.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            inner_globals, inner_attrs = code_names(const)
+            globals_.update(dict.fromkeys(inner_globals))
+            attrs |= inner_attrs
+    return tuple(globals_), frozenset(attrs)
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    dirs.add(os.path.dirname(ember_core.__file__))
+    dirs.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    return tuple(os.path.abspath(d) + os.sep for d in dirs)
+
+
+def is_user_code(code: types.CodeType) -> bool:
+    """Is `code` the user's (not torch's, ember's, the standard library's or an installed package's)?"""
+    path = code.co_filename
+    if path.startswith("<"):
+        return not path.startswith("<frozen")
+    return not is_torch_file(path) and not os.path.abspath(path).startswith(_library_dirs())
+
+
+def _user_module(module: types.ModuleType | None) -> bool:
+    path = getattr(module, "__file__", None)
+    return path is not None and not is_torch_file(path) and not os.path.abspath(path).startswith(_library_dirs())
