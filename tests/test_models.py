@@ -70,6 +70,20 @@ def test_attention_written_out_trains_as_cpp(frontend, causal):
     assert compiled_by and set(compiled_by) == {"cpp"}, compiled_by
 
 
+def test_attention_scaled_by_a_dynamic_head_size(frontend):
+    """`q.shape[-1] ** -0.5` under dynamic shapes is a symbolic float the kernels compute from the size."""
+    def attention(q, k, v):
+        scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return scores.softmax(-1) @ v
+
+    compiled = ember.compile(attention, dynamic=True, options=opts(frontend))
+    for t, d in ((8, 16), (11, 24)):
+        q, k, v = (torch.randn(2, 3, t, d) for _ in range(3))
+        with FallbackRecorder() as fallbacks:
+            torch.testing.assert_close(compiled(q, k, v), attention(q, k, v))
+        fallbacks.check(allowed=())
+
+
 @pytest.mark.parametrize("block", [Block, HandAttentionBlock])
 def test_transformer_blocks_train_in_bfloat16(frontend, block):
     model = block().to(torch.bfloat16)

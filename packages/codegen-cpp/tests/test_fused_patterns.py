@@ -124,3 +124,11 @@ def test_loops_dividing_by_one_value_each_keep_their_reciprocal():
                    line.split("ember_rcp_")[1]]
     assert len(reciprocals) >= 2 and len(set(reciprocals)) == 1, reciprocals
     check(normalize_twice_grad, *args, mode="real")
+
+
+def test_attention_scaled_by_a_symbolic_head_size_builds_as_cpp():
+    """Under dynamic shapes `d ** -0.5` is a symbolic float: the kernel computes it from the size (it used to
+    read an unbound symbol and raise KeyError in the loop-IR interpreter)."""
+    g = torch.Generator().manual_seed(2)
+    other = [torch.randn(2, 3, 11, 24, generator=g) for _ in range(3)]
+    check(attention_causal, *qkv(torch.float32), mode="symbolic", others=[other], atol=1e-5, rtol=1e-5)

@@ -100,4 +100,4 @@ def test_training_cases_have_a_forward_and_a_backward_graph():
     assert [i.kind for i in case.partition.backward.inputs].count("tangent") == 1
     assert any(o.kind == "grad" for o in case.partition.backward.outputs)
     assert any(n.op == "aten.div.Tensor" for n in case.partition.forward.nodes)  # scores / sqrt(d), decomposed
-    assert set(training_names()) >= {"attention", "norms", "losses", "softmax", "multi_output"}
+    assert set(training_names()) >= {"attention", "causal_attention", "norms", "losses", "softmax", "multi_output"}

@@ -8,9 +8,10 @@
 
 Every battery graph is compiled once and run on several input sets (a second seed; a second size for symbolic
 graphs); each output is compared with the reference interpreter's with `torch.testing.assert_close`. The kit's
-training cases (attention with a causal mask and scores divided by sqrt(d), layer norm and RMSNorm, softmax and
-log_softmax, cross-entropy and GELU) give a forward and a backward graph each, decomposed to core ATen as ember's
-capture gives them: their fused reductions are where codegens go wrong.
+training cases (attention with scores divided by sqrt(d), with and without a causal mask; layer norm by hand and
+by torch, RMSNorm and var_mean under a mean loss; cross-entropy, GELU, softmax and log_softmax over the outer dim)
+give a forward and a backward graph each, decomposed to core ATen as ember's capture gives them: their fused
+reductions are where codegens go wrong.
 
 Fallbacks are counted by cause (`ember_core.FALLBACK_CAUSES`) while each case compiles and runs. A build failure
 always fails the case; so does any other cause not in `fallbacks_allowed` (default: every cause but `build`).
@@ -32,7 +33,7 @@ from .._fingerprint import fingerprint
 from .._interpreter import Interpreter
 from .._schema import Graph
 from .._stages import CompiledGraph, Partition
-from ._battery import BatteryCase, battery_case, battery_names, battery_spec, clone_inputs
+from ._battery import TRACE_SIZE, BatteryCase, battery_case, battery_names, battery_spec, clone_inputs
 from ._devices import graph_to_device, inputs_to_device
 from ._fallbacks import FallbackRecorder
 from ._joint import JointCase, RegionPartitioner, run_partition, trace_joint, with_grad
@@ -43,20 +44,31 @@ F = torch.nn.functional
 
 
 def attention(q, k, v):
-    """Causal attention with the scores divided by sqrt(d), as models write it by hand."""
-    t = q.shape[-2]
+    """Attention as models write it by hand: scores divided by sqrt(d), softmax (each of its loops divides)."""
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return (scores.softmax(-1) @ v,)
+
+
+def causal_attention(q, k, v):
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
     scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
     return (scores.softmax(-1) @ v,)
 
 
 def norms(x, w, b):
+    """Layer norm by hand and by torch, RMSNorm and var_mean, under a mean loss (its constant cotangent folds
+    into the backward's loops)."""
+    mean = x.mean(-1, keepdim=True)
+    by_hand = (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5) * w + b
     rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-    return (F.layer_norm(x, (x.shape[-1],), w, b), rms, torch.var_mean(x, 0)[0])
+    loss = by_hand.pow(2).mean() + F.layer_norm(x, (x.shape[-1],), w, b).mean() + rms.mean()
+    return (loss, torch.var_mean(x, 0)[0])
 
 
 def losses(x, target):
-    return (F.cross_entropy(x, target), F.gelu(x) * x.log_softmax(0))
+    """Cross-entropy, GELU, and log_softmax and softmax over the outer dim (lanes across rows)."""
+    return (F.cross_entropy(x, target), F.gelu(x) * x.log_softmax(0), (x.softmax(0) * x).sum())
 
 
 def _qkv(n: int, g: torch.Generator) -> list:
@@ -65,6 +77,7 @@ def _qkv(n: int, g: torch.Generator) -> list:
 
 _TRAINING = {
     "attention": (attention, _qkv),
+    "causal_attention": (causal_attention, _qkv),
     "norms": (norms, lambda n, g: [torch.randn(n, 3, 16, generator=g), torch.randn(16, generator=g),
                                    torch.randn(16, generator=g)]),
     "losses": (losses, lambda n, g: [torch.randn(n, 10, generator=g), torch.randint(0, 10, (n,), generator=g)]),
@@ -91,7 +104,7 @@ def training_names() -> tuple[str, ...]:
 def training_case(name: str) -> TrainingCase:
     """Trace one training case (cached): floating inputs get gradients, tangents are random."""
     fn, make_inputs = _TRAINING[name] or (battery_spec(name).fn, battery_spec(name).make_inputs)
-    primals = with_grad(make_inputs(6, torch.Generator().manual_seed(0)))
+    primals = with_grad(make_inputs(TRACE_SIZE, torch.Generator().manual_seed(0)))
     joint = trace_joint(fn, primals, decompose=True, name=f"{name}_training")
     return TrainingCase(name, joint, RegionPartitioner().partition(joint.joint))
 
