@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -46,6 +48,38 @@ class Block(nn.Module):
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class HandAttentionBlock(nn.Module):
+    """A transformer block with its attention written out, as many models do: scores divided by sqrt(head dim),
+    under `causal` a mask added from a buffer, softmax; LayerNorm before attention, RMSNorm before the MLP."""
+
+    def __init__(self, d=32, heads=4, ctx=16, causal=False):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.ln, self.rms = nn.LayerNorm(d), RMSNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+        self.register_buffer("mask", torch.full((ctx, ctx), float("-inf")).triu(1))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        if self.causal:
+            scores = scores + self.mask[:t, :t]
+        x = x + self.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.rms(x))
 
 
 class TinyGPT(nn.Module):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 
 import ember
+import pytest
 import torch
 from conftest import assert_same_training_step, grads_of
-from models import MLP, Block, SmallCNN, TinyGPT
+from ember_core.testing import FallbackRecorder
+from models import MLP, Block, HandAttentionBlock, SmallCNN, TinyGPT
 
 
 def opts(frontend):
@@ -53,6 +55,43 @@ def test_transformer_block_with_attention_and_layernorm(frontend):
     model = Block()
     compiled = ember.compile(model, options=opts(frontend))
     assert_same_training_step(model, compiled, [torch.randn(2, 8, 32, requires_grad=True)])
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_attention_written_out_trains_as_cpp(frontend, causal):
+    """Scores divided by sqrt(d) then softmax: every loop of the softmax kernel divides by the same constant (its
+    C++ once declared that reciprocal twice and the forward ran in the interpreter), layer norm and RMSNorm."""
+    model = HandAttentionBlock(causal=causal)
+    compiled = ember.compile(model, options=opts(frontend))
+    with FallbackRecorder() as fallbacks, ember.record_events() as rec:
+        assert_same_training_step(model, compiled, [torch.randn(2, 8, 32, requires_grad=True)])
+    fallbacks.check(allowed=())
+    compiled_by = [e.get("codegen") for e in rec.kinds("graph_compiled")]  # the in-process cache may serve some
+    assert compiled_by and set(compiled_by) == {"cpp"}, compiled_by
+
+
+def test_attention_scaled_by_a_dynamic_head_size(frontend):
+    """`q.shape[-1] ** -0.5` under dynamic shapes is a symbolic float the kernels compute from the size."""
+    def attention(q, k, v):
+        scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return scores.softmax(-1) @ v
+
+    compiled = ember.compile(attention, dynamic=True, options=opts(frontend))
+    for t, d in ((8, 16), (11, 24)):
+        q, k, v = (torch.randn(2, 3, t, d) for _ in range(3))
+        with FallbackRecorder() as fallbacks:
+            torch.testing.assert_close(compiled(q, k, v), attention(q, k, v))
+        fallbacks.check(allowed=())
+
+
+@pytest.mark.parametrize("block", [Block, HandAttentionBlock])
+def test_transformer_blocks_train_in_bfloat16(frontend, block):
+    model = block().to(torch.bfloat16)
+    compiled = ember.compile(model, options=opts(frontend))
+    with FallbackRecorder() as fallbacks:
+        assert_same_training_step(model, compiled, [torch.randn(2, 8, 32, dtype=torch.bfloat16, requires_grad=True)],
+                                  rtol=3e-2, atol=3e-2)
+    fallbacks.check(allowed=())
 
 
 def test_tiny_gpt_loss_and_grads(frontend):

@@ -10,6 +10,7 @@ import torch
 import torch.utils._pytree as pytree
 from ember_codegen_cpp import CppCodegen
 from ember_core import CompiledGraph, Graph, Interpreter, from_fx, record_events
+from ember_core.testing import RegionPartitioner, trace_joint, with_grad
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -60,3 +61,43 @@ def check(fn: Callable, *args: Any, mode: str = "fake", others: Sequence[Sequenc
 
 Events = record_events  # `ev.kinds_of("codegen-cpp")`: the kinds the C++ codegen emitted
 
+
+
+def check_training(fn: Callable, *primals: Any, **tol) -> list[CompiledGraph]:
+    """Compile fn's joint graph and its forward and backward graphs (ember-core's reference joint tracer and
+    partitioner: floating primals get gradients, tangents random); each must run as C++ (no fallback) and match
+    the interpreter, and the compiled forward then backward must give eager's outputs and gradients."""
+    case = trace_joint(fn, with_grad(primals), decompose=True, mode="real", name=_name(fn))
+    part = RegionPartitioner().partition(case.joint)
+    graphs = [case.joint.graph, part.forward, part.backward]
+    with Events() as ev:
+        compiled = CODEGEN.compile_many(graphs)
+        forward = compiled[1](clone(case.primals))
+        n = case.joint.num_forward_outputs
+        got = [*forward[:n], *compiled[2]([*forward[n:], *clone(case.tangents)])]
+        joint = compiled[0](clone(case.inputs))
+    assert not ev.kinds("fallback"), [e.message for e in ev.kinds("fallback")]
+    want = Interpreter(case.joint.graph).run(clone(case.inputs))
+    eager = _eager_outputs_and_grads(fn, case)
+    assert len(got) == len(want) == len(joint) == len(eager)
+    for k, (g, j, w, e) in enumerate(zip(got, joint, want, eager)):
+        for what, value in (("forward then backward", g), ("joint", j)):
+            torch.testing.assert_close(value, w, equal_nan=True, msg=lambda m, k=k, what=what: f"{what}, output "
+                                                                                             f"{k}: {m}", **tol)
+        torch.testing.assert_close(w, e, equal_nan=True, msg=lambda m, k=k: f"interpreter vs eager, output {k}: {m}",
+                                   **tol)
+    return compiled
+
+
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__name__", "fn").replace("<lambda>", "fn")
+
+
+def _eager_outputs_and_grads(fn: Callable, case: Any) -> list:
+    """What the joint graph computes, by eager PyTorch: the outputs, then the primals' gradients."""
+    primals = with_grad(case.primals)
+    outs = pytree.tree_leaves(fn(*primals))
+    diff = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    wrt = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
+    grads = torch.autograd.grad(diff, wrt, case.tangents, allow_unused=True)
+    return [o.detach() for o in outs] + [g for g in grads if g is not None]

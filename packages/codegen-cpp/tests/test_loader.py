@@ -20,6 +20,7 @@ def test_stub_loads_library_and_rebinds_itself():
     assert env["ember_seg0"] is not stub and env["ember_seg0"](0, 6) == 6
 
 
+@pytest.mark.allow_build_failure("no compiler")
 def test_failed_build_raises_use_fallback_every_time():
     env: dict = {}
     lazy = LazyLibrary(Builder(cxx="/nonexistent/c++").library("int x;"), Graph(name="g"), {"ember_seg0": (0, 0)},

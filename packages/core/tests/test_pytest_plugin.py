@@ -1,7 +1,10 @@
-"""ember-core's pytest plugin: the `gpu` marker, skipped (and reported as skipped) without CUDA."""
+"""ember-core's pytest plugin: the `gpu` marker, skipped (and reported as skipped) without CUDA; the
+`no_build_failures` fixture, failing a test whose generated code did not build."""
 
 import pytest
 from ember_core.testing import pytest_plugin
+
+pytest_plugins = ["pytester"]
 
 
 class Item:
@@ -39,3 +42,47 @@ def test_gpu_marker_runs_only_with_cuda():
     import torch
 
     assert torch.cuda.is_available()
+
+
+BUILD_FAILURES = """
+import pytest
+from ember_core import Event, emit
+
+
+def fallback(cause):
+    emit(Event("fallback", "codegen-test", "graph 'g': why", data={"reason": "why", "cause": cause}))
+
+
+def test_build_failure():
+    fallback("build")
+
+
+@pytest.mark.allow_build_failure("breaks the build on purpose")
+def test_build_failure_on_purpose():
+    fallback("build")
+
+
+def test_other_fallbacks():
+    fallback("kernel")
+    fallback("eager")
+"""
+
+
+def test_no_build_failures_fails_the_test_that_saw_one(pytester):
+    pytester.makeconftest("""
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def builds_succeed(no_build_failures):
+    yield
+""")
+    pytester.makepyfile(BUILD_FAILURES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_build_failure: a build failed*fallbacks by cause: build 1*"])
+
+
+def test_without_the_fixture_a_build_failure_passes_unseen(pytester):
+    pytester.makepyfile(BUILD_FAILURES)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)

@@ -1,4 +1,4 @@
-"""The lowering walk: extern fallback, outputs (aliases, inputs, symbols), dead nodes, events."""
+"""The lowering walk: extern fallback, outputs (aliases, inputs, symbols), symbolic floats, dead nodes, events."""
 
 import logging
 
@@ -96,6 +96,26 @@ def test_float_read_from_a_zero_dim_tensor_is_loaded_by_the_kernel():
     x = torch.randn(4)
     for scale in (2.0, -0.5):
         torch.testing.assert_close(run_plan(plan, [x, torch.tensor(scale, dtype=torch.float64)])[0], x * scale)
+
+
+def test_symbolic_floats_of_sizes_are_computed_in_float64():
+    """`d ** -0.5`, `n / 3`, `d / 2` of symbolic sizes are floats: computed from the sizes as Python would, not
+    read as an integer index (or as a symbol nothing binds)."""
+    def fn(x):
+        n, d = x.shape
+        return x * d ** -0.5 + n / 3, x * (d / 2)
+    plan = check(fn, torch.randn(5, 8), mode="symbolic", others=[(torch.randn(7, 3),), (torch.randn(2, 16),)])
+    ops = {i.op.value for k in plan.kernels for i in k.instrs()}
+    assert "sqrt" in ops and not plan.externs
+
+
+def test_a_symbolic_value_without_a_rule_fails_lowering_instead_of_reading_an_unbound_symbol(monkeypatch):
+    from ember_lowering import LoweringError, sym_rules
+
+    monkeypatch.delitem(sym_rules, "operator.pow")
+    graph = trace(lambda x: x * x.shape[1] ** -0.5, torch.randn(5, 8), mode="symbolic")
+    with pytest.raises(LoweringError, match=r"symbolic value 'pow_1' \(operator.pow\) has no lowering rule"):
+        lower(graph, emit_event=False)
 
 
 def test_dead_nodes_are_not_lowered():

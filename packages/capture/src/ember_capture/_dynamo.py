@@ -128,7 +128,7 @@ class DynamoBackend:
         try:
             graph = capture_graph(gm, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode)
         except EmberError as e:  # a construct the graph cannot hold: this graph runs eagerly
-            report("fallback", f"graph {name} runs eagerly: {e}", graph_name=name)
+            report("fallback", f"graph {name} runs eagerly: {e}", graph_name=name, reason=str(e), cause="eager")
             return gm.forward
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))

@@ -135,7 +135,8 @@ class TracedFunction:
             if self.options["fullgraph"]:
                 raise
             self.fallback_reason = str(e)
-            report("fallback", f"{self.name} runs eagerly from now on: {e}", function=self.name)
+            report("fallback", f"{self.name} runs eagerly from now on: {e}", function=self.name, reason=str(e),
+                   cause="eager")
             return None
         if reason is not None:
             report("recompiled", f"{self.name}: {reason}", function=self.name, reason=reason,
@@ -157,7 +158,7 @@ class TracedFunction:
             message = (f"ember: {self.name} reached recompile_limit ({self.options['recompile_limit']}); calls that "
                        f"miss every guard run eagerly. Last guard failure: {reason}")
             warnings.warn(message, stacklevel=5)
-            report("fallback", message, function=self.name)
+            report("fallback", message, function=self.name, reason=message, cause="eager")
 
     def _grow_dynamic(self, flat: list, spec: Any) -> None:
         """Automatic dynamic (dynamic=None): a static dim whose size changed since the last entry becomes symbolic."""

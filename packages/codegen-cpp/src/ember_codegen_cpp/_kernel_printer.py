@@ -13,11 +13,16 @@ returns the kernel's error flag (an integer division by zero, an index out of bo
   full set of lanes runs as scalar code.
 
 Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
-torch's own softmax does). The plan decides the rest: dims arrive merged (`coalesce-dims`), and a `local`
-buffer (`stash-values`) is a per-row stack array, declared inside the parallel loop. When lanes are i-points
-the kernel is printed with its stashes recomputed (`recompute_locals`): a stash would be one row per lane.
-The parallel loop only forks when the work is at least `EMBER_PAR_MIN` element-iterations
-(16384: on 2 cores a fork pays off from about 8K elements of a sigmoid; cheap ops need more).
+torch's own softmax does). Names follow one rule: an SSA value (unique in its kernel) and a name carrying the
+loop's number (`ember_steps2`) may live in the row's scope; a name made from what it computes (`ember_rcp_t1`,
+the reciprocal of t1) is declared inside its loop's block, since sibling loops (softmax's backward divides by
+the same row sum in three) each make their own.
+
+The plan decides the rest: dims arrive merged (`coalesce-dims`), and a `local` buffer (`stash-values`) is a
+per-row stack array, declared inside the parallel loop. When lanes are i-points the kernel is printed with its
+stashes recomputed (`recompute_locals`): a stash would be one row per lane. The parallel loop only forks when the
+work is at least `EMBER_PAR_MIN` element-iterations (16384: on 2 cores a fork pays off from about 8K elements of
+a sigmoid; cheap ops need more).
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ class KernelPrinter:
         self.uses_err = False
         self.accs: dict[str, Accumulator] = {}
         self.loop_values: set[str] | None = None  # values defined in the loop being printed
-        self.hoisted: dict[str, str] = {}  # lines to print before that loop
+        self.loop_head: dict[str, str] = {}  # that loop's own declarations: name → line, first in its block
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
 
@@ -270,14 +275,14 @@ class KernelPrinter:
         k = self.loop_id
         accs = [SimdAccumulator(i, k) for i in loop.body if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
-        self.loop_values, self.hoisted = set(), {}
+        self.loop_values, self.loop_head = set(), {}
         body = [line for i in loop.body for line in self._instr(i, "simd")]
         self.loop_values = None
         pad = "  " * depth
-        out = [pad + line for line in self.hoisted.values()]
-        out += [pad + line for a in accs for line in a.decl()]
+        out = [pad + line for a in accs for line in a.decl()]
         cascade = any(a.cascade for a in accs)
-        pad, inner = _open_block(out, pad, serial, [f"int64_t ember_steps{k} = 0;"] if cascade else [])
+        pad, inner = _open_block(out, pad, serial, [f"int64_t ember_steps{k} = 0;"] if cascade else [],
+                                 list(self.loop_head.values()))
         n, ch = f"n_{last.var}", SimdAccumulator.CHUNK
         chunked = bool(accs)
         if chunked:
@@ -309,17 +314,16 @@ class KernelPrinter:
         k = self.loop_id
         accs = [Accumulator(i, self._src_dtype(i), k) for i in loop.body if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
-        self.loop_values, self.hoisted = set(), {}
+        self.loop_values, self.loop_head = set(), {}
         lanes = [line for i in loop.body for line in self._instr(i, "ember_l" if accs else None)]
         tail = [line for i in loop.body for line in self._instr(i, "0", tail=True)] if accs else []
         self.loop_values = None
         pad = "  " * depth
-        out = [pad + line for line in self.hoisted.values()]
-        for a in accs:
-            out += [pad + line for line in a.init()]
+        out = [pad + line for a in accs for line in a.init()]
         welford = sorted({CTYPE[a.i.dtype]: a.i.dtype for a in accs if a.welford}.values())
         decls = [f"int64_t ember_steps{k} = 0;"] if any(a.cascade for a in accs) else []
-        pad, inner = _open_block(out, pad, serial, decls + ([f"int64_t {welford_count(k)} = 0;"] if welford else []))
+        decls += [f"int64_t {welford_count(k)} = 0;"] if welford else []
+        pad, inner = _open_block(out, pad, serial, decls, list(self.loop_head.values()))
         counts = [f"++{welford_count(k)};"] if welford else []
         counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
                    for t in welford]
@@ -406,7 +410,7 @@ class KernelPrinter:
                 and not self.block:
             rcp = f"ember_rcp_{i.srcs[1]}"  # loop-invariant divisor: one division per loop, not per element
             one = "1.0" if src[1] == "float64" else "1.0f"
-            self.hoisted[rcp] = f"const {t} {rcp} = {one} / {a[1]};"
+            self.loop_head[rcp] = f"const {t} {rcp} = {one} / {a[1]};"
             return [f"const {t} {i.out} = {a[0]} * {rcp};"]
         line = f"const {t} {i.out} = {expression(op, a, src, i.dtype)};"
         if flags_error(op, src):
@@ -502,12 +506,14 @@ def _outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:
     return score > 0
 
 
-def _open_block(out: list[str], pad: str, serial: list, decls: list[str]) -> tuple[str, str]:
-    """Open a reduction loop's block in `out`: its counters' declarations, a brace and the serial r-loops. Returns
-    the block's indent and the innermost serial loop's."""
+def _open_block(out: list[str], pad: str, serial: list, decls: list[str], head: list[str]) -> tuple[str, str]:
+    """Open a reduction loop's block in `out`: its counters' declarations (named for the loop), a brace, the
+    loop's own values (`head`: named for what they compute, so they must stay in the block) and the serial
+    r-loops. Returns the block's indent and the innermost serial loop's."""
     out += [pad + d for d in decls]
     out.append(pad + "{")
     pad += "  "
+    out += [pad + line for line in head]
     out += _serial_loops(pad, serial)
     return pad, pad + "  " * len(serial)
 

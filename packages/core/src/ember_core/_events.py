@@ -93,7 +93,8 @@ _KINDS = (
     EventKind("guards_built", "guards", "a frontend built the guards of a compiled entry; source: their text"),
     EventKind("guard_failed", "recompiles", "a guard failed on a call"),
     EventKind("recompiled", "recompiles", "a function was compiled again for new inputs"),
-    EventKind("fallback", "recompiles", "something runs a slower way (eagerly, in the interpreter); data: reason"),
+    EventKind("fallback", "recompiles", "something runs a slower way (eagerly, in the interpreter); data: reason, "
+              "cause (one of FALLBACK_CAUSES)"),
     EventKind("graph_cache_hit", "cache", "the runtime reused a compiled graph from its in-process cache"),
     EventKind("graph_cache_miss", "cache", "the runtime compiled a graph and stored it in its in-process cache"),
     EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),
@@ -101,6 +102,18 @@ _KINDS = (
               "data: reason"),
 )
 EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
+
+# Why a `fallback` event's code runs a slower way: its `data["cause"]`. `build` is never routine: with a compiler
+# installed, generated code that does not build is a codegen bug, and ember's tests fail on it
+# (`ember_core.testing.FallbackRecorder`, the `no_build_failures` fixture).
+FALLBACK_CAUSES: dict[str, str] = {
+    "build": "a codegen's generated code did not build or load; the graph runs in the interpreter codegen",
+    "lowering": "lowering the graph to loop IR failed; the graph runs in the interpreter codegen",
+    "print": "a codegen cannot print the graph's kernels or wrapper; the graph runs in the interpreter codegen",
+    "kernel": "a codegen cannot print one kernel; it runs in the loop-IR interpreter, the rest natively",
+    "device": "no kernels for the plan's device in this codegen; the graph runs in the interpreter codegen",
+    "eager": "a frontend runs a graph or function eagerly (a construct it cannot capture, the recompile limit)",
+}
 
 # kind → the EMBER_LOGS artifact that shows it. A kind outside this table is shown under its own name.
 ARTIFACTS: dict[str, str] = {k.name: k.artifact for k in _KINDS}

@@ -18,6 +18,7 @@ import sympy
 import torch
 from ember_core import as_sympy
 
+from ._errors import Unsupported
 from ._indexing import Ranges, simplify
 from ._loop_ir import (
     ARITY,
@@ -141,14 +142,51 @@ class KernelBuilder:
         return result
 
     def lift(self, x: Any, dtype: str) -> Val:
-        """A Val as is; a Python scalar as a const of `dtype`; a sympy expression as an index value cast."""
+        """A Val as is; a Python scalar as a const of `dtype`; a sympy expression as an index value cast, or as a
+        float64 computation (`real`) when it need not be an integer."""
         if isinstance(x, Val):
             return x
         if isinstance(x, sympy.Basic) and not x.is_number:
-            return self.cast(self.index(x), dtype)
+            return self.cast(self.index(x) if x.is_integer else self.real(x), dtype)
         if isinstance(x, sympy.Basic):
             x = int(x) if x.is_integer else float(x)
         return self.const(x, dtype)
+
+    def real(self, e: sympy.Expr) -> Val:
+        """A symbolic float (`d ** -0.5`, `n / 2` of symbolic sizes) in float64, computed from the sizes as Python
+        computes the same float: an index for integer parts, then float operations. `Unsupported` for a form
+        without a rule here."""
+        if e.is_number:
+            return self.const(float(e), "float64")
+        if e.is_integer:
+            return self.cast(self.index(e), "float64")
+        if isinstance(e, sympy.Add):
+            terms = [self.real(t) for t in e.args]
+            out = terms[0]
+            for t in terms[1:]:
+                out = out + t
+            return out
+        if isinstance(e, sympy.Mul):
+            coeff, rest = e.as_coeff_Mul()
+            if coeff.is_Rational and not coeff.is_Integer:  # (p * rest) / q: Python's n / q for p == 1
+                return (self.real(coeff.p * rest) if coeff.p != 1 else self.real(rest)) / float(coeff.q)
+            factors = [self.real(f) for f in e.args]
+            out = factors[0]
+            for f in factors[1:]:
+                out = out * f
+            return out
+        if isinstance(e, sympy.Pow) and e.exp.is_Rational:
+            base, p = self.real(e.base), e.exp
+            if p == sympy.Rational(1, 2):
+                return self.sqrt(base)
+            if p == sympy.Rational(-1, 2):
+                return 1.0 / self.sqrt(base)
+            if p.is_Integer and p != 0:
+                out = base
+                for _ in range(abs(int(p)) - 1):
+                    out = out * base
+                return out if p > 0 else 1.0 / out
+        raise Unsupported(f"no float form for the symbolic value {e}")
 
     def const(self, value: Any, dtype: str) -> Val:
         return self.emit(Op.CONST, dtype=dtype, value=scalar_of(value, dtype))

@@ -72,6 +72,7 @@ class LoweringContext:
         self.buffers: dict[str, Buffer] = {}
         self.steps: list = []
         self.env: dict[str, Any] = {}
+        self.opaque: dict[str, str] = {}  # symbolic values no rule could express → the op that made them
         self.origin: tuple[str, ...] = ()
         self._taken = set(graph.values) | set(graph.constants)
         self._count = 0

@@ -27,6 +27,7 @@ from ember_core import (
     graph_device,
     is_custom_function,
     node_refs,
+    parse_expr,
     resolve_op,
 )
 
@@ -74,7 +75,14 @@ sym_rules: dict[str, Callable[..., Any]] = {
     "torch.sym_min": _size_rule(lambda ctx, a, b: sympy.Min(ctx.scalar(a), ctx.scalar(b))),
     "torch.sym_int": _size_rule(lambda ctx, a: sympy.floor(ctx.scalar(a))),
     "torch.sym_float": _size_rule(lambda ctx, a: ctx.scalar(a)),
+    "operator.pow": _size_rule(lambda ctx, a, b: sympy.Pow(_exact(ctx.scalar(a)), _exact(ctx.scalar(b)))),
+    "torch.sym_sqrt": _size_rule(lambda ctx, a: sympy.sqrt(ctx.scalar(a))),
 }
+
+
+def _exact(x: Any) -> Any:
+    """A Python float as the sympy rational it is exactly (0.5 → 1/2), so sizes raised to it stay exact."""
+    return sympy.Rational(x) if isinstance(x, float) and math.isfinite(x) else x
 
 
 @functools.cache
@@ -120,7 +128,9 @@ def lower_graph(graph: Graph) -> KernelPlan:
     outputs = tuple(_output(ctx, o.name) for o in graph.outputs)
     plan = KernelPlan(graph.name, tuple(ctx.buffers.values()), tuple(ctx.steps), graph.input_names, outputs,
                       graph.symbols, ("lower",), device)
-    return name_kernels(drop_unused_buffers(order_buffers(plan)))
+    plan = name_kernels(drop_unused_buffers(order_buffers(plan)))
+    _check_bound(ctx, plan)
+    return plan
 
 
 def _needed(graph: Graph) -> set[str]:
@@ -142,9 +152,6 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
         ctx.env[node.outputs[0]] = scalar_of
         return
     if values and all(v is not None and v.type == "sym" for v in values):
-        if any(not v.dtype.startswith(("int", "uint")) for v in values):
-            raise LoweringError(f"node {node.outputs[0]!r} ({node.op}) makes a symbolic {values[0].dtype}: symbols "
-                                "are integers")
         for o in node.outputs:
             ctx.env[o] = _sym_value(ctx, node) if len(node.outputs) == 1 else sym(o)
         return
@@ -179,12 +186,44 @@ def _scalar_tensor(ctx: LoweringContext, node: Node) -> TensorRef | None:
 
 
 def _sym_value(ctx: LoweringContext, node: Node) -> Any:
-    """The sympy value of a symbolic-int node; a fresh symbol named after it when no rule can tell."""
+    """The sympy value of a symbolic-int node; a fresh symbol named after it when no rule can tell (nothing binds
+    it at run time: `_check_bound` refuses a plan that uses one)."""
     rule = sym_rules.get(node.op)
     try:
-        return rule(ctx, node, node.args) if rule is not None else sym(node.outputs[0])
+        if rule is not None:
+            return rule(ctx, node, node.args)
     except (LoweringError, KeyError, IndexError, TypeError):
-        return sym(node.outputs[0])
+        pass
+    ctx.opaque[node.outputs[0]] = node.op
+    return sym(node.outputs[0])
+
+
+def _check_bound(ctx: LoweringContext, plan: KernelPlan) -> None:
+    """LoweringError if a step uses a symbolic value no rule could express: its kernels or extern calls would
+    read a symbol nothing binds (the graph then runs in the interpreter codegen, which computes it)."""
+    if not ctx.opaque:
+        return
+    exprs = [e for b in plan.buffers for e in (*b.shape, *b.stride, b.offset)]
+    for step in plan.steps:
+        if isinstance(step, Extern):
+            exprs += [parse_expr(a.expr) for a in _flat(step.args, step.kwargs) if isinstance(a, Sym)]
+        else:
+            exprs += [e for i in step.instrs() for e in i.index]
+    used = {s.name for e in exprs for s in as_sympy(e).free_symbols} & set(ctx.opaque)
+    if used:
+        name = sorted(used)[0]
+        raise LoweringError(f"symbolic value {name!r} ({ctx.opaque[name]}) has no lowering rule, and a step uses it")
+
+
+def _flat(args: Any, kwargs: dict) -> list:
+    out, todo = [], [*args, *kwargs.values()]
+    while todo:
+        a = todo.pop()
+        if isinstance(a, (list, tuple)):
+            todo.extend(a)
+        else:
+            out.append(a)
+    return out
 
 
 def _cannot_lower(ctx: LoweringContext, node: Node, device: str) -> str | None:

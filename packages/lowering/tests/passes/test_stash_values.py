@@ -2,13 +2,13 @@
 expensive, the row is static and small, and it reads nothing the kernel writes; otherwise recomputed."""
 
 import torch
-from ember_lowering import Op, run_plan
+from ember_lowering import Op, parse_plan, run_plan
 from ember_lowering.passes.coalesce_dims import CoalesceDims
 from ember_lowering.passes.fuse_inline import FuseInline
 from ember_lowering.passes.fuse_siblings import FuseSiblings
 from ember_lowering.passes.fuse_vertical import FuseVertical
 from ember_lowering.passes.stash_values import StashValues, recompute_locals
-from lowering_checks import before_after, count_ops, run_passes, verdicts
+from lowering_checks import before_after, count_ops, random_inputs, run_passes, verdicts
 
 FUSE = [FuseInline(), FuseVertical(), FuseSiblings(), CoalesceDims()]
 HEAD = "# ember kernel plan 'g' on cpu\n# passes: lower\ndef g(x):\n  x: f32[4, 8] input\n  y: f32[4, 8] output\n"
@@ -61,6 +61,48 @@ def test_recompute_locals_puts_the_computation_back():
     (kernel,) = plan.kernels
     (original,) = run_passes(HEAD + SOFTMAX, [])[0].kernels
     assert recompute_locals(kernel, {"stash0"}) == original
+
+
+NESTED = """\
+# ember kernel plan 'g' on cpu
+def g(x):
+  x: f32[4, 8] input
+  stash0: f32[8] local
+  stash1: f32[8] local
+  y: f32[4, 8] output
+  kernel reduce_4x8[i0 < 4, r0 < 8]:
+    loop:
+      t0: f32 = load x[i0, r0]
+      t1: f32 = reduce_max t0
+    loop:
+      t2: f32 = load x[i0, r0]
+      t3: f32 = sub t2, t1
+      t4: f32 = exp t3
+      store stash0[r0] = t4
+      t5: f32 = reduce_sum t4
+    loop:
+      t6: f32 = load stash0[r0]
+      t7: f32 = div t6, t5
+      store stash1[r0] = t7
+      t8: f32 = reduce_sum t7
+    loop:
+      t9: f32 = load stash1[r0]
+      t10: f32 = mul t9, t8
+      store y[i0, r0] = t10
+  return (y)
+"""
+
+
+def test_recompute_locals_recomputes_a_stash_that_reads_a_stash():
+    """softmax's backward over an outer dim stashes exp(x - max) / sum, whose exp is a stash itself: the copy
+    put back in the last loop must compute the exp again too, not read a stash that is gone."""
+    plan = parse_plan(NESTED)
+    (kernel,) = plan.kernels
+    plain = recompute_locals(kernel, {"stash0", "stash1"})
+    assert not [i for i in plain.instrs() if i.buffer in ("stash0", "stash1")]
+    assert count_ops(plan.replace(steps=(plain,)), Op.EXP) == 3
+    x = random_inputs(plan)[0]
+    torch.testing.assert_close(run_plan(plan.replace(steps=(plain,)), [x])[0], run_plan(plan, [x])[0])
 
 
 def test_a_value_that_reads_a_buffer_the_kernel_writes_is_recomputed():

@@ -1,12 +1,17 @@
-"""pytest plugin of ember-core: the `gpu` marker (skipped without CUDA) and fixtures for plugin tests."""
+"""pytest plugin of ember-core: the `gpu` marker (skipped without CUDA), fixtures for plugin tests, and
+`no_build_failures`, which fails a test whose generated code did not build."""
 
 from __future__ import annotations
 
 import pytest
 
+_RECORDER = pytest.StashKey()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped (and counted as skipped) without one")
+    config.addinivalue_line("markers", "allow_build_failure(reason): the test breaks a codegen's build on purpose; "
+                                       "the no_build_failures fixture lets it pass")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -27,3 +32,30 @@ def ember_plugin_manager():
     from ember_core import PluginManager
 
     return PluginManager(load_entrypoints=False, env={})
+
+
+@pytest.fixture
+def no_build_failures(request: pytest.FixtureRequest):
+    """Records the `fallback` events of the test (a `FallbackRecorder`); the test fails when one says a build
+    failed, unless it is marked `allow_build_failure`. Make it autouse in a conftest:
+
+        @pytest.fixture(autouse=True)
+        def builds_succeed(no_build_failures):
+            yield
+    """
+    from ember_core.testing import FallbackRecorder
+
+    with FallbackRecorder() as recorder:
+        request.node.stash[_RECORDER] = recorder
+        yield recorder
+    del request.node.stash[_RECORDER]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A build failure of a test using `no_build_failures` fails the test itself (not its teardown)."""
+    result = yield
+    recorder = item.stash.get(_RECORDER, None)
+    if recorder is not None and item.get_closest_marker("allow_build_failure") is None:
+        recorder.check(item.nodeid)
+    return result

@@ -89,9 +89,10 @@ class PlanCodegen:
         try:
             plan = lower(graph)
         except Exception as e:  # noqa: BLE001 - any lowering failure means: run the graph as it is
-            return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}"), None
+            return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}", "lowering"), None
         if not self.serves(plan.device):
-            return self.interpreter(graph, f"{self.name} does not serve the plan's device {plan.device!r}"), None
+            return self.interpreter(graph, f"{self.name} does not serve the plan's device {plan.device!r}",
+                                    "device"), None
         try:
             program = plan_program(plan, self.print_kernel)
             program.options = dict(options or {})
@@ -100,10 +101,10 @@ class PlanCodegen:
             writer = self.wrapper_writer(program, fn_name, {n: c.tensor for n, c in graph.constants.items()})
             wrapper, env = writer.source()
         except CannotPrint as e:
-            return self.interpreter(graph, str(e)), None
+            return self.interpreter(graph, str(e), "print"), None
         for step in program.interpreted:
             report_fallback(self.stage, graph, f"kernel {step.kernel.name} runs in the loop-IR interpreter: "
-                                               f"{step.reason}")
+                                               f"{step.reason}", "kernel")
         fn = self.wrapper_function(graph, wrapper, env, fn_name)
         lazy = self.start_build(graph, program, writer, env) if program.source else None
         shown = self.shown_source(program)
@@ -123,7 +124,8 @@ class PlanCodegen:
         env["_relayout"] = functools.partial(relayout, layouts=env["_layouts"], fast=fn, fallback=fallback)
         return fn
 
-    def interpreter(self, graph: Graph, reason: str) -> CompiledGraph:
-        """The whole graph in ember-core's interpreter codegen, reported as a fallback and labelled as such."""
-        report_fallback(self.stage, graph, f"the graph runs in the interpreter codegen: {reason}")
+    def interpreter(self, graph: Graph, reason: str, cause: str) -> CompiledGraph:
+        """The whole graph in ember-core's interpreter codegen, reported as a fallback (of `cause`, one of
+        `ember_core.FALLBACK_CAUSES`) and labelled as such."""
+        report_fallback(self.stage, graph, f"the graph runs in the interpreter codegen: {reason}", cause)
         return InterpreterFallback(graph).compiled()

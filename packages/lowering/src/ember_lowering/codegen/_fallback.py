@@ -6,7 +6,8 @@ assumes, a kernel's error flag, a failed build. Each ends in a correct result or
   runs in ember-core's interpreter codegen.
 - `fix_layout`: the same for an extern's result that kernels read.
 - `UseFallback`: raised inside the wrapper to run the whole graph in the interpreter codegen instead.
-- `report_fallback`: the log line and `fallback` event of a graph (or kernel) that a codegen does not run natively.
+- `report_fallback`: the log line and `fallback` event (with its cause) of a graph (or kernel) that a codegen
+  does not run natively.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, emit, interpreter_codegen
+from ember_core import FALLBACK_CAUSES, CompiledGraph, Event, Graph, emit, interpreter_codegen
 
 log = logging.getLogger("ember.kernels")
 
@@ -110,8 +111,11 @@ class InterpreterFallback:
         return self(inputs, "a kernel flagged an integer division by zero or an index out of bounds")
 
 
-def report_fallback(stage: str, graph: Graph, reason: str, source: str | None = None) -> None:
-    """`stage` names the codegen (`codegen-cpp`); the reason says what runs where instead, and why."""
+def report_fallback(stage: str, graph: Graph, reason: str, cause: str, source: str | None = None) -> None:
+    """`stage` names the codegen (`codegen-cpp`); the reason says what runs where instead, and why; `cause` is
+    one of `ember_core.FALLBACK_CAUSES` (`build`, `lowering`, `print`, `kernel`, `device`)."""
+    if cause not in FALLBACK_CAUSES:
+        raise ValueError(f"unknown fallback cause {cause!r}; causes: {', '.join(FALLBACK_CAUSES)}")
     log.warning("%s: graph %r: %s", stage, graph.name, reason)
     emit(Event(kind="fallback", stage=stage, message=f"graph {graph.name!r}: {reason}", graph=graph,
-               source=source, data={"reason": reason}))
+               source=source, data={"reason": reason, "cause": cause}))

@@ -55,7 +55,7 @@ class LazyBinding:
                 self.bind(self.build.future.result(), self.env)
             except (BuildError, OSError) as e:
                 self.failed = f"the build failed, the graph runs in the interpreter codegen: {e}"
-                report_fallback(self.stage, self.graph, self.failed)
+                report_fallback(self.stage, self.graph, self.failed, "build")
                 self.install_stubs()  # in case bind set some: each stub now raises UseFallback from load()
                 raise UseFallback(self.failed) from None
             self._bound = True

@@ -199,8 +199,10 @@ def _rewrite(kernel: Kernel, chosen: list[_Repeat], made: dict[str, Buffer]) -> 
 
 def recompute_locals(kernel: Kernel, locals_: set[str]) -> Kernel:
     """The kernel without its stashes in `locals_`: each load of one is replaced by a copy of the instructions
-    that computed the stored value, and the stores go. Exact for what stash-values makes (stored values read
-    no buffer the kernel writes, and every operand they use from outside their loop is visible later)."""
+    that computed the stored value, and the stores go. A stored value may itself read a stash (softmax's
+    backward stashes `exp / sum`, whose exp is stashed): the copy's loads of stashes are replaced in turn, so no
+    load of a stash in `locals_` is left. Exact for what stash-values makes (stored values read no buffer the
+    kernel writes, and every operand they use from outside their loop is visible later)."""
     trees = _stored_trees(kernel, locals_)
     if not trees:
         return kernel
@@ -212,7 +214,9 @@ def recompute_locals(kernel: Kernel, locals_: set[str]) -> Kernel:
             return []
         if i.op is Op.LOAD and i.buffer in locals_:
             body, result = _copy(trees[i.buffer], counter)
-            mapping[i.out] = result
+            inner: dict[str, str] = {}
+            body = [k for j in body for k in visit(j, inner)]
+            mapping[i.out] = inner.get(result, result)
             return body
         return [i]
 
