@@ -15,7 +15,20 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from ember_core import Event, Graph, Node, Ref, Sym, as_sympy, dtype_name, emit, graph_device, node_refs, resolve_op
+from ember_core import (
+    Event,
+    Graph,
+    Node,
+    Ref,
+    Sym,
+    as_sympy,
+    dtype_name,
+    emit,
+    graph_device,
+    has_effect,
+    node_refs,
+    resolve_op,
+)
 
 from ._context import LoweringContext, TensorRef
 from ._decisions import Decision
@@ -111,8 +124,12 @@ def lower_graph(graph: Graph) -> KernelPlan:
 
 
 def _needed(graph: Graph) -> set[str]:
+    """The values the outputs read, and those an effectful node reads (`ember_core.has_effect`: it is kept, as an
+    extern call, though it has no output anyone reads)."""
     needed = {o.name for o in graph.outputs}
     for node in reversed(graph.nodes):
+        if has_effect(node.op):
+            needed.update(node.outputs)
         if any(o in needed for o in node.outputs):
             needed.update(node_refs(node))
     return needed
