@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from _support import Compiled, capture, check_against_eager, leaves
 from ember_autograd import joint
-from ember_core import Output, Sym, is_random, resolve_op, verify
+from ember_core import Interpreter, Output, Sym, is_random, parse_graph, resolve_op, verify
 from ember_core.testing import assert_golden
 
 
@@ -349,3 +349,29 @@ def test_joint_with_native_dropout_prints_as_its_snapshot():
         return (torch.ops.aten.native_dropout(x, 0.25, True)[0] * 3,)
 
     assert_golden(str(joint(capture(dropout_scale, rand(8)), [rand(8)]).graph), SNAPSHOTS / "joint_dropout.txt")
+
+
+def test_functional_copy_is_differentiated_like_copy_():
+    graph = parse_graph("""# ember graph v1.0
+def g(dst: f64[2, 3], src: f32[3] requires_grad):
+  copy: f64[2, 3] requires_grad = aten.copy.default(dst, src)
+  return (copy)
+""")
+    src = torch.randn(3, requires_grad=True)
+    traced = joint(graph, [torch.zeros(2, 3, dtype=torch.float64), src])
+    tangent = torch.randn(2, 3, dtype=torch.float64)
+    out, grad = Interpreter(traced.graph).run([torch.zeros(2, 3, dtype=torch.float64), src.detach(), tangent])
+    torch.testing.assert_close(out, src.detach().double().expand(2, 3))
+    torch.testing.assert_close(grad, tangent.sum(0).float())
+
+
+def test_an_effectful_op_stays_in_the_forward_region():
+    graph = parse_graph("""# ember graph v1.0
+def g(x: f32[3, 3] requires_grad):
+  getitem, getitem_1: f32[3, 3] requires_grad, i32[] = aten.linalg_cholesky_ex.default(x)
+  _linalg_check_errors: none:b8 = aten._linalg_check_errors.default(getitem_1, "linalg.cholesky", is_matrix=True)
+  return (getitem)
+""")
+    traced = joint(graph, [torch.randn(3, 3, requires_grad=True)]).graph
+    (check,) = [n for n in traced.nodes if n.op == "aten._linalg_check_errors.default"]
+    assert check.meta.get("region", "forward") == "forward"

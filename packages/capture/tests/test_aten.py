@@ -199,3 +199,10 @@ def test_closed_over_tensor_that_requires_grad_is_refused():
 def test_metadata_mutation_of_an_input_is_refused():
     with pytest.raises(CaptureError, match="metadata mutations"):
         capture_graph(lambda x: x.t_(), fakes(torch.randn(2, 3)))
+
+
+def test_an_effectful_op_is_captured_as_a_plain_node_dead_code_elimination_keeps():
+    graph = capture_graph(lambda x: torch.linalg.cholesky(x), fakes(torch.randn(3, 3)), input_names=["x"])
+    ops = [n.op for n in graph.nodes]
+    assert ops == ["aten.linalg_cholesky_ex.default", "aten._linalg_check_errors.default"]
+    assert graph.nodes[1].args[1:] == ("linalg.cholesky",)

@@ -103,3 +103,13 @@ def test_unknown_op_fails_when_planning():
     g = view_graph().replace(nodes=(Node(("y",), "aten.nope.default", (Ref("x"),)),))
     with pytest.raises(GraphError, match="unknown op 'aten.nope.default'"):
         Interpreter(g)
+
+
+def test_overrides_run_in_place_of_the_named_op():
+    graph = ec.parse_graph("""# ember graph v1.0
+def g(x: f32[3]):
+  exp: f32[3] = aten.exp.default(x)
+  return (exp)
+""")
+    x = torch.randn(3)
+    torch.testing.assert_close(Interpreter(graph, overrides={"aten.exp.default": torch.sin}).run([x])[0], x.sin())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ember_core import decompositions, is_random
+from ember_core import decompositions, has_effect, is_random
 
 aten = torch.ops.aten
 
@@ -48,3 +48,15 @@ def test_foreach_ops_decompose_into_per_tensor_ops(fn):
     assert not [n for n in gm.graph.nodes if "_foreach_" in str(n.target)], gm.code
     for got, want in zip(gm(*xs, *ys), fn(xs, ys)):
         torch.testing.assert_close(got, want)
+
+
+def test_ops_torch_registers_as_effectful_are_named():
+    assert has_effect("aten._linalg_check_errors.default") and has_effect(torch.ops.aten._print.default)
+    assert not has_effect("aten.mul.Tensor") and not has_effect("operator.mul")
+
+
+def test_ops_with_numerically_worse_decompositions_stay_whole():
+    from ember_core._op_set import NUMERICALLY_KEPT
+
+    assert "aten.special_log_ndtr.default" in NUMERICALLY_KEPT
+    assert aten.special_log_ndtr.default not in decompositions()

@@ -218,3 +218,20 @@ def test_a_symbolic_float_input_is_refused():
                         "  return (y)\n")
     with pytest.raises(LoweringError, match="symbolic float64"):
         lower(graph)
+
+
+def test_an_effectful_op_without_outputs_read_stays_an_extern_call_in_order():
+    graph = parse_graph("""# ember graph v1.0
+def g(x: f32[3, 3]):
+  getitem, getitem_1: f32[3, 3], i32[] = aten.linalg_cholesky_ex.default(x)
+  _linalg_check_errors: none:b8 = aten._linalg_check_errors.default(getitem_1, "linalg.cholesky", is_matrix=True)
+  exp: f32[3, 3] = aten.exp.default(getitem)
+  return (exp)
+""")
+    plan = lower(graph, check=True, emit_event=False)
+    assert [e.op for e in plan.externs] == ["aten.linalg_cholesky_ex.default", "aten._linalg_check_errors.default"]
+    with pytest.raises(torch.linalg.LinAlgError, match="positive-definite"):
+        run_plan(plan, [-torch.eye(3)], {})
+    x = torch.randn(3, 3)
+    x = x @ x.T + 3 * torch.eye(3)
+    torch.testing.assert_close(run_plan(plan, [x], {})[0], torch.linalg.cholesky(x).exp())

@@ -62,3 +62,23 @@ def test_primal_carrying_a_symbol_the_backward_needs_is_saved(trace, check):
     cut = split(analyze(traced.joint), ["sum_1"], producer="test")
     assert cut.saved == ("primals_1", "primals_2", "sum_1")  # primals_1 only for its shape
     check(traced, Partition(cut.forward, cut.backward, cut.saved))
+
+
+CHOLESKY_JOINT = """# ember graph v1.0
+def g_joint(x: f32[3, 3] requires_grad, tangent_0: f32[3, 3] tangent):
+  getitem, getitem_1: f32[3, 3] requires_grad, i32[] = aten.linalg_cholesky_ex.default(x)
+  _linalg_check_errors: none:b8 = aten._linalg_check_errors.default(getitem_1, "linalg.cholesky", is_matrix=True)
+  mul: f32[3, 3] = aten.mul.Tensor(tangent_0, getitem)  # backward
+  return (getitem, mul grad[0])
+"""
+
+
+def test_an_effectful_node_nothing_reads_stays_in_the_forward_graph():
+    joint = JointGraph(ember_core.parse_graph(CHOLESKY_JOINT), num_primals=1, num_forward_outputs=1)
+    info = analyze(joint)
+    assert info.forward_effects == ("_linalg_check_errors",) and info.backward_effects == ()
+    for saved in ([], ["getitem"]):
+        cut = split(info, saved, producer="test")
+        assert [n.op for n in cut.forward.nodes] == ["aten.linalg_cholesky_ex.default",
+                                                      "aten._linalg_check_errors.default"]
+        assert "aten._linalg_check_errors.default" not in [n.op for n in cut.backward.nodes]

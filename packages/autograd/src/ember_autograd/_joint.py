@@ -4,8 +4,9 @@ How: the graph is replayed with ember-core's Interpreter on fake primals under a
 `torch.autograd.grad` runs on its differentiable outputs with one tangent each. make_fx records both halves,
 functionalized (backward formulas may write in place) and decomposed to core ATen (random ops excepted, see
 `ember_core.decompositions`). Nodes recorded while the forward ran are tagged `region=forward`, the rest `backward`.
-Random ops run in the forward only: the backward reads the masks the forward made (`native_dropout`'s second
-output), so no partitioner has to run a random op twice.
+Ops without an ATen derivative (`aten.copy`) run with one from `_grad_rules`. Random ops run in the forward
+only: the backward reads the masks the forward made (`native_dropout`'s second output), so no partitioner has to
+run a random op twice.
 
 The layout is `ember_core.JointGraph`'s. Inputs: the primals, with the graph's names, kinds and metadata
 (`requires_grad` as decided here), then `tangent_{i}` for each differentiable forward output i. Outputs: the
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from ember_core import (
+    EffectfulFunctionalMode,
     Graph,
     Input,
     Interpreter,
@@ -34,10 +36,11 @@ from ember_core import (
     verify,
 )
 from torch._dispatch.python import enable_python_dispatcher
-from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+from torch._subclasses.functional_tensor import dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
 from ._grad_boundaries import insert_grad_boundaries
+from ._grad_rules import grad_rules
 from ._primals import FakePrimals, differentiable_dtype, requires_grad
 
 PRODUCER = "ember-autograd 0.1.0"
@@ -61,14 +64,14 @@ class JointTrace:
     def __init__(self, graph: Graph, primals: FakePrimals):
         self.graph = graph
         self.primals = primals
-        self.interpreter = Interpreter(graph)
+        self.interpreter = Interpreter(graph, overrides=grad_rules)  # ops ATen cannot differentiate
         self.differentiable: list[bool] = []  # per forward output
         self.grad_inputs: list[int] = []  # primal index of each gradient output, in order
 
     def run(self) -> fx.GraphModule:
         tangents = self._tangents()
         fake = self.primals.mode
-        fn = dispatch_functionalize(self._joint_fn, FunctionalTensorMode())
+        fn = dispatch_functionalize(self._joint_fn, EffectfulFunctionalMode())
         with fake, enable_python_dispatcher(), torch.enable_grad(), torch.autograd.set_multithreading_enabled(False):
             gm = make_fx(fn, decomposition_table=decompositions())(*self.primals.values, *tangents)
         _drop_aliases(gm)

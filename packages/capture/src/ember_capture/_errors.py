@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import sys
 import traceback
 from types import TracebackType
 
@@ -12,6 +13,7 @@ import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OWN_DIR = os.path.dirname(__file__)
+_EFFECTS_FILE = os.path.abspath(sys.modules[ember_core.EffectfulFunctionalMode.__module__].__file__ or "")
 
 
 class CaptureError(ember_core.EmberError):
@@ -24,9 +26,9 @@ class CaptureError(ember_core.EmberError):
 
 
 def is_torch_file(path: str) -> bool:
-    """Is `path` inside torch or ember-capture (not the user's code)?"""
+    """Is `path` inside torch or ember-capture, or ember-core's functionalization mode (not the user's code)?"""
     path = os.path.abspath(path)
-    return path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR)
+    return path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or path == _EFFECTS_FILE
 
 
 def user_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:

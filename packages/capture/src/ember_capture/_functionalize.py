@@ -8,6 +8,8 @@ value, returned as an extra output. While the wrappers still exist, it records i
 - eager autograd's view of each output and mutated input (`requires_grad`), which the ATen graph underneath
   cannot see (autograd sits above functionalization);
 - whether grad mode was on for each op that reached the graph (`GradModeRecorder`), so no_grad regions survive.
+
+Effectful ops reach the graph as themselves, not threaded through effect tokens (`ember_core.EffectfulFunctionalMode`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ember_core import is_custom_function
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from ember_core import EffectfulFunctionalMode, is_custom_function
+from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -82,7 +84,7 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
 
     def run(*args: Any) -> list:
         facts.grad_enabled = torch.is_grad_enabled()
-        with GradModeRecorder(), FunctionalTensorMode():
+        with GradModeRecorder(), EffectfulFunctionalMode():
             f_args = [_to_functional(a) for a in args]
             result = fn(*f_args)
             outs = [result] if isinstance(result, torch.Tensor) else list(result)

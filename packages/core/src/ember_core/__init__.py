@@ -13,6 +13,7 @@ from ._custom_function import (
 from ._disk_cache import CacheLookup, DiskCache
 from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
 from ._dump import DumpWriter
+from ._effects import EffectfulFunctionalMode, has_effect
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
 from ._events import EVENT_KINDS, FALLBACK_CAUSES, Event, EventKind, GraphCompiled, JointTraced, Partitioned
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
@@ -71,11 +72,13 @@ __all__ = [
     "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy",
     "cache_root", "cache_size_limit", "canonical", "canonical_symbols", "clear_disk_cache", "decompositions",
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
-    "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "hookimpl",
-    "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
+    "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "has_effect",
+    "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
     "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "private_cache_dir",
     "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_sequence", "save",
     "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    # functionalization that keeps effectful ops as nodes (see has_effect)
+    "EffectfulFunctionalMode",
     # stage contracts: event payloads, the dump writer, the interpreter codegen
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
     "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen", "FALLBACK_CAUSES",

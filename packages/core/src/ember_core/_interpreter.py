@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -15,11 +15,15 @@ from ._symbolic import evaluate
 
 
 class Interpreter:
-    """Plans a graph once (ops resolved, values freed after their last use), then runs it on many inputs."""
+    """Plans a graph once (ops resolved, values freed after their last use), then runs it on many inputs.
 
-    def __init__(self, graph: Graph):
+    `overrides` maps an op name to a callable run in its place, with the same arguments (a transform that needs
+    an op to behave differently, as the joint trace needs a differentiable `aten.copy`)."""
+
+    def __init__(self, graph: Graph, overrides: Mapping[str, Callable] | None = None):
         self.graph = graph
-        self._ops = [node_callable(graph, n) for n in graph.nodes]
+        overrides = overrides or {}
+        self._ops = [overrides[n.op] if n.op in overrides else node_callable(graph, n) for n in graph.nodes]
         self._frees = self._plan_frees(graph)
         self._has_syms = any(has_sym(n.args) or has_sym(tuple(n.kwargs.values())) for n in graph.nodes)
         self._outputs = [o.name for o in graph.outputs]

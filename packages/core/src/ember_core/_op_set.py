@@ -5,6 +5,10 @@ Capture and autograd both trace with `decompositions()`, so every stage sees the
 A decomposition of a random op (`aten.bernoulli.default` → `rand_like(x) < x`) draws different random numbers from
 the op it replaces, so the compiled graph would no longer match eager under the same seed. Ops tagged
 `nondeterministic_seeded` therefore stay as they are; `aten.native_dropout` is not in the core table at all.
+
+Ops whose decomposition is numerically worse than eager's kernel and derivative stay one ATen call too
+(`NUMERICALLY_KEPT`, each with its reason): the graph then runs eager's kernel (an extern call, unless lowering
+has a rule as accurate), and the joint trace differentiates it with eager's formula.
 """
 
 from __future__ import annotations
@@ -30,11 +34,21 @@ def is_random(op: Any) -> bool:
     return isinstance(op, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
 
 
+# op name → why its decomposition is not used.
+NUMERICALLY_KEPT: dict[str, str] = {
+    # where(x < 1, log(erfcx(-x/√2)/2) - x²/2, log1p(-erfc(x/√2)/2)): for x ≪ 0 the branch not taken is
+    # log1p(-1) = -inf, and its derivative 0/0 = NaN leaks through where's backward (NaN·0); eager's derivative
+    # exp(-(log_ndtr(x) + x²/2))/√(2π) is finite there.
+    "aten.special_log_ndtr.default": "the unselected branch of its where has a NaN derivative for x << 0",
+}
+
+
 @functools.cache
 def decompositions() -> dict[Any, Callable]:
-    """torch's core ATen decompositions without those of random ops, and ember's own of the pointwise `_foreach_*`
-    ops (see `foreach_decompositions`). Cached; do not mutate."""
-    table = {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op)}
+    """torch's core ATen decompositions without those of random ops and those of `NUMERICALLY_KEPT`, and ember's
+    own of the pointwise `_foreach_*` ops (see `foreach_decompositions`). Cached; do not mutate."""
+    kept = {resolve_op(name) for name in NUMERICALLY_KEPT}
+    table = {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op) and op not in kept}
     return table | foreach_decompositions()
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import sympy
-from ember_core import Ref
+from ember_core import Ref, has_effect
 
 from ._errors import PlanError
 from ._indexing import sym
@@ -130,12 +130,17 @@ def deps_of(plan: KernelPlan) -> Deps:
 
 
 def toposort(steps: Sequence[Step], roots: dict[str, str]) -> tuple[Step, ...]:
-    """Steps in dependency order, otherwise keeping the given order (Kahn's algorithm, lowest index first)."""
+    """Steps in dependency order, otherwise keeping the given order (Kahn's algorithm, lowest index first). An
+    extern call of an effectful op (`ember_core.has_effect`) also waits for the one before it: effects keep
+    their order."""
     producer = {n: k for k, s in enumerate(steps) for n in step_writes(s)}
     waiting = [0] * len(steps)
     users: list[list[int]] = [[] for _ in steps]
+    effects = [k for k, s in enumerate(steps) if isinstance(s, Extern) and has_effect(s.op)]
+    after = dict(zip(effects[1:], effects))
     for k, s in enumerate(steps):
-        for d in {producer[n] for n in step_reads(s, roots) if n in producer and producer[n] != k}:
+        deps = {producer[n] for n in step_reads(s, roots) if n in producer and producer[n] != k}
+        for d in deps | ({after[k]} if k in after else set()):
             waiting[k] += 1
             users[d].append(k)
     ready = [k for k in range(len(steps)) if waiting[k] == 0]

@@ -25,6 +25,7 @@ from ember_core import (
     dtype_name,
     emit,
     graph_device,
+    has_effect,
     is_custom_function,
     node_refs,
     parse_expr,
@@ -134,8 +135,12 @@ def lower_graph(graph: Graph) -> KernelPlan:
 
 
 def _needed(graph: Graph) -> set[str]:
+    """The values the outputs read, and those an effectful node reads (`ember_core.has_effect`: it is kept, as an
+    extern call, though it has no output anyone reads)."""
     needed = {o.name for o in graph.outputs}
     for node in reversed(graph.nodes):
+        if has_effect(node.op):
+            needed.update(node.outputs)
         if any(o in needed for o in node.outputs):
             needed.update(node_refs(node))
     return needed

@@ -4,6 +4,10 @@ Nodes fall in three groups: `forward` (the forward outputs need them: they run i
 `tangent_closure` (they read a tangent: they run in the backward graph), and the rest, which the gradients need
 but which may run on either side. Values also carry alias facts: which ones view a primal (never saved: the caller
 holds the primal) and which share storage with a value an in-place op writes (never recomputed).
+
+An effectful node (`ember_core.has_effect`: `aten._linalg_check_errors` raising on a failed factorization) has
+no output anyone reads, but it is a root like an output: one that reads no tangent runs in the forward graph,
+where eager runs it (so a forward call raises as eager does), one that does runs in the backward.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ember_core import Graph, GraphError, JointGraph, Output
+from ember_core import Graph, GraphError, JointGraph, Output, has_effect
 
 from ._cost_model import op_class, written_args
 from ._refs import node_reads
@@ -33,6 +37,8 @@ class JointInfo:
     needed: frozenset[int]  # nodes any output needs (the others are dead)
     input_views: frozenset[str]  # values that view a primal
     mutated: frozenset[str]  # values sharing storage with a value some in-place op writes
+    forward_effects: tuple[str, ...] = ()  # outputs of effectful nodes that read no tangent: forward roots
+    backward_effects: tuple[str, ...] = ()  # outputs of effectful nodes that read a tangent: backward roots
 
     @property
     def graph(self) -> Graph:
@@ -50,17 +56,20 @@ def analyze(joint: JointGraph) -> JointInfo:
     fwd_outs, grads = _split_outputs(joint)
     producer = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs}
     reads = tuple(node_reads(n) for n in graph.nodes)
-    forward = ancestors(producer, reads, (o.name for o in fwd_outs))
     closure = _tangent_closure(graph, reads, set(tangents))
+    effects = [i for i, n in enumerate(graph.nodes) if has_effect(n.op)]
+    fw_effects = tuple(o for i in effects if i not in closure for o in graph.nodes[i].outputs)
+    bw_effects = tuple(o for i in effects if i in closure for o in graph.nodes[i].outputs)
+    forward = ancestors(producer, reads, (*(o.name for o in fwd_outs), *fw_effects))
     both = sorted(forward & closure)
     if both:
         node = graph.nodes[both[0]]
         raise GraphError(f"joint graph {graph.name!r}: forward output needs node {node.outputs[0]} "
                          f"({node.op}), which reads a tangent")
-    needed = ancestors(producer, reads, (o.name for o in graph.outputs))
+    needed = ancestors(producer, reads, (*(o.name for o in graph.outputs), *fw_effects, *bw_effects))
     return JointInfo(joint, primals, tangents, fwd_outs, grads, producer, reads, frozenset(forward),
                      frozenset(closure), frozenset(needed), _input_views(graph, reads, set(primals)),
-                     _mutated(graph, reads))
+                     _mutated(graph, reads), fw_effects, bw_effects)
 
 
 def ancestors(producer: Mapping[str, int], reads: tuple[tuple[str, ...], ...], names: Iterable[str],

@@ -42,9 +42,9 @@ def place(info: JointInfo, saved: Iterable[str]) -> Placement:
     """Which nodes each graph runs when `saved` are kept between them (unused ones dropped, primals added)."""
     graph = info.graph
     stop = frozenset((*saved, *info.tangents, *info.primals, *graph.constants))
-    bw = ancestors(info.producer, info.reads, (g.name for g in info.grads), stop)
+    bw = ancestors(info.producer, info.reads, (*(g.name for g in info.grads), *info.backward_effects), stop)
     used = _with_symbol_carriers(info, bw, _used_saved(info, bw, stop))
-    fw = ancestors(info.producer, info.reads, (*(o.name for o in info.forward_outputs), *used))
+    fw = ancestors(info.producer, info.reads, (*(o.name for o in info.forward_outputs), *used, *info.forward_effects))
     tainted = sorted(fw & info.tangent_closure)
     if tainted:
         value = graph.nodes[tainted[0]].outputs[0]

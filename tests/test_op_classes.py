@@ -1,0 +1,104 @@
+"""Classes of single ops that once failed to compile or differed from eager: effectful ops (linalg error checks),
+functional `aten.copy` under autograd, and ops whose decomposition had NaN gradients where eager's are finite.
+Each compares the forward and the gradient of `out.sum()` with eager, through both frontends."""
+
+from __future__ import annotations
+
+import ember
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def compile_with(frontend, fn):
+    return ember.compile(fn, options={"frontend": frontend})
+
+
+def assert_same_as_eager(frontend, fn, x):
+    eager_x = x.detach().clone().requires_grad_(True)
+    ember_x = x.detach().clone().requires_grad_(True)
+    eager = fn(eager_x)
+    eager.sum().backward()
+    out = compile_with(frontend, fn)(ember_x)
+    out.sum().backward()
+    torch.testing.assert_close(out, eager)
+    torch.testing.assert_close(ember_x.grad, eager_x.grad)
+
+
+def spd(x):
+    return x @ x.T + 4 * torch.eye(x.shape[0])
+
+
+# ---------------------------------------------------------------------------------------------- effectful ops
+
+LINALG = {
+    "cholesky": lambda x: torch.linalg.cholesky(spd(x)),
+    "inv": lambda x: torch.linalg.inv(spd(x)),
+    "solve": lambda x: torch.linalg.solve(spd(x), x),
+    "lu_factor": lambda x: torch.linalg.lu_factor(spd(x))[0],
+    "tensorinv": lambda x: torch.linalg.tensorinv(spd(x), ind=1),
+    "tensorsolve": lambda x: torch.linalg.tensorsolve(spd(x), x[0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINALG))
+def test_linalg_with_error_check_matches_eager(frontend, name):
+    assert_same_as_eager(frontend, LINALG[name], torch.randn(4, 4))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_cholesky_of_indefinite_matrix_raises_like_eager(frontend, requires_grad):
+    fn = lambda x: torch.linalg.cholesky(x @ x.T - 4 * torch.eye(4))  # noqa: E731
+    x = torch.randn(4, 4, requires_grad=requires_grad)
+    with pytest.raises(torch.linalg.LinAlgError, match="positive-definite"):
+        fn(x)
+    with pytest.raises(torch.linalg.LinAlgError, match="positive-definite"):
+        compile_with(frontend, fn)(x)
+
+
+def test_inv_of_singular_matrix_raises_like_eager(frontend):
+    fn = lambda x: torch.linalg.inv(x - x)  # noqa: E731
+    with pytest.raises(torch.linalg.LinAlgError):
+        compile_with(frontend, fn)(torch.randn(4, 4, requires_grad=True))
+
+
+# ---------------------------------------------------------------------------------------------- aten.copy
+
+
+def test_circular_pad_matches_eager(frontend):
+    assert_same_as_eager(frontend, lambda x: F.pad(x[None], (1, 1), mode="circular"), torch.randn(4, 4))
+
+
+def test_diff_and_matrix_power_match_eager(frontend):
+    assert_same_as_eager(frontend, lambda x: torch.diff(x) * torch.linalg.matrix_power(x, 3)[:, 1:], torch.randn(4, 4))
+
+
+def test_copy_into_wider_dtype_broadcasts_and_casts_gradient(frontend):
+    def fn(x):
+        y = torch.zeros(3, 4, 4, dtype=torch.float64)
+        y.copy_(x)
+        return y * torch.arange(3, dtype=torch.float64)[:, None, None]
+
+    assert_same_as_eager(frontend, fn, torch.randn(4, 4))
+
+
+# ---------------------------------------------------------------------------------------------- finite gradients
+
+FINITE = {
+    "log_ndtr": (lambda x: torch.special.log_ndtr(x * 20), torch.randn(4, 4)),
+    "log_ndtr_far_left": (torch.special.log_ndtr, torch.linspace(-60, 10, 15)),
+    "safe_softmax_masked_row": (
+        lambda x: torch.ops.aten._safe_softmax(x.masked_fill(torch.eye(4, dtype=torch.bool) | (torch.arange(4) == 2),
+                                                             float("-inf")), -1),
+        torch.randn(4, 4),
+    ),
+    "norm_at_zero": (lambda x: torch.linalg.norm(x * 0), torch.randn(4, 4)),
+    "cosine_similarity_with_zero": (lambda x: F.cosine_similarity(x, x * 0), torch.randn(4, 4)),
+    "atanh_near_one": (torch.atanh, torch.tensor([0.9999999, -0.9999999, 1 - 2**-24, -1 + 2**-24, 0.5])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FINITE))
+def test_gradient_as_finite_as_eager(frontend, name):
+    fn, x = FINITE[name]
+    assert_same_as_eager(frontend, fn, x)
