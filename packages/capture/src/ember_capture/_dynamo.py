@@ -143,15 +143,16 @@ class DynamoBackend:
             def run(*args: Any) -> list:
                 return runner(list(args))
 
-        run = self._sharing_checked(run, gm, graph)
+        run = self._sharing_checked(run, gm, graph, lifted)
         run.graph = graph  # type: ignore[attr-defined]
         return run
 
-    def _sharing_checked(self, run: Callable, gm: fx.GraphModule, graph: Any) -> Callable:
+    def _sharing_checked(self, run: Callable, gm: fx.GraphModule, graph: Any, lifted: list[str]) -> Callable:
         """`run`, or, for a call in which an argument the graph writes shares memory with another argument, the FX
-        graph through the trace frontend."""
-        values = graph.values
-        args = [k for k, inp in enumerate(graph.inputs) if inp.kind == "user" and values[inp.name].type == "tensor"]
+        graph through the trace frontend. Dynamo's arguments only: the lifted attributes come after them."""
+        values, passed = graph.values, len(graph.inputs) - len(lifted)
+        args = [k for k, inp in enumerate(graph.inputs[:passed])
+                if inp.kind == "user" and values[inp.name].type == "tensor"]
         written = [k for k in args if graph.inputs[k].mutated]
         if not written:
             return run
@@ -163,7 +164,7 @@ class DynamoBackend:
             for w, rest in others.items():
                 s = storages[w]
                 if any(storages[k] == s for k in rest):
-                    return shared(*inputs)
+                    return shared(*inputs, *(_attribute(gm, t) for t in lifted))
             return run(*inputs)
 
         return checked
