@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import ember
+import pytest
 import torch
 import torch.nn as nn
 from conftest import grads_of
@@ -166,3 +167,16 @@ def test_eager_autograd_option_keeps_gradients(frontend):
     torch.testing.assert_close(got, want)
     params = [x, *model.parameters()]
     torch.testing.assert_close(torch.autograd.grad(got.sum(), params), torch.autograd.grad(want.sum(), params))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (x.chalf() * 2).abs(),  # complex32
+    lambda x: torch.view_as_complex(x.reshape(-1, 2)) * 2,
+    lambda x: (torch.complex(x, x) * torch.complex(x, -x)).real,
+    lambda x: torch.hash_tensor(x * 2),  # uint64
+], ids=["complex32", "view_as_complex", "complex64", "uint64"])
+def test_dtypes_kernels_do_not_compute_run_through_aten(fn, frontend):
+    x = torch.randn(4, 4)
+    got, want = ember.compile(fn, options={"frontend": frontend})(x), fn(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
