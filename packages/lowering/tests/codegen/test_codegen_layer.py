@@ -154,6 +154,19 @@ def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(m
     assert "runs in the interpreter codegen: lowering failed: RuntimeError: no lowering today" in event.message
 
 
+def test_a_printer_that_raises_sends_the_graph_to_the_interpreter_codegen_as_a_print_fallback():
+    class Buggy(ToyCodegen):
+        def print_kernel(self, kernel, layout, name):
+            raise KeyError("a printer bug")
+
+    x = torch.randn(3, 4)
+    with record_events() as ev:
+        compiled = Buggy().compile(trace(softmax, x))
+    torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
+    [event] = ev.kinds("fallback")
+    assert event.data["cause"] == "print" and "printing failed: KeyError" in event.message
+
+
 def test_a_custom_function_call_runs_in_the_interpreter_codegen_with_its_backward():
     """The call has no kernel; the interpreter codegen applies its backward subgraph (Gate's is not the derivative
     of its forward), so even a graph run under eager autograd gets the author's gradient."""
