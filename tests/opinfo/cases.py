@@ -232,17 +232,19 @@ def reference32(op: Any, sample: Any, dtype: str, phase: str) -> Run | None:
 
 def is_random(op: Any, sample: Any) -> bool:
     """Whether two eager runs under different seeds disagree (dropout, bernoulli, randn_like, ...)."""
-    try:
-        (args, kwargs), runs = copy_inputs(((sample.input, *sample.args), sample.kwargs), False), []
-        for seed in (SEED, SEED + 1):
-            torch.manual_seed(seed)
+    runs = []
+    for seed in (SEED, SEED + 1):
+        args, kwargs = copy_inputs(((sample.input, *sample.args), sample.kwargs), False)
+        torch.manual_seed(seed)
+        try:
             runs.append(op(*args, **kwargs))
+        except Exception:  # noqa: BLE001 - eager's refusal shows up in the case itself
+            return False
+    try:
         torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0, equal_nan=True)
         return False
     except AssertionError:
         return True
-    except Exception:  # noqa: BLE001 - eager's refusal shows up in the case itself
-        return False
 
 
 # ---------------------------------------------------------------------------------------------------- comparing
@@ -251,7 +253,7 @@ def is_random(op: Any, sample: Any) -> bool:
 def mismatch_text(e: AssertionError, where: str) -> str:
     """A one-line account of an assert_close failure: what differed, and by how much."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    keep = [line for line in lines if not line.startswith("Tensor-likes are not")] or lines[:1]
+    keep = [line for line in lines if not line.startswith(("Tensor-likes are not", "Scalars are not"))] or lines[:1]
     return f"{where}: " + "; ".join(keep[:3])
 
 
@@ -283,7 +285,7 @@ def compare(actual: Any, expected: Any, atol: float, rtol: float, where: str, re
             torch.testing.assert_close(a, x, atol=atol, rtol=rtol, equal_nan=True)
             continue
         except AssertionError as e:
-            leaf = mismatch_text(e, f"{where} {i}")
+            leaf = mismatch_text(e, f"{where}[{i}]" if len(flat_a) > 1 else where)
         usable = all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (a, x, r)) and \
             a.shape == x.shape == r.shape and a.dtype == x.dtype
         if not usable:
@@ -330,14 +332,31 @@ def error_parts(e: BaseException) -> tuple[str, str]:
     return kind, (lines[0] if lines else "")[:300]
 
 
-# Failure classes: the first rule whose pattern matches "ErrorType: first line" names the class. A new kind of
-# failure falls to `error-<type>`; add a rule here when a class grows.
-CLASS_RULES: list[tuple[str, str]] = []
+# Failure classes of errors: the first rule whose pattern matches "ErrorType: first line" names the class. A new kind
+# of error falls to `error-<type>`; give it a rule here when it names a cause worth its own line in the report.
+CLASS_RULES: list[tuple[str, str]] = [
+    (r"Could not find a token for effect", "effect-token"),  # ops with side effects (aten._linalg_check_errors)
+    (r"derivative for aten::copy is not implemented", "copy-derivative"),
+    (r"has no name in the ember schema", "dtype-unsupported"),
+    (r"PendingUnbackedSymbolNotFound|unbacked symbol", "unbacked-symbol"),
+    (r"^NoGradient:", "grad-lost"),  # eager's output requires grad, the compiled one's does not
+    (r"^WorkerTimeout", "worker-timeout"),
+    (r"^WorkerCrashed", "worker-crashed"),
+]
+ROUNDING = 1e-3  # a value mismatch whose greatest relative difference is below this is classed `rounding`
 
 
 def classify(result: CaseResult) -> str:
+    """The failure's class: what the report groups by and the expected-failures list records."""
     if result.status == "fail-mismatch":
-        return "random-mismatch" if result.random else "mismatch"
+        if result.random:
+            return "random-mismatch"
+        if "The values for attribute" in result.error or "metadata" in result.error:
+            return "metadata-mismatch"  # dtype, shape, device or stride of an output
+        rel = re.search(r"[Rr]elative difference: ([-+0-9.e]+)", result.error)
+        if rel and float(rel.group(1)) < ROUNDING:
+            return "rounding"
+        return "grad-mismatch" if result.error.startswith("grad") else "mismatch"
     text = f"{result.error_type}: {result.error}"
     for pattern, name in CLASS_RULES:
         if re.search(pattern, text):
@@ -347,9 +366,26 @@ def classify(result: CaseResult) -> str:
 
 
 def fallback_reason(event: Any) -> str:
-    """The event's reason with graph names taken out, so that the same reason counts once across cases."""
-    reason = event.get("reason") or event.message
-    return re.sub(r"\bgraph '?dynamo_[\w]+'?:? ?", "graph ", str(reason)).strip()[:300]
+    """The event's reason in one line, without graph names or build paths, so that one reason counts once across
+    cases; for a failed build, the compiler's first error."""
+    reason = str(event.get("reason") or event.message)
+    lines = reason.splitlines() or [""]
+    head = lines[0]
+    if "the build failed" in head:
+        errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
+        head = head.split(":", 1)[0] + (f": error: {errors[0]}" if errors else "")
+    head = re.sub(r"\bgraph '?dynamo_\w+'?:? ?", "graph ", head)
+    return re.sub(r"(/[\w.+-]+)+/?", "<path>", head).strip()[:300]
+
+
+def dynamo_breaks() -> list[str]:
+    """The graph-break reasons Dynamo counted since the last call (first lines), then the count cleared. Dynamo's
+    own count, because a break before any op leaves ember no graph to report it with."""
+    from torch._dynamo.utils import counters
+
+    reasons = [str(r).strip().splitlines()[0][:200] for r in counters["graph_break"] if str(r).strip()]
+    counters["graph_break"].clear()
+    return reasons
 
 
 def run_sample(op: Any, sample: Any, index: int, dtype: str, phases: Sequence[str],
@@ -363,11 +399,12 @@ def run_sample(op: Any, sample: Any, index: int, dtype: str, phases: Sequence[st
         start = time.perf_counter()
         result = CaseResult(op.name, op.variant_test_name, index, dtype, phase, "pass", random=random,
                             compiler=compiler)
+        dynamo_breaks()
         with ember_core.record_events() as rec:
             eager, compiled, refused = run_phase(op, sample, dtype, phase, compiler)
         result.fallbacks = [[e.stage, fallback_reason(e)] for e in rec.kinds("fallback")]
         result.graphs = len(rec.kinds("graph_captured"))
-        result.breaks = [str(e.get("reason") or e.message).splitlines()[0][:200] for e in rec.kinds("graph_break")]
+        result.breaks = dynamo_breaks()
         if refused is not None:
             result.status = "skipped-by-eager"
             result.error_type, result.error = error_parts(refused)

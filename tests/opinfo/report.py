@@ -108,7 +108,7 @@ def breaks(results: Sequence[CaseResult]) -> list[str]:
 def random_ops(results: Sequence[CaseResult]) -> list[str]:
     status: dict[str, Counter] = defaultdict(Counter)
     for r in results:
-        if r.random:
+        if r.random and r.status != "skipped-by-eager":
             status[_key(r)][r.status] += 1
     if not status:
         return ["No random op ran."]
@@ -116,10 +116,21 @@ def random_ops(results: Sequence[CaseResult]) -> list[str]:
                       for op, c in sorted(status.items()))]
 
 
+RULES = """\
+Each OpInfo of torch's `op_db` that supports the dtype on CPU, its first 3 samples, compiled with
+`ember.compile(lambda *args: op(*args, **kwargs))` (Dynamo frontend, fullgraph=False) and compared with eager by
+torch.testing.assert_close at the op's declared tolerances. *forward*: inputs without grad. *backward*: inputs that
+require grad; outputs, then the gradients of sum(out * w) over the floating outputs (w fixed random) for every input
+that requires grad. bfloat16 values outside the tolerance pass when no further from a float32 reference than eager's.
+Random ops run from the same seed in both (ember reproduces eager's random stream) and are compared exactly like the
+rest; ops returning uninitialized memory (`empty*`) are compared by shape, dtype and device only.
+*skipped-by-eager*: eager refuses the sample or computes no gradient for it. Rules: tests/opinfo/cases.py."""
+
+
 def render(results: Sequence[CaseResult], verdict: Verdict | None = None, title: str = "ember OpInfo sweep",
            notes: Sequence[str] = ()) -> str:
     compilers = sorted({r.compiler for r in results})
-    out = [f"# {title}", "", *notes, "" if notes else "",
+    out = [f"# {title}", "", RULES, "", *notes, "" if notes else "",
            f"Compiler: {', '.join(compilers)}. Cases: {len(results)}.", "", "## Pass counts", "", *totals(results)]
     if verdict is not None:
         out += ["", "## Against the expected-failures list", "",
@@ -130,8 +141,9 @@ def render(results: Sequence[CaseResult], verdict: Verdict | None = None, title:
     out += ["", "## Failure classes", "", *classes(results),
             "", "## Fallbacks taken", "", *fallbacks(results),
             "", "## Random ops", "",
-            "Ops whose eager runs differ between two seeds; each case runs from the same seed in eager and in the "
-            "compiled function and is compared like any other.", "", *random_ops(results),
+            "Ops whose eager runs differ between two seeds (cases eager refuses left out); each case runs from the "
+            "same seed in eager and in the compiled function and is compared like any other, except the `empty*` "
+            "ops, compared by metadata only.", "", *random_ops(results),
             "", "## Graph breaks", "", *breaks(results),
             "", "## Failing ops", "", *failing_ops(results), ""]
     return "\n".join(out)

@@ -94,9 +94,9 @@ def _lines(stream: IO[str], sink: queue.Queue) -> None:
 def _dead_cases(job: Job, key: str, index: int, why: str, message: str) -> list[cases.CaseResult]:
     op = cases.find_op(key)
     phases = [p for p in job.phases if p == "forward" or cases.wants_backward(op, job.dtype)]
-    return [cases.CaseResult(op.name, op.variant_test_name, index, job.dtype, phase, "error", message, why,
-                             klass=why.lower().replace("worker", "worker-"), compiler=job.compiler)
-            for phase in phases]
+    klass = "worker-timeout" if why == "WorkerTimeout" else "worker-crashed"
+    return [cases.CaseResult(op.name, op.variant_test_name, index, job.dtype, phase, "error", message, why, klass,
+                             compiler=job.compiler) for phase in phases]
 
 
 def run_job(job: Job, timeout: float, log: IO[str]) -> Iterator[cases.CaseResult]:
