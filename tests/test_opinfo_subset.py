@@ -7,15 +7,18 @@ from __future__ import annotations
 import pytest
 from opinfo import cases, expected
 
-# Pointwise, broadcasting, reductions, normalizations, matmul and conv, views and indexing, scans, losses and a random
-# op: about two minutes on two cores.
+# Pointwise, broadcasting, reductions, normalizations, matmul and conv, pooling, views and indexing, sorting, scans,
+# losses, a random op, a graph break, and a few listed failures (linalg.inv, zero_) that must go on failing as listed
+# until fixed: under a minute on two cores with a cold build cache.
 SUBSET = [
     "add", "mul", "div.no_rounding_mode", "sin", "exp", "tanh", "sigmoid", "pow", "where", "clamp",
     "sum", "mean", "amax", "max.reduction_with_dim", "var", "softmax", "log_softmax",
     "nn.functional.layer_norm", "nn.functional.gelu", "nn.functional.relu",
     "mm", "bmm", "nn.functional.linear", "nn.functional.conv2d",
-    "cat", "reshape", "permute", "expand", "index_select", "gather", "cumsum",
+    "nn.functional.normalize", "nn.functional.max_pool2d", "nn.functional.interpolate.bilinear",
+    "cat", "reshape", "permute", "expand", "index_select", "gather", "masked_select", "cumsum", "sort", "topk",
     "nn.functional.embedding", "nn.functional.cross_entropy", "nn.functional.dropout",
+    "linalg.inv", "zero_",
 ]
 
 

@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--update-expected", action="store_true",
                        help="rewrite the list with what the cases that ran did (ember only)")
     sub.choices["report"].add_argument("--compiler", default="ember", choices=cases.COMPILERS)
+    sub.choices["report"].add_argument("--note", action="append", default=[],
+                                       help="a paragraph for the summary's head (how long the run took, where)")
     work = sub.add_parser("worker", help="internal: run one job of the driver")
     work.add_argument("job")
     args = parser.parse_args(argv)
@@ -64,7 +66,8 @@ def summarize(args: argparse.Namespace, ran: list[cases.CaseResult] | None) -> i
     verdict = expected.check(judged, listed) if args.compiler == "ember" else None
     markdown = args.markdown or args.out / f"SUMMARY-{args.compiler}.md"
     markdown.parent.mkdir(parents=True, exist_ok=True)
-    notes = [f"From {len(files)} result files in {args.out.name}/: {', '.join(f.name for f in files)}."]
+    notes = [*getattr(args, "note", []), "",
+             f"From {len(files)} result files in {args.out.name}/: {', '.join(f.name for f in files)}."]
     markdown.write_text(report.render(everything, verdict, notes=notes))
     print(f"summary: {markdown}")
     if args.update_expected and args.compiler == "ember":

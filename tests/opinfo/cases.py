@@ -338,6 +338,7 @@ CLASS_RULES: list[tuple[str, str]] = [
     (r"Could not find a token for effect", "effect-token"),  # ops with side effects (aten._linalg_check_errors)
     (r"derivative for aten::copy is not implemented", "copy-derivative"),
     (r"has no name in the ember schema", "dtype-unsupported"),
+    (r"backward through prims\.\w+.* no autograd formula", "prims-no-autograd"),
     (r"PendingUnbackedSymbolNotFound|unbacked symbol", "unbacked-symbol"),
     (r"^NoGradient:", "grad-lost"),  # eager's output requires grad, the compiled one's does not
     (r"^WorkerTimeout", "worker-timeout"),
