@@ -104,7 +104,8 @@ def opinfo(session: nox.Session) -> None:
         return
     for k in range(OPINFO_SHARDS):  # every shard, then one verdict over all of them
         session.run(*run, "--shard", f"{k}/{OPINFO_SHARDS}", *session.posargs, success_codes=[0, 1])
-    session.run("python", "-m", "tests.opinfo", "report")
+    compiler = [a for i, a in enumerate(session.posargs) if i and session.posargs[i - 1] == "--compiler"]
+    session.run("python", "-m", "tests.opinfo", "report", *(["--compiler", *compiler[-1:]] if compiler else []))
 
 
 @nox.session(python=PYTHON)
