@@ -33,7 +33,9 @@ EXAMPLES = ["examples/ember-fold-mul-one"]
 # file names repeat across packages).
 FUZZ_TESTS = ["packages/core/tests/test_fuzz_graph_json.py", "packages/core/tests/test_fuzz_graph_text.py",
               "packages/core/tests/test_disk_cache.py", "packages/lowering/tests/test_fuzz_plan_text.py"]
-TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy", "hypothesis>=6"]
+# expecttest: torch's OpInfo table (torch.testing._internal) imports it; tests/opinfo and its CI subset need the table.
+TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy", "hypothesis>=6", "expecttest"]
+OPINFO_SHARDS = 8
 
 
 def install_siblings(session: nox.Session, folders: list[str], torch: str = TORCH_DEFAULT) -> None:
@@ -87,6 +89,23 @@ def fuzz(session: nox.Session) -> None:
     session.env.setdefault("EMBER_FUZZ_SEED", "random")
     for path in FUZZ_TESTS:
         pytest(session, "-k", "fuzz", path)
+
+
+@nox.session(python=PYTHON)
+def opinfo(session: nox.Session) -> None:
+    """ember against eager on every OpInfo of torch's op_db (3 samples each, CPU, forward and backward; tests/opinfo),
+    shard after shard, each in worker processes: `nox -s opinfo -- --shard 0/8` runs one shard, `-- --dtype bfloat16`
+    the other dtype, `-- --ops sin,cat` a few ops. Writes opinfo-results/SUMMARY-ember.md over every result file there
+    and fails on a case the expected-failures list does not foresee (tests/opinfo/expected_failures.txt)."""
+    install_siblings(session, [f"packages/{p}" for p in PACKAGES])
+    run = ["python", "-m", "tests.opinfo", "run", "--jobs", "2"]
+    if any(a == "--shard" or a.startswith("--shard=") for a in session.posargs):
+        session.run(*run, *session.posargs)
+        return
+    for k in range(OPINFO_SHARDS):  # every shard, then one verdict over all of them
+        session.run(*run, "--shard", f"{k}/{OPINFO_SHARDS}", *session.posargs, success_codes=[0, 1])
+    compiler = [a for i, a in enumerate(session.posargs) if i and session.posargs[i - 1] == "--compiler"]
+    session.run("python", "-m", "tests.opinfo", "report", *(["--compiler", *compiler[-1:]] if compiler else []))
 
 
 @nox.session(python=PYTHON)
