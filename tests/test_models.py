@@ -67,7 +67,7 @@ def test_attention_written_out_trains_as_cpp(frontend, causal):
         assert_same_training_step(model, compiled, [torch.randn(2, 8, 32, requires_grad=True)])
     fallbacks.check(allowed=())
     compiled_by = [e.get("codegen") for e in rec.kinds("graph_compiled")]  # the in-process cache may serve some
-    assert compiled_by and set(compiled_by) == {"cpp"}, compiled_by
+    assert compiled_by and "interpreter" not in compiled_by, compiled_by  # cpp, or triton when the suite asks
 
 
 def test_attention_scaled_by_a_dynamic_head_size(frontend):

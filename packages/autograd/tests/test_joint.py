@@ -375,3 +375,17 @@ def g(x: f32[3, 3] requires_grad):
     traced = joint(graph, [torch.randn(3, 3, requires_grad=True)]).graph
     (check,) = [n for n in traced.nodes if n.op == "aten._linalg_check_errors.default"]
     assert check.meta.get("region", "forward") == "forward"
+
+
+def test_an_output_that_lost_its_derivative_in_the_trace_is_refused_not_given_zero_gradients():
+    # eager made y require grad and y's value depends on x, but nothing in the graph carries the derivative (as
+    # with an op whose autograd make_fx cannot follow): a zero gradient would be wrong, so the joint is refused
+    from ember_core import GraphError, parse_graph
+
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[3] requires_grad):\n"
+                        "  d: f32[3] = aten.detach.default(x)\n"
+                        "  y: f32[3] requires_grad = aten.mul.Tensor(d, 2)\n"
+                        "  return (y)\n")
+    with pytest.raises(GraphError, match=r"output 'y' requires grad in eager and its value depends on \['x'\]"):
+        joint(graph, [torch.randn(3, requires_grad=True)])

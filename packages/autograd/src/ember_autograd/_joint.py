@@ -25,6 +25,7 @@ import torch.fx as fx
 from ember_core import (
     EffectfulFunctionalMode,
     Graph,
+    GraphError,
     Input,
     Interpreter,
     JointGraph,
@@ -119,19 +120,51 @@ class JointTrace:
         return [*outs, *(g for g in grads if g is not None)]
 
     def _zero_gradient_primals(self) -> set[int]:
-        """Primals that an output kept differentiable by `_recorded` reads (through any chain of nodes)."""
+        """Primals that an output kept differentiable by `_recorded` reads (through any chain of nodes). Such an
+        output may read primals' values only through ops that use nothing but their metadata (`full_like`): one
+        whose value depends on a primal that requires grad lost its derivative in the trace (an op whose autograd
+        make_fx cannot follow), and a zero gradient would be a wrong one, so the joint is refused (GraphError)."""
         forced = {self.graph.outputs[j].name for j, (t, d) in enumerate(zip(self.traced, self.differentiable))
                   if d and not t}
         if not forced:
             return set()
-        reads = {o: set(node_refs(n)) for n in self.graph.nodes for o in n.outputs}
-        seen, stack = set(), list(forced)
-        while stack:
-            name = stack.pop()
-            if name not in seen:
-                seen.add(name)
-                stack.extend(reads.get(name, ()))
+        producer = {o: n for n in self.graph.nodes for o in n.outputs}
+        wants_grad = {inp.name for inp, p in zip(self.graph.inputs, self.primals.values)
+                      if isinstance(p, torch.Tensor) and p.requires_grad}
+        for name in forced:
+            lost = _value_sources(name, producer) & wants_grad
+            if lost:
+                raise GraphError(f"graph {self.graph.name!r}: output {name!r} requires grad in eager and its value "
+                                 f"depends on {sorted(lost)}, but the traced output has no gradient (an op whose "
+                                 "derivative the joint trace cannot follow)")
+        seen = _sources(forced, producer, metadata_stops=False)
         return {k for k, inp in enumerate(self.graph.inputs) if inp.name in seen}
+
+
+# ops whose result depends on their tensor arguments' metadata (shape, dtype, device) alone
+METADATA_ONLY = frozenset(f"aten.{name}" for name in (
+    "full_like.default", "zeros_like.default", "ones_like.default", "empty_like.default", "new_full.default",
+    "new_zeros.default", "new_ones.default", "new_empty.default", "new_empty_strided.default", "sym_size.int",
+    "sym_stride.int", "sym_numel.default", "sym_storage_offset.default"))
+
+
+def _value_sources(name: str, producer: dict) -> set[str]:
+    return _sources({name}, producer, metadata_stops=True)
+
+
+def _sources(names: set[str], producer: dict, metadata_stops: bool) -> set[str]:
+    """Every value `names` are computed from (themselves included); with `metadata_stops`, not past an op that
+    reads only its arguments' metadata."""
+    seen, stack = set(), list(names)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is not None and not (metadata_stops and node.op in METADATA_ONLY):
+            stack.extend(node_refs(node))
+    return seen
 
 
 def _drop_aliases(gm: fx.GraphModule) -> None:

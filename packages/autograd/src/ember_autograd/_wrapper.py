@@ -76,7 +76,8 @@ class Plan:
                     report = f"graph {fw.name!r}: a backward with create_graph=True runs {fw.name!r} and {bw.name!r} " \
                              "through ATen with grad mode on (compiled kernels are not differentiable)"
                     log.warning("autograd: %s", report)
-                    emit(Event(kind="fallback", stage="autograd", message=report, graph=bw, data={"reason": report}))
+                    emit(Event(kind="fallback", stage="autograd", message=report, graph=bw,
+                               data={"reason": report, "cause": "autograd"}))
                     self._differentiable = (Interpreter(fw), Interpreter(bw))
         return self._differentiable
 

@@ -113,6 +113,8 @@ FALLBACK_CAUSES: dict[str, str] = {
     "kernel": "a codegen cannot print one kernel; it runs in the loop-IR interpreter, the rest natively",
     "device": "no kernels for the plan's device in this codegen; the graph runs in the interpreter codegen",
     "eager": "a frontend runs a graph or function eagerly (a construct it cannot capture, the recompile limit)",
+    "autograd": "a gradient that compiled kernels cannot give runs through ATen under eager autograd (double "
+                "backward, a joint graph that cannot be traced faithfully)",
 }
 
 # kind → the EMBER_LOGS artifact that shows it. A kind outside this table is shown under its own name.

@@ -12,6 +12,7 @@ from ember_core import (
     Event,
     Graph,
     GraphCompiled,
+    GraphError,
     JointTraced,
     Partitioned,
     PluginError,
@@ -120,7 +121,12 @@ class Pipeline:
 
     def compile_training(self, autograd, graph: Graph, example_inputs: Sequence[Any]) -> Any:
         """autograd → partition → codegen of each half; the backward is compiled on its first use."""
-        joint = autograd.impl.joint(graph, example_inputs)
+        try:
+            joint = autograd.impl.joint(graph, example_inputs)
+        except GraphError as e:  # the joint cannot be traced faithfully: eager autograd over the graph's ATen calls
+            self.manager.emit(Event("fallback", "autograd", f"graph {graph.name!r}: {e}; it runs under eager autograd",
+                                    graph=graph, data={"reason": str(e), "cause": "autograd"}))
+            return self.eager_autograd(graph, example_inputs)
         self.manager.emit(Event("joint_traced", "autograd", f"joint graph of {graph.name!r} by {autograd.name}",
                                 graph=joint.graph, payload=JointTraced(joint, graph, autograd.name)))
         partitioner = self.manager.registry.find("partition", self.options.get("partition"))
