@@ -150,8 +150,12 @@ def _isinf(a: Sequence[str], src: Sequence[str], dtype: str) -> str:
 
 
 def _signbit(a: Sequence[str], src: Sequence[str], dtype: str) -> str:
+    # the sign bit read from the bits: gcc 12 fails with an internal error ("unrecognizable insn") vectorizing
+    # __builtin_signbit of a float into a bool store under -march=native
+    if src[0] == "float64":
+        return f"((__builtin_bit_cast(uint64_t, {a[0]}) >> 63) != 0)"
     if src[0] in FLOATS:
-        return f"(__builtin_signbit({a[0]}) != 0)"
+        return f"((__builtin_bit_cast(uint32_t, (float)({a[0]})) >> 31) != 0)"
     return "false" if src[0] in ("uint8", "bool") else f"({a[0]} < 0)"
 
 
