@@ -180,3 +180,23 @@ def test_dtypes_kernels_do_not_compute_run_through_aten(fn, frontend):
     got, want = ember.compile(fn, options={"frontend": frontend})(x), fn(x)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want)
+
+
+def test_an_in_place_update_under_no_grad_keeps_eagers_gradient(frontend):
+    # cosine_similarity clamps its norms in place under no_grad: eager's gradient passes through the clamp; a
+    # functional graph would cut it (a silently wrong gradient), so such a function runs eagerly, reported
+    def clamped(x):
+        s = x * 2
+        with torch.no_grad():
+            s.clamp_min_(0.5)
+        return s * x
+
+    for fn in (clamped, lambda a: torch.nn.functional.cosine_similarity(a, a.flip(0), dim=-1)):
+        torch._dynamo.reset()
+        x = torch.randn(5, 3, requires_grad=True)
+        with ember.record_events() as rec:
+            got = ember.compile(fn, options={"frontend": frontend})(x)
+        want = fn(x)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.autograd.grad(got.sum(), x), torch.autograd.grad(want.sum(), x))
+        assert [e.data.get("cause") for e in rec.kinds("fallback")] == ["eager"]

@@ -122,6 +122,7 @@ class DynamoBackend:
             report("recompiled", self.last_failure or "Dynamo recompiled the frame", compile_id=str(compile_id))
         fake_mode = detect_fake_mode(example_inputs)
         fakes = _fake_inputs(gm, example_inputs, fake_mode)
+        dynamo_gm = gm  # what runs eagerly if capture refuses the graph
         gm, lifted = _lift_attributes(gm)
         with fake_mode:
             fakes += [fake_mode.from_tensor(_attribute(gm, t), static_shapes=True) for t in lifted]
@@ -129,7 +130,7 @@ class DynamoBackend:
             graph = capture_graph(gm, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode)
         except EmberError as e:  # a construct the graph cannot hold: this graph runs eagerly
             report("fallback", f"graph {name} runs eagerly: {e}", graph_name=name, reason=str(e), cause="eager")
-            return gm.forward
+            return dynamo_gm.forward
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
         direct = runner.passthrough

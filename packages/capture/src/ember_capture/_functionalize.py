@@ -60,6 +60,33 @@ class GradModeRecorder(TorchDispatchMode):
         return out
 
 
+class _NoGradInplaceCheck(TorchDispatchMode):
+    """Refuses an in-place op under no_grad on a tensor autograd computed (`norm.clamp_min_(eps)` inside
+    `cosine_similarity`). Eager keeps that tensor's place in the autograd graph, so its gradient flows through the
+    op as if it were not there; in the functional graph the op is a new value made under no_grad, which the
+    detaches cut off: the gradient would be silently wrong. The function runs eagerly instead (CaptureError).
+    Updating a leaf (a parameter, an optimizer's state) under no_grad is fine: it is an input's mutation."""
+
+    inputs: set[int] = set()  # the function's inputs (and so their views) may be updated: input mutations
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if target is not None and not torch.is_grad_enabled() and target.requires_grad and \
+                target.grad_fn is not None and id(target) not in self.inputs and \
+                id(getattr(target, "_base", None)) not in self.inputs and _writes_self(func):
+            raise CaptureError(f"{func} updates in place, under no_grad, a tensor that autograd computed (eager lets "
+                               "its gradient pass through the update; a graph cannot say that)")
+        return func(*args, **(kwargs or {}))
+
+
+def _writes_self(func: Any) -> bool:
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    info = schema.arguments[0].alias_info
+    return info is not None and info.is_write
+
+
 def _to_functional(x: Any) -> Any:
     return FunctionalTensor.to_functional(x) if isinstance(x, torch.Tensor) else x
 
@@ -84,8 +111,10 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
 
     def run(*args: Any) -> list:
         facts.grad_enabled = torch.is_grad_enabled()
-        with GradModeRecorder(), EffectfulFunctionalMode():
+        check = _NoGradInplaceCheck()
+        with GradModeRecorder(), EffectfulFunctionalMode(), check:
             f_args = [_to_functional(a) for a in args]
+            check.inputs = {id(a) for a in f_args if isinstance(a, torch.Tensor)}
             result = fn(*f_args)
             outs = [result] if isinstance(result, torch.Tensor) else list(result)
         storages: dict[StorageWeakRef, int] = {}
