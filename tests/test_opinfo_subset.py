@@ -8,8 +8,8 @@ import pytest
 from opinfo import cases, expected
 
 # Pointwise, broadcasting, reductions, normalizations, matmul and conv, pooling, views and indexing, sorting, scans,
-# losses, a random op, a graph break, and a few listed failures (linalg.inv, zero_) that must go on failing as listed
-# until fixed: under a minute on two cores with a cold build cache.
+# losses, a random op, a graph break, and two ops that failed when the sweep began (linalg.inv, zero_; fixed since):
+# under a minute on two cores with a cold build cache.
 SUBSET = [
     "add", "mul", "div.no_rounding_mode", "sin", "exp", "tanh", "sigmoid", "pow", "where", "clamp",
     "sum", "mean", "amax", "max.reduction_with_dim", "var", "softmax", "log_softmax",
