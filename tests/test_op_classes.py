@@ -92,6 +92,10 @@ FINITE = {
                                                              float("-inf")), -1),
         torch.randn(4, 4),
     ),
+    "safe_softmax_fully_masked_row": (  # a row of the input itself all -inf: its gradient is 0 in eager
+        lambda x: torch.ops.aten._safe_softmax(x, -1),
+        torch.randn(4, 4).index_fill(0, torch.tensor([1]), float("-inf")),
+    ),
     "norm_at_zero": (lambda x: torch.linalg.norm(x * 0), torch.randn(4, 4)),
     "cosine_similarity_with_zero": (lambda x: F.cosine_similarity(x, x * 0), torch.randn(4, 4)),
     "atanh_near_one": (torch.atanh, torch.tensor([0.9999999, -0.9999999, 1 - 2**-24, -1 + 2**-24, 0.5])),

@@ -40,6 +40,9 @@ NUMERICALLY_KEPT: dict[str, str] = {
     # log1p(-1) = -inf, and its derivative 0/0 = NaN leaks through where's backward (NaN·0); eager's derivative
     # exp(-(log_ndtr(x) + x²/2))/√(2π) is finite there.
     "aten.special_log_ndtr.default": "the unselected branch of its where has a NaN derivative for x << 0",
+    # where(row all -inf, 0, softmax(x)): the softmax of a fully masked row is NaN, and the softmax backward that
+    # autograd derives from the decomposition multiplies it (0·NaN); eager's derivative reads the safe output (0)
+    "aten._safe_softmax.default": "a fully masked row's gradient is NaN through the decomposition (0 in eager)",
 }
 
 
