@@ -389,3 +389,16 @@ def test_an_output_that_lost_its_derivative_in_the_trace_is_refused_not_given_ze
                         "  return (y)\n")
     with pytest.raises(GraphError, match=r"output 'y' requires grad in eager and its value depends on \['x'\]"):
         joint(graph, [torch.randn(3, requires_grad=True)])
+
+
+def test_prims_convert_element_type_is_differentiated_as_a_cast():
+    # torch's bfloat16 decompositions (renorm's) leave prims.convert_element_type, which has no autograd formula
+    import torch._prims  # noqa: F401 - registers the prims namespace
+
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: bf16[4] requires_grad):\n"
+                        "  y: f32[4] requires_grad = prims.convert_element_type.default(x, f32)\n"
+                        "  z: f32[4] requires_grad = aten.mul.Tensor(y, y)\n"
+                        "  return (z)\n")
+    joint_graph = joint(graph, [torch.randn(4).bfloat16().requires_grad_()])
+    assert [o.kind for o in joint_graph.graph.outputs] == ["user", "grad"]

@@ -7,6 +7,10 @@ the Interpreter runs in the op's place while the joint is traced).
 Its value is `src` broadcast to `dst`'s shape and cast to `dst`'s dtype, in `dst`'s layout; so, as for `copy_`:
 d/dsrc is the gradient summed back to `src`'s shape and cast to `src`'s dtype, and d/ddst is zero (every element
 is overwritten).
+
+`prims.convert_element_type(a, dtype)` (torch's decompositions of bfloat16 math, `renorm` among them, leave it in a
+graph) has no autograd formula at all: it is `a` cast to `dtype`, so it runs as `aten._to_copy`, whose derivative
+casts the gradient back.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ def differentiable_copy(dst: torch.Tensor, src: Any, non_blocking: bool = False)
     return _Copy.apply(dst, src, non_blocking)
 
 
+def differentiable_convert(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`prims.convert_element_type` as `aten._to_copy`, which autograd can differentiate."""
+    return torch.ops.aten._to_copy.default(a, dtype=dtype)
+
+
 grad_rules: dict[str, Callable[..., Any]] = {
     "aten.copy.default": differentiable_copy,
+    "prims.convert_element_type.default": differentiable_convert,
 }
