@@ -53,13 +53,17 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
                sync: bool) -> None:
     """Compile each kernel of `module` for the current device, in parallel; BuildError naming every kernel that
     failed, with the compiler's message."""
-    futures = {k.name: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug, sync) for k in kernels}
+    futures = {k: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug, sync) for k in kernels}
     failed = []
-    for name, future in futures.items():
+    for k, future in futures.items():
         try:
             future.result()
-        except Exception as e:  # noqa: BLE001 - whatever Triton raises: the kernel cannot run, ATen will
-            failed.append(f"kernel {name}: {type(e).__name__}: {e}")
+        except Exception:  # noqa: BLE001 - tried again alone, below
+            try:  # CPython 3.11's ast module is not thread-safe ("AST constructor recursion depth mismatch"): a
+                # kernel that failed among others is compiled again by itself before it counts as failed
+                _warm_up(getattr(module, k.name), k, layout, debug, sync)
+            except Exception as e:  # noqa: BLE001 - whatever Triton raises: the kernel cannot run, ATen will
+                failed.append(f"kernel {k.name}: {type(e).__name__}: {e}")
     if failed:
         raise BuildError("Triton could not compile " + "; ".join(failed))
 
