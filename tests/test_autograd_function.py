@@ -311,3 +311,65 @@ def test_unsupported_function_falls_back_visibly_and_keeps_its_gradient(frontend
     torch.testing.assert_close(x_ember.grad, x_eager.grad)
     fallbacks = [e for e in rec.events if e.kind == "fallback"]
     assert fallbacks and "mark_dirty" in fallbacks[0].message
+
+
+# ------------------------------------------------------------------ custom ops with a registered autograd formula
+
+
+@torch.library.custom_op("ember_test::scaled_sin", mutates_args=())
+def scaled_sin(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x.sin() * scale
+
+
+@scaled_sin.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+def _scaled_sin_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.scale = inputs[1]
+
+
+def _scaled_sin_backward(ctx, grad):  # twice the true derivative: proves this formula, not a derived one, ran
+    (x,) = ctx.saved_tensors
+    return grad * x.cos() * ctx.scale * 2, None
+
+
+scaled_sin.register_autograd(_scaled_sin_backward, setup_context=_scaled_sin_setup)
+
+
+def test_custom_op_keeps_its_registered_backward(frontend):
+    """A `torch.library.custom_op` differentiates by its registered formula, which runs its forward under no_grad
+    (as an autograd.Function does): capture once saw grad off there and detached its output, losing the gradient
+    (linear_cross_entropy's chunked path, an op that computes its gradient in the forward)."""
+
+    def f(x):
+        return scaled_sin(x * 1.5, 3.0) + x
+
+    assert_same_as_eager(f, frontend, torch.randn(6, requires_grad=True))  # and no fallback
+
+
+def test_custom_op_under_no_grad_inside_the_function_stays_cut(frontend):
+    def f(x):
+        with torch.no_grad():
+            y = scaled_sin(x, 2.0)
+        return y * x
+
+    assert_same_as_eager(f, frontend, torch.randn(6, requires_grad=True))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_linear_cross_entropy_chunked_gradient(frontend, reduction):
+    """The chunked path is a custom op that computes the gradient in the forward and returns it with the loss."""
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+
+    options = LinearCrossEntropyOptions(batch_chunk_size=2, allow_retain_graph=True)
+
+    def f(x, w, b, target):
+        return torch.nn.functional.linear_cross_entropy(x, w, target, linear_bias=b, reduction=reduction,
+                                                        options=options)
+
+    x, w, b = (torch.randn(6, 3, requires_grad=True), torch.randn(8, 3, requires_grad=True),
+               torch.randn(8, requires_grad=True))
+    assert_same_as_eager(f, frontend, x, w, b, torch.randint(0, 8, (6,)))

@@ -106,3 +106,31 @@ FINITE = {
 def test_gradient_as_finite_as_eager(frontend, name):
     fn, x = FINITE[name]
     assert_same_as_eager(frontend, fn, x)
+
+
+# ---------------------------------------------------------------------------------------------- random ops
+
+
+@pytest.mark.parametrize("autograd", ["ember", "eager"])
+def test_rrelu_gradient_is_eagers_noise(frontend, autograd):
+    """rrelu in training draws a slope per element into a `noise` buffer it writes in place. Functionalized, the
+    op becomes `rrelu_with_noise_functional`, whose ATen derivative reads the buffer as it was *before* the draw
+    (empty): the gradient came back all zeros, silently. From the same seed, ember's slopes and gradient are
+    eager's, with ember's joint graph and with the graph run under eager autograd (interpreter codegen)."""
+
+    def fn(x):
+        return F.rrelu(x, training=True) * 2
+
+    x = torch.randn(64)
+    eager_x, ember_x = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    torch.manual_seed(7)
+    eager = fn(eager_x)
+    eager.sum().backward()
+    options = {"frontend": frontend} if autograd == "ember" else {"frontend": frontend, "autograd": "eager"}
+    compiled = ember.compile(fn, options=options)
+    torch.manual_seed(7)
+    out = compiled(ember_x)
+    out.sum().backward()
+    torch.testing.assert_close(out, eager)
+    torch.testing.assert_close(ember_x.grad, eager_x.grad)
+    assert (eager_x.grad[x < 0] < 2).all()  # the slopes are drawn, not 1

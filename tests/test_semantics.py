@@ -139,6 +139,27 @@ def test_returning_a_view_of_the_input(frontend):
     torch.testing.assert_close(out, x.t()[1:])  # a real view: it sees the later write
 
 
+@pytest.mark.parametrize("view", ["expand", "permute_slice", "symbolic_expand"])
+def test_a_returned_view_differentiates_as_its_view_ops(frontend, view):
+    """A returned view is rebuilt on the caller's input by replaying the graph's view ops, so autograd sees eager's
+    view ops: expand's backward sums in float and rounds once. Rebuilt by `as_strided`, the bfloat16 gradient of
+    an expand was summed element by element in bfloat16, 2 ulps from eager's (and slower)."""
+    fns = {
+        "expand": lambda x: x.expand(5, 25, 25),
+        "permute_slice": lambda x: x.permute(2, 0, 1)[:, 1:],
+        "symbolic_expand": lambda x: x.expand(x.shape[0], 40, x.shape[0]),
+    }
+    fn = fns[view]
+    x = torch.randn(5, 1, 1 if view != "permute_slice" else 3, dtype=torch.bfloat16)
+    w = torch.randn(fn(x).shape, dtype=torch.bfloat16)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    (fn(xe) * w).sum().backward()
+    out = compile_with(frontend, fn, dynamic=view.startswith("symbolic"))(xc)
+    (out * w).sum().backward()
+    assert out._base is xc
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
 def test_integer_and_boolean_tensors(frontend, dtype):
     def f(a, b):

@@ -4,9 +4,9 @@ How: the graph is replayed with ember-core's Interpreter on fake primals under a
 `torch.autograd.grad` runs on its differentiable outputs with one tangent each. make_fx records both halves,
 functionalized (backward formulas may write in place) and decomposed to core ATen (random ops excepted, see
 `ember_core.decompositions`). Nodes recorded while the forward ran are tagged `region=forward`, the rest `backward`.
-Ops without an ATen derivative (`aten.copy`) run with one from `_grad_rules`. Random ops run in the forward
-only: the backward reads the masks the forward made (`native_dropout`'s second output), so no partitioner has to
-run a random op twice.
+Ops whose ATen derivative is missing or wrong (`aten.copy`) run with `ember_core.grad_rules`. Random ops run in
+the forward only: the backward reads the masks the forward made (`native_dropout`'s second output), so no
+partitioner has to run a random op twice.
 
 The layout is `ember_core.JointGraph`'s. Inputs: the primals, with the graph's names, kinds and metadata
 (`requires_grad` as decided here), then `tangent_{i}` for each differentiable forward output i. Outputs: the
@@ -32,6 +32,7 @@ from ember_core import (
     Output,
     decompositions,
     from_fx,
+    grad_rules,
     node_refs,
     tracing_lock,
     verify,
@@ -41,7 +42,6 @@ from torch._subclasses.functional_tensor import dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
 from ._grad_boundaries import insert_grad_boundaries
-from ._grad_rules import grad_rules
 from ._primals import FakePrimals, differentiable_dtype, requires_grad
 
 PRODUCER = "ember-autograd 0.1.0"

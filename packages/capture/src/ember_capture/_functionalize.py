@@ -7,7 +7,9 @@ value, returned as an extra output. While the wrappers still exist, it records i
 - which inputs were written: `mutated`;
 - eager autograd's view of each output and mutated input (`requires_grad`), which the ATen graph underneath
   cannot see (autograd sits above functionalization);
-- whether grad mode was on for each op that reached the graph (`GradModeRecorder`), so no_grad regions survive.
+- whether grad mode was on for each op that reached the graph (`GradModeRecorder`), so no_grad regions survive;
+  for an op with an autograd formula of its own (a `torch.library.custom_op` with `register_autograd`), the grad
+  mode where it was called (`CallSiteGradMode`), not the no_grad its formula runs its forward under.
 
 Effectful ops reach the graph as themselves, not threaded through effect tokens (`ember_core.EffectfulFunctionalMode`).
 """
@@ -23,6 +25,7 @@ from ember_core import EffectfulFunctionalMode, is_custom_function
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._errors import CaptureError
@@ -40,12 +43,45 @@ class TraceFacts:
     grad_enabled: bool = True  # grad mode when the function was entered
 
 
+class CallSiteGradMode(TorchFunctionMode):
+    """The grad mode where each op outside ATen was called, seen above autograd (`at_call[op]`, a stack).
+
+    An op with an autograd formula of its own (a `custom_op` with `register_autograd`) runs its forward inside
+    an autograd.Function, under no_grad: below autograd it looks like an op called in a no_grad region, and the
+    no-grad detaches would cut the gradient its formula gives. Its node is stamped with the mode at its call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at_call: dict[Any, list[bool]] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not isinstance(func, torch._ops.OpOverload) or func.namespace in ("aten", "prims"):
+            return func(*args, **(kwargs or {}))
+        stack = self.at_call.setdefault(func, [])
+        stack.append(torch.is_grad_enabled())
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            stack.pop()
+
+
 class GradModeRecorder(TorchDispatchMode):
     """Stamps every fx node made while an op runs with the grad mode it ran under (`meta["ember_grad"]`).
 
     A custom function call (`ember.custom_function`) reaches this mode from inside the autograd node that makes
     its outputs require grad, where grad mode is off; but it is only ever recorded for a call that needs a
-    gradient, so it is stamped as grad-on: nothing may detach it."""
+    gradient, so it is stamped as grad-on: nothing may detach it. An op outside ATen that `call_site` saw called
+    gets the grad mode of its call."""
+
+    def __init__(self, call_site: CallSiteGradMode) -> None:
+        super().__init__()
+        self.call_site = call_site
+
+    def _grad_mode(self, func: Any) -> bool:
+        if is_custom_function(func):
+            return True
+        at_call = self.call_site.at_call.get(func)
+        return at_call[-1] if at_call else torch.is_grad_enabled()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         mode = get_proxy_mode()
@@ -53,7 +89,7 @@ class GradModeRecorder(TorchDispatchMode):
         last = graph._root.prev if graph is not None else None
         out = func(*args, **(kwargs or {}))
         if graph is not None:
-            grad, node = torch.is_grad_enabled() or is_custom_function(func), last.next
+            grad, node = self._grad_mode(func), last.next
             while node is not graph._root:
                 node.meta.setdefault("ember_grad", grad)
                 node = node.next
@@ -112,7 +148,8 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
     def run(*args: Any) -> list:
         facts.grad_enabled = torch.is_grad_enabled()
         check = _NoGradInplaceCheck()
-        with GradModeRecorder(), EffectfulFunctionalMode(), check:
+        call_site = CallSiteGradMode()
+        with call_site, GradModeRecorder(call_site), EffectfulFunctionalMode(), check:
             f_args = [_to_functional(a) for a in args]
             check.inputs = {id(a) for a in f_args if isinstance(a, torch.Tensor)}
             result = fn(*f_args)

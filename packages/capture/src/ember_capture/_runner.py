@@ -2,8 +2,10 @@
 
 A compiled graph returns every output in `graph.outputs` order. `GraphRunner` writes `mutation` outputs into the
 caller's tensors (`inp.copy_(new)`, recorded by autograd when eager autograd would record it) and rebuilds `alias`
-outputs as real views of the caller's input (`torch.as_strided` from the output's `Value`), so a function that
-returns a view of its input returns a view. Everything is planned once; a call does list indexing and copies.
+outputs as real views of the caller's input, so a function that returns a view of its input returns a view: by
+replaying the graph's view ops on the input when the output is a chain of them (autograd then differentiates
+eager's view ops: `expand`'s backward is a sum), else by `torch.as_strided` from the output's `Value` (whose
+backward scatters element by element). Everything is planned once; a call does list indexing and copies.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import ExprError, Graph, IntExpr, Value
+from ember_core import ExprError, Graph, IntExpr, Node, Output, Ref, interpreter_codegen, iter_refs, resolve_op
 
 
 def _dim_reader(dim: int | str, where: dict[str, tuple[int, int | None]]) -> Callable[[Sequence[Any]], int] | None:
@@ -47,17 +49,69 @@ def symbol_locations(graph: Graph) -> dict[str, tuple[int, int | None]]:
     return where
 
 
+def _is_view(op: str) -> bool:
+    """An ATen op whose result is a view of its first argument (`expand`, `permute`, `slice`, `view`, ...)."""
+    try:
+        schema = resolve_op(op)._schema
+    except Exception:  # noqa: BLE001 - a symbolic-int op, or none: not a view
+        return False
+    if not schema.returns or not schema.arguments:
+        return False
+    ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    return ret is not None and arg is not None and not ret.is_write and not arg.is_write
+
+
+def _view_chain(graph: Graph, j: int, k: int) -> Callable[[Sequence[Any]], torch.Tensor] | None:
+    """Output j made from input k by view ops alone (their size arguments may be symbolic values computed from the
+    inputs' sizes), as a function of the inputs that replays them; None when anything else is on the way (the
+    output is then rebuilt by `as_strided`)."""
+    producer = {o: n for n in graph.nodes for o in n.outputs}
+    inputs = {i.name for i in graph.inputs}
+    name, target, chain, sizes = graph.outputs[j].name, graph.inputs[k].name, [], []
+    while name != target:
+        node: Node | None = producer.get(name)
+        if node is None or len(node.outputs) != 1 or not _is_view(node.op) or not node.args or \
+                not isinstance(node.args[0], Ref):
+            return None
+        chain.append(node)
+        sizes += iter_refs((node.args[1:], node.kwargs))
+        name = node.args[0].name
+    if not chain:
+        return None
+    needed: dict[str, Node] = {}
+    while sizes:  # the symbolic sizes the views read, and what they are computed from (the inputs' sizes)
+        name = sizes.pop()
+        if name in inputs or name in needed:
+            continue
+        node = producer.get(name)
+        if node is None or any(graph.values[o].type != "sym" for o in node.outputs):
+            return None
+        needed.update(dict.fromkeys(node.outputs, node))
+        sizes += iter_refs((node.args, node.kwargs))
+    nodes = [n for n in graph.nodes if n.outputs[0] in needed] + chain[::-1]
+    values = {i.name: graph.values[i.name] for i in graph.inputs}
+    values.update({o: graph.values[o] for n in nodes for o in n.outputs})
+    sub = Graph(name=f"{graph.name}_view_{j}", inputs=graph.inputs, nodes=tuple(nodes),
+                outputs=(Output(graph.outputs[j].name),), values=values, symbols=graph.symbols)
+    fn = interpreter_codegen().compile(sub, None, {})
+    return lambda inputs: fn(inputs)[0]
+
+
 class _AliasPlan:
     """How to rebuild one `alias` output as a view of input `k`."""
 
-    def __init__(self, j: int, k: int, out: Value, inp: Value, where: dict[str, tuple[int, int | None]]):
+    def __init__(self, graph: Graph, j: int, k: int, where: dict[str, tuple[int, int | None]]):
+        out, inp = graph.values[graph.outputs[j].name], graph.values[graph.inputs[k].name]
         self.j, self.k = j, k
         self.detach = inp.requires_grad and not out.requires_grad
         self.same = (out.shape, out.stride, out.storage_offset) == (inp.shape, inp.stride, inp.storage_offset)
+        self.replay = None if self.same or self.detach else _view_chain(graph, j, k)
         self.stride = [_dim_reader(s, where) for s in out.stride]
         self.offset = _dim_reader(out.storage_offset, where)
 
     def __call__(self, inputs: Sequence[Any], outs: Sequence[Any]) -> torch.Tensor:
+        if self.replay is not None:
+            return self.replay(inputs)
         base = inputs[self.k]
         if self.detach:
             base = base.detach()
@@ -79,8 +133,8 @@ class GraphRunner:
         self._mutations = [(j, o.input, values[o.name].requires_grad)
                            for j, o in enumerate(graph.outputs) if o.kind == "mutation"]
         self._user = [j for j, o in enumerate(graph.outputs) if o.kind in ("user", "alias")]
-        self._aliases = {j: _AliasPlan(j, o.input, values[o.name], values[inputs[o.input].name], where)
-                         for j, o in enumerate(graph.outputs) if o.kind == "alias"}
+        self._aliases = {j: _AliasPlan(graph, j, o.input, where) for j, o in enumerate(graph.outputs)
+                         if o.kind == "alias"}
         any_grad = any(values[i.name].requires_grad for i in inputs)
         self._detach = [j for j, o in enumerate(graph.outputs) if any_grad and o.kind == "user"
                         and values[o.name].type == "tensor" and not values[o.name].requires_grad]

@@ -19,6 +19,7 @@ from ._events import EVENT_KINDS, FALLBACK_CAUSES, Event, EventKind, GraphCompil
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
+from ._grad_rules import grad_rules
 from ._interpreter import Interpreter, interpret
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
 from ._op_set import decompositions, is_random
@@ -66,6 +67,7 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
+    "grad_rules",
     "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
     "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph",
     "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager", "PluginRegistry", "Ref",

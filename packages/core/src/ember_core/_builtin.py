@@ -7,6 +7,7 @@ from typing import Any
 
 from ._dump import DumpWriter
 from ._events import Event
+from ._grad_rules import grad_rules
 from ._logging import EventLogger
 from ._pycode import python_function
 from ._schema import Graph
@@ -17,12 +18,13 @@ from .hookspecs import hookimpl
 class InterpreterCodegen:
     """Runs graphs op by op with torch.ops, as straight-line Python: every device, lowest priority.
 
-    The same calls as the reference `Interpreter` (the oracle in tests), without its per-node dispatch."""
+    The same calls as the reference `Interpreter` (the oracle in tests), without its per-node dispatch. Ops whose
+    ATen derivative is missing or wrong run with `grad_rules`' (a graph may run here under eager autograd)."""
 
     name = "interpreter"
 
     def compile(self, graph: Graph, example_inputs: Sequence[Any], options: Mapping[str, Any]) -> CompiledGraph:
-        fn, source = python_function(graph)
+        fn, source = python_function(graph, grad_rules)
         return CompiledGraph(fn, graph, self.name, source=source)
 
 

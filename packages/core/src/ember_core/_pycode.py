@@ -11,7 +11,7 @@ import itertools
 import keyword
 import linecache
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._custom_function import node_callable
@@ -54,8 +54,9 @@ class _Namer:
         return self.constant(a)
 
 
-def python_source(graph: Graph) -> tuple[str, dict[str, Any]]:
-    """The source of `def <name>(inputs): ...` and the globals it needs."""
+def python_source(graph: Graph, overrides: Mapping[str, Callable] | None = None) -> tuple[str, dict[str, Any]]:
+    """The source of `def <name>(inputs): ...` and the globals it needs; `overrides` as for `Interpreter`."""
+    overrides = overrides or {}
     namer = _Namer()
     fn_name = f"graph_{graph.name}" if graph.name.isidentifier() else "graph"
     lines = [f"def {fn_name}(inputs):"]
@@ -72,7 +73,7 @@ def python_source(graph: Graph) -> tuple[str, dict[str, Any]]:
     keep = {o.name for o in graph.outputs} | set(graph.constants)
     for i, node in enumerate(graph.nodes):
         op = f"_op{i}"
-        namer.globals[op] = direct_call(node_callable(graph, node))
+        namer.globals[op] = overrides[node.op] if node.op in overrides else direct_call(node_callable(graph, node))
         args = [namer.arg(a) for a in node.args] + [f"{keyword_name(k)}={namer.arg(v)}" for k, v in node.kwargs.items()]
         outs = [namer.local(o) for o in node.outputs]
         single = len(outs) == 1 and not returns_sequence(resolve_op(node.op))
@@ -85,9 +86,10 @@ def python_source(graph: Graph) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines) + "\n", {**namer.globals, "_evaluate": evaluate}
 
 
-def python_function(graph: Graph) -> tuple[Callable[[Sequence[Any]], list], str]:
+def python_function(graph: Graph, overrides: Mapping[str, Callable] | None = None
+                    ) -> tuple[Callable[[Sequence[Any]], list], str]:
     """Compile the graph to a Python function `fn(inputs) -> outputs`; returns it with its source."""
-    source, env = python_source(graph)
+    source, env = python_source(graph, overrides)
     return load_function(source, env, source.split("(", 1)[0].removeprefix("def "), f"graph-{graph.name}"), source
 
 

@@ -1,5 +1,6 @@
-"""Ops whose ATen autograd formula is missing, given one for the joint trace (`grad_rules`: op name → callable
-the Interpreter runs in the op's place while the joint is traced).
+"""Ops whose ATen autograd formula is missing or wrong, given a right one (`grad_rules`: op name → callable run in
+the op's place wherever a graph runs under autograd: while the joint graph is traced, and in the interpreter
+codegen, which runs a graph under eager autograd when the joint cannot be traced).
 
 `aten.copy.default(dst, src)` is the functional form of `dst.copy_(src)`: what decompositions (circular `pad`,
 `diff`, ...) and functionalization leave in a captured graph. Eager never runs it under autograd (it runs
@@ -11,6 +12,11 @@ is overwritten).
 `prims.convert_element_type(a, dtype)` (torch's decompositions of bfloat16 math, `renorm` among them, leave it in a
 graph) has no autograd formula at all: it is `a` cast to `dtype`, so it runs as `aten._to_copy`, whose derivative
 casts the gradient back.
+
+`aten.rrelu_with_noise_functional(x, noise, ...)` is what functionalization makes of training-mode `rrelu`, which
+draws a slope per element into `noise` in place. It returns the drawn slopes as a second output, but ATen's
+formula for it reads the `noise` *argument*, the buffer before the draw (`empty`): the gradient came back zeros
+where x < 0, or garbage, without an error. Here the gradient reads the slopes the forward drew, as eager's does.
 """
 
 from __future__ import annotations
@@ -47,7 +53,34 @@ def differentiable_convert(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ops.aten._to_copy.default(a, dtype=dtype)
 
 
+class _RReLUWithNoise(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, noise: torch.Tensor, lower: Any, upper: Any, training: bool,
+                generator: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        out, slopes = torch.ops.aten.rrelu_with_noise_functional.default(x, noise, lower, upper, training,
+                                                                         generator=generator)
+        ctx.save_for_backward(x, slopes)
+        ctx.args = (lower, upper, training)
+        ctx.mark_non_differentiable(slopes)
+        return out, slopes
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _grad_slopes: Any) -> tuple[Any, ...]:
+        x, slopes = ctx.saved_tensors
+        lower, upper, training = ctx.args
+        grad_x = torch.ops.aten.rrelu_with_noise_backward.default(grad, x, slopes, lower, upper, training, False)
+        return grad_x, None, None, None, None, None
+
+
+def differentiable_rrelu_with_noise(x: torch.Tensor, noise: torch.Tensor, lower: Any = 0.125,
+                                    upper: Any = 1.0 / 3.0, training: bool = False,
+                                    generator: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`aten.rrelu_with_noise_functional` whose derivative reads the slopes it drew."""
+    return _RReLUWithNoise.apply(x, noise, lower, upper, training, generator)
+
+
 grad_rules: dict[str, Callable[..., Any]] = {
     "aten.copy.default": differentiable_copy,
     "prims.convert_element_type.default": differentiable_convert,
+    "aten.rrelu_with_noise_functional.default": differentiable_rrelu_with_noise,
 }
