@@ -160,6 +160,28 @@ def test_a_returned_view_differentiates_as_its_view_ops(frontend, view):
     torch.testing.assert_close(xc.grad, xe.grad, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("view", ["int32", "complex", "complex_of_mutated"])
+def test_a_returned_view_as_another_dtype_keeps_the_dtype(frontend, view):
+    """`x.view(torch.int32)` has x's shape and strides: it was once returned as x itself, float32. A view_as_complex
+    output came back float32 too (rebuilt by as_strided on the float input)."""
+
+    def f(x):
+        if view == "int32":
+            return x.view(torch.int32)
+        if view == "complex":
+            return torch.view_as_complex(x)
+        x.mul_(2)  # the view is then of a mutated input: not a chain of view ops, rebuilt by as_strided
+        return torch.view_as_complex(x)
+
+    x = torch.randn(5, 2)
+    expected = f(x.clone())
+    out = compile_with(frontend, f)(x)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected)
+    x.add_(1)
+    torch.testing.assert_close(out, f(x.clone()) if view == "int32" else torch.view_as_complex(x))
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
 def test_integer_and_boolean_tensors(frontend, dtype):
     def f(a, b):

@@ -104,7 +104,9 @@ class _AliasPlan:
         out, inp = graph.values[graph.outputs[j].name], graph.values[graph.inputs[k].name]
         self.j, self.k = j, k
         self.detach = inp.requires_grad and not out.requires_grad
-        self.same = (out.shape, out.stride, out.storage_offset) == (inp.shape, inp.stride, inp.storage_offset)
+        self.same = (out.shape, out.stride, out.storage_offset, out.dtype) == \
+            (inp.shape, inp.stride, inp.storage_offset, inp.dtype)
+        self.retype = out.dtype != inp.dtype  # a view as another dtype (`view(torch.int32)`, `view_as_complex`)
         self.replay = None if self.same or self.detach else _view_chain(graph, j, k)
         self.stride = [_dim_reader(s, where) for s in out.stride]
         self.offset = _dim_reader(out.storage_offset, where)
@@ -120,6 +122,8 @@ class _AliasPlan:
         got = outs[self.j]
         stride = [s(inputs) if s else got.stride(i) for i, s in enumerate(self.stride)]
         offset = self.offset(inputs) if self.offset else got.storage_offset()
+        if self.retype:  # strides and offset count elements of the output's dtype
+            base = base.view(got.dtype)
         return torch.as_strided(base, got.shape, stride, offset)
 
 

@@ -9,6 +9,11 @@ the op it replaces, so the compiled graph would no longer match eager under the 
 Ops whose decomposition is numerically worse than eager's kernel and derivative stay one ATen call too
 (`NUMERICALLY_KEPT`, each with its reason): the graph then runs eager's kernel (an extern call, unless lowering
 has a rule as accurate), and the joint trace differentiates it with eager's formula.
+
+`index_put(..., accumulate=True)` in a 16-bit float type (what the gradient of `index_select`, `embedding` and
+advanced indexing becomes) accumulates in float32 and rounds once (`accurate_accumulation`): ATen's kernel adds
+one element at a time in bfloat16, so a gradient summed from many rows drifts by ulps from eager's (whose
+`index_add` rounds less often) and from the exact sum.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ NUMERICALLY_KEPT: dict[str, str] = {
     # where(row all -inf, 0, softmax(x)): the softmax of a fully masked row is NaN, and the softmax backward that
     # autograd derives from the decomposition multiplies it (0·NaN); eager's derivative reads the safe output (0)
     "aten._safe_softmax.default": "a fully masked row's gradient is NaN through the decomposition (0 in eager)",
+    # x * where(norm > maxnorm, maxnorm / (norm + 1e-7), 1) cast to x's dtype: in bfloat16 the derivative autograd
+    # takes of it rounds sum(x * grad) to bfloat16 and adds two bfloat16 terms; eager's renorm_backward sums in
+    # float32 and rounds once
+    "aten.renorm.default": "its bfloat16 gradient through the decomposition rounds twice more than eager's",
 }
 
 
@@ -52,7 +61,23 @@ def decompositions() -> dict[Any, Callable]:
     own of the pointwise `_foreach_*` ops (see `foreach_decompositions`). Cached; do not mutate."""
     kept = {resolve_op(name) for name in NUMERICALLY_KEPT}
     table = {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op) and op not in kept}
-    return table | foreach_decompositions()
+    return table | foreach_decompositions() | accurate_accumulation()
+
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _index_put_in_float(self: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False) -> Any:
+    if not accumulate or self.dtype not in _LOW_PRECISION:
+        return NotImplemented
+    summed = torch.ops.aten.index_put.default(self.float(), indices, values.float(), True)
+    return summed.to(self.dtype)
+
+
+@functools.cache
+def accurate_accumulation() -> dict[Any, Callable]:
+    """Decompositions that accumulate 16-bit floats in float32 (see the module's docstring)."""
+    return {torch.ops.aten.index_put.default: _index_put_in_float}
 
 
 # `_foreach_<name>` ops whose per-tensor op is `aten.<name>` with the same arguments, element by element.
