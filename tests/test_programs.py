@@ -90,13 +90,51 @@ def test_a_global_float_that_changes_between_calls():
     assert compiled_graphs(rec) == 2 and not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
 
 
-def test_a_float_keyword_argument_that_changes_between_calls():
-    compiled = ember.compile(sample_probs)
+def test_a_float_keyword_argument_that_changes_between_calls(frontend):
+    # both frontends specialize the first value, then make the float an input read by the kernels
+    compiled = ember.compile(sample_probs, options={"frontend": frontend})
     logits = torch.randn(3, 16)
     with ember.record_events() as rec:
-        for t in (1.0, 0.7, 0.3, 1.7):
+        for t in (1.0, 0.7, 0.3, 1.7, 2.5):
             torch.testing.assert_close(compiled(logits, temperature=t), sample_probs(logits, temperature=t))
-    assert compiled_graphs(rec) == 2
+    assert compiled_graphs(rec) == 2 and not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+
+
+def test_a_float_argument_in_training_then_an_int(frontend):
+    def step(x, lr):
+        return torch.tanh(x * lr)
+
+    compiled = ember.compile(step, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for lr in (0.1, 0.2, 0.05, 3, 0.3):  # the int is a different type: specialized again
+            x = torch.randn(6, requires_grad=True)
+            xe = x.detach().clone().requires_grad_()
+            compiled(x, lr).sum().backward()
+            step(xe, lr).sum().backward()
+            torch.testing.assert_close(x.grad, xe.grad)
+    assert not rec.kinds("fallback")
+
+
+ITEM_PROGRAMS = {
+    "float_in_math": lambda x: torch.tanh(x / x.abs().max().item()) * 2,
+    "int_in_math": lambda x: x * (x > 0).sum().item(),
+    "bool_in_math": lambda x: x * (x.sum() > 0).item(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ITEM_PROGRAMS))
+def test_item_used_in_math_is_compiled_once(frontend, name):
+    """`.item()` of a computed tensor used in arithmetic: the trace frontend traces it (an unbacked symbol whose
+    value the kernels read from the tensor), Dynamo breaks the graph there and passes the number on. Either way
+    no value recompiles after the first two, and nothing falls back."""
+    fn = ITEM_PROGRAMS[name]
+    compiled = ember.compile(fn, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for k in range(5):
+            x = torch.randn(16) * (k + 1)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+    assert compiled_graphs(rec) <= (1 if frontend == "trace" else 3)
 
 
 def test_a_changing_global_float_in_training():

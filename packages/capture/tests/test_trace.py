@@ -185,16 +185,24 @@ def test_branch_on_tensor_value_raises_naming_the_line_under_fullgraph(compile_g
     assert info.value.code == "if x.mean() > 0.5:"
 
 
-def test_item_and_print_are_not_captured(compile_graph, capsys):
+def test_item_in_math_is_captured_and_a_branch_on_it_is_not(compile_graph, capsys):
     def uses_item(x):
         return x * x.sum().item()
+
+    def branches_on_item(x):
+        return x + 1 if x.sum().item() > 0 else x - 1
 
     def prints(x):
         print("hello")
         return x + 1
 
-    with pytest.raises(CaptureError, match="item"):
-        wrap(uses_item, compile_graph, fullgraph=True)(torch.ones(2))
+    compiled = wrap(uses_item, compile_graph, fullgraph=True)
+    for x in (torch.ones(2), torch.tensor([3.0, -5.0])):
+        assert_close(compiled(x), uses_item(x))
+    assert compiled.compiles == 1
+    assert "aten._local_scalar_dense.default" in {n.op for n in compiled.entries[0].graph.nodes}
+    with pytest.raises(CaptureError, match="data-dependent"):
+        wrap(branches_on_item, compile_graph, fullgraph=True)(torch.ones(2))
     with pytest.raises(CaptureError, match="print") as info:
         wrap(prints, compile_graph, fullgraph=True)(torch.ones(2))
     assert info.value.code == 'print("hello")'

@@ -98,6 +98,26 @@ def test_float_read_from_a_zero_dim_tensor_is_loaded_by_the_kernel():
         torch.testing.assert_close(run_plan(plan, [x, torch.tensor(scale, dtype=torch.float64)])[0], x * scale)
 
 
+@pytest.mark.parametrize("dtype, x_dtype", [("int64", torch.float32), ("int64", torch.int32), ("bool", torch.float32)])
+def test_int_or_bool_read_from_a_zero_dim_tensor_is_loaded_by_the_kernel(dtype, x_dtype):
+    # `n = (x > 0).sum().item(); x * n`, as the trace frontend captures it: the kernel reads n from the tensor,
+    # converted to the op's dtype as ATen converts a Python scalar
+    name = {"int64": "int64", "bool": "bool"}[dtype]
+    xname = {torch.float32: "float32", torch.int32: "int32"}[x_dtype]
+    values = {"x": Value(shape=(4,), stride=(1,), dtype=xname), "n": Value(shape=(), stride=(), dtype=name),
+              "s": Value(type="sym", dtype=name), "y": Value(shape=(4,), stride=(1,), dtype=xname)}
+    graph = Graph(inputs=(Input("x"), Input("n")), values=values,
+                  nodes=(Node(("s",), "aten._local_scalar_dense.default", (Ref("n"),)),
+                         Node(("y",), "aten.mul.Tensor", (Ref("x"), Ref("s")))),
+                  outputs=(Output("y"),))
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs and "load n[]" in str(plan)
+    x = (torch.randn(4) * 10).to(x_dtype)
+    for n in ((3, -7, 2**40) if dtype == "int64" else (True, False)):
+        got = run_plan(plan, [x, torch.tensor(n, dtype=getattr(torch, name))])[0]
+        torch.testing.assert_close(got, x * n)
+
+
 def test_symbolic_floats_of_sizes_are_computed_in_float64():
     """`d ** -0.5`, `n / 3`, `d / 2` of symbolic sizes are floats: computed from the sizes as Python would, not
     read as an integer index (or as a symbol nothing binds)."""

@@ -18,6 +18,10 @@ one graph (`CaptureError`).
 The other way round, a graph that writes an input and was traced with no sharing is wrong if that input shares
 memory with another on a later call: its guard checks each written input against the others (not against
 parameters and buffers, which ModuleState holds fixed).
+
+A float argument made dynamic (`float_leaves`: one that changed between calls, under automatic dynamic) is an input
+of its own after all the others: a 0-d float64 tensor made from the float on each call, read back with `.item()`
+while tracing, as Dynamo passes a float it does not specialize. Kernels read it from that tensor.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class InputLayout:
     order; `leaf_input[i]` says where argument leaf `i` comes from while tracing."""
 
     def __init__(self, state: ModuleState, reads: Reads, flat: list, leaves: list[int], labels: list[str],
-                 bases: bool = False):
+                 bases: bool = False, float_leaves: Sequence[int] = ()):
         self.state, self.reads, self.leaves, self.labels = state, reads, leaves, labels
         self.names: list[str] = list(state.names)
         self.kinds: list[str] = list(state.kinds)
@@ -93,6 +97,9 @@ class InputLayout:
         self.bases: list[Base] = []
         self.loose: list[tuple[list[int], bool]] = []  # inputs over one storage kept separate; could be a base?
         self._group(flat, bases)
+        self.float_leaves = list(float_leaves)  # each an input of its own, the last ones
+        for i in self.float_leaves:
+            self._add(labels[i], "user", torch.tensor(flat[i], dtype=torch.float64))
 
     def _add(self, label: str, kind: str, t: torch.Tensor) -> None:
         self.names.append(label)
@@ -149,12 +156,16 @@ class InputLayout:
             for b in self.bases:
                 t = self.tensors[len(fakes)]
                 fakes.append(torch.empty_strided((b.size,), (1,), dtype=t.dtype, device=t.device))
+        fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in self.tensors[len(fakes):]]
         return fakes
 
     def leaf_values(self, inputs: Sequence[Any]) -> dict[int, Any]:
         """Each argument leaf's value while tracing, from the graph's (fake) inputs: bases rebuilt as views."""
         values = {i: inputs[k] for i, k in self.leaf_input.items()}
-        first_base = len(inputs) - len(self.bases)
+        first_float = len(inputs) - len(self.float_leaves)
+        first_base = first_float - len(self.bases)
+        for j, i in enumerate(self.float_leaves):
+            values[i] = inputs[first_float + j].item()
         for j, b in enumerate(self.bases):
             for i, (size, stride, offset) in zip(b.members, b.views):
                 values[i] = torch.as_strided(inputs[first_base + j], size, stride, offset)
@@ -184,13 +195,15 @@ class InputLayout:
         fetch = [r.fetch for r in self.own_reads]
         user = list(self.user)
         bases = [(b.members[0], (b.size,)) for b in self.bases]
-        if not fetch and not bases:
+        floats, f64 = list(self.float_leaves), torch.float64
+        if not fetch and not bases and not floats:
             return lambda flat: fixed + [flat[i] for i in user]
 
         def inputs(flat: list) -> list:
             out = fixed + [f() for f in fetch] + [flat[i] for i in user]
             for i, size in bases:
                 out.append(flat[i].as_strided(size, (1,), 0))
+            out += [torch.tensor(flat[i], dtype=f64) for i in floats]
             return out
 
         return inputs

@@ -3,7 +3,10 @@
 Each wrapped function keeps a list of entries, each a generated guard plus a compiled graph. A call flattens its
 arguments, runs the guards in order and calls the first entry that passes. A miss traces the function with
 make_fx under a fresh `FakeTensorMode`/`ShapeEnv` (sizes symbolic where the dynamic policy says so), compiles the
-graph with `compile_graph`, and adds an entry. Python scalars are specialized by value; what the function reads
+graph with `compile_graph`, and adds an entry. Python scalars are specialized by value, except a float argument
+that changed between calls under automatic dynamic (a learning rate, a temperature), which becomes a graph input
+read by the kernels, so later values do not recompile (`_inputs.py`); `.item()` of a computed tensor is traced
+(an unbacked symbol) and read by the kernels too. What the function reads
 besides its arguments (globals, closure cells, attributes) is guarded or made graph inputs (`_reads.py`), module
 parameters and buffers become graph inputs (`_state.py`), and arguments that are one tensor or share memory are
 traced and guarded as such (`_inputs.py`). A function that cannot be one graph (a branch on a tensor's value,
@@ -71,6 +74,7 @@ class Entry:
     spec: Any  # the arguments' structure, as `flatten_args` gives it
     tensor_leaves: list[int]
     static_sizes: list[list[int | None]]  # per tensor leaf: its sizes, None where symbolic
+    floats: dict[int, float]  # per float leaf traced as a constant: its value
 
 
 class TraceFrontend:
@@ -95,6 +99,7 @@ class TracedFunction:
         self.fallback_reason: str | None = None  # set once the function runs eagerly for good
         self._limit_warned = False
         self._dynamic_dims: set[tuple[int, int]] = set()  # (leaf, dim) pairs made symbolic by automatic dynamic
+        self._dynamic_floats: set[int] = set()  # float leaves made graph inputs by automatic dynamic
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.fallback_reason is not None:
@@ -161,10 +166,12 @@ class TracedFunction:
             report("fallback", message, function=self.name, reason=message, cause="eager")
 
     def _grow_dynamic(self, flat: list, spec: Any) -> None:
-        """Automatic dynamic (dynamic=None): a static dim whose size changed since the last entry becomes symbolic."""
+        """Automatic dynamic (dynamic=None): a static dim whose size changed since the last entry becomes symbolic,
+        a float argument whose value changed becomes a graph input."""
         if self.options["dynamic"] is not None or not self.entries or self.entries[-1].spec != spec:
             return
         last = self.entries[-1]
+        self._dynamic_floats |= {i for i, v in last.floats.items() if type(flat[i]) is float and flat[i] != v}
         for i, sizes in zip(last.tensor_leaves, last.static_sizes):
             x = flat[i]
             if isinstance(x, torch.Tensor) and x.dim() == len(sizes):
@@ -183,11 +190,12 @@ class TracedFunction:
         state = ModuleState(reads.owners)
         name = re.sub(r"\W", "_", self.name) + f"_{self.compiles}"
         _anchor_stack_traces(self.fn)
-        layout = InputLayout(state, reads, flat, leaves, labels)
+        floats = sorted(i for i in self._dynamic_floats if type(flat[i]) is float)
+        layout = InputLayout(state, reads, flat, leaves, labels, float_leaves=floats)
         graph, fakes, shape_env, outputs = self._trace(layout, flat, spec, name)
         mutated = {k for k, inp in enumerate(graph.inputs) if inp.mutated}
         if layout.needs_bases(mutated):  # it writes an argument that shares memory with another: trace again
-            layout = InputLayout(state, reads, flat, leaves, labels, bases=True)
+            layout = InputLayout(state, reads, flat, leaves, labels, bases=True, float_leaves=floats)
             graph, fakes, shape_env, outputs = self._trace(layout, flat, spec, name)
             mutated = {k for k, inp in enumerate(graph.inputs) if inp.mutated}
             layout.needs_bases(mutated)
@@ -198,12 +206,13 @@ class TracedFunction:
         report("guards_built", f"guards of {self.name}, entry {len(self.entries)}", source=source)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
         sizes = {i: static_ints(fakes[k].shape) for i, k in layout.leaf_input.items()}
+        constant_floats = {i: x for i, x in enumerate(flat) if type(x) is float and i not in floats}
         return Entry(check, explain, source, graph, outputs.caller(runner, layout.gather()), spec, leaves,
-                     [sizes.get(i, list(flat[i].shape)) for i in leaves])
+                     [sizes.get(i, list(flat[i].shape)) for i in leaves], constant_floats)
 
     def _trace(self, layout: InputLayout, flat: list, spec: Any, name: str) -> tuple[Any, list, ShapeEnv, Any]:
         """(graph, fake inputs, shape environment, output layout) of one trace with `layout`'s inputs."""
-        shape_env = ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+        shape_env = ShapeEnv(allow_scalar_outputs=True, allow_dynamic_output_shape_ops=False)
         fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
         fakes = layout.fakes(fake_mode, lambda i, k: self._fake(fake_mode, flat[i], i, k))
         outputs = _OutputLayout()
@@ -226,10 +235,13 @@ class TracedFunction:
         g.check(f"is_grad_enabled() is not {grad}", "grad mode changed from {old} to {new}", old=grad, new=not grad)
         fakes = dict(zip(layout.user, user_fakes))
         fakes.update((i, fakes[j]) for i, j in layout.same_leaf if j in fakes)
+        floats = set(layout.float_leaves)
         for i, x in enumerate(flat):
             g.let(f"a{i}", f"flat[{i}]")
             if isinstance(x, torch.Tensor):  # an argument of its own by its fake, the others as they are now
                 tensor_checks(g, f"a{i}", labels[i], fakes.get(i, x), type(x))
+            elif i in floats:  # a graph input: any float
+                g.check(f"type(a{i}) is not float", "{label}: is no longer a float", label=labels[i])
             else:
                 value_check(g, f"a{i}", labels[i], x)
         sources = [LocalSource(f"t{k}") for k in range(len(user_fakes))]

@@ -177,17 +177,18 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
 
 
 def _scalar_tensor(ctx: LoweringContext, node: Node) -> TensorRef | None:
-    """A float read out of a 0-d tensor (`_local_scalar_dense`: how Dynamo passes a Python float that changes
-    between calls, as a 0-d float64 input): kernels read it from the tensor itself, as a broadcast operand. That
-    is exact wherever a kernel computes it: the op's result dtype is the graph's, and the operand is converted to
-    the op's compute dtype as ATen converts a Python scalar. An ATen call cannot take it (see `_extern_arg`)."""
+    """A number read out of a 0-d tensor (`_local_scalar_dense`: how Dynamo passes a Python float that changes
+    between calls, as a 0-d float64 input, and how `.item()` reads a value the graph computed): kernels read it
+    from the tensor itself, as a broadcast operand. That is exact wherever a kernel computes it: the op's result
+    dtype is the graph's, and the operand is converted to the op's compute dtype as ATen converts a Python scalar.
+    An ATen call cannot take it (see `_extern_arg`). Complex numbers are not read this way."""
     if node.op != "aten._local_scalar_dense.default" or not node.args or not isinstance(node.args[0], Ref):
         return None
     v = ctx.values.get(node.args[0].name)
     ref = ctx.env.get(node.args[0].name)
     if v is None or v.type != "tensor" or v.shape != () or not isinstance(ref, TensorRef):
         return None
-    return ref if v.dtype.startswith(("float", "bfloat")) else None
+    return None if v.dtype.startswith("complex") else ref
 
 
 def _sym_value(ctx: LoweringContext, node: Node) -> Any:
