@@ -149,6 +149,33 @@ def test_attribute_of_a_global_object_changed(frontend, monkeypatch):
 TEMPERATURE = 2.0
 
 
+TORCH_MODULE_ATTRIBUTES = {  # a torch module, the attribute its forward reads, a new value
+    "leaky_relu_slope": (lambda: nn.LeakyReLU(0.1), "negative_slope", 0.5),
+    "layer_norm_eps": (lambda: nn.LayerNorm(8), "eps", 10.0),
+    "dropout_p": (lambda: nn.Dropout(0.5), "p", 0.0),
+    "softmax_dim": (lambda: nn.Softmax(dim=1), "dim", 0),
+    "conv_padding": (lambda: nn.Conv1d(8, 8, 3, padding=1), "padding", (2,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_MODULE_ATTRIBUTES))
+def test_attribute_of_a_torch_module_changed(frontend, name):
+    """The walk does not enter torch's code, so the attributes a torch module's forward reads (LeakyReLU's slope,
+    LayerNorm's eps, Dropout's p) were guarded by nothing: the trace frontend kept the old value, silently. Every
+    public scalar attribute of a module from outside the user's code is guarded by value."""
+    make, attr, value = TORCH_MODULE_ATTRIBUTES[name]
+    torch.manual_seed(0)
+    model = nn.Sequential(make()) if name == "conv_padding" else nn.Sequential(nn.Linear(8, 8), make())
+    x = torch.randn(2, 8, 8) if name == "conv_padding" else torch.randn(4, 8)
+    compiled = compile_with(frontend, model)
+    for _ in range(2):
+        torch.manual_seed(1)
+        got = compiled(x)
+        torch.manual_seed(1)
+        assert_close(got, model(x))
+        setattr(model[-1], attr, value)
+
+
 class ScaledSoftmax(nn.Module):
     def __init__(self):
         super().__init__()

@@ -174,8 +174,11 @@ def static_ints(dims: Any) -> list[int | None]:
 
 
 def value_check(g: GuardBuilder, var: str, label: str, value: Any) -> None:
-    """Python scalars and other leaves: specialized by type and value (by identity for objects without value)."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device, torch.memory_format)):
+    """Python scalars (and tuples of them) and other leaves: specialized by type and value (by identity for objects
+    without value)."""
+    scalars = (bool, int, float, str, torch.dtype, torch.device, torch.memory_format)
+    if value is None or isinstance(value, scalars) or \
+            type(value) is tuple and all(v is None or isinstance(v, scalars) for v in value):
         ty = g.const("T", type(value))
         failed = f"{var} is not None" if value is None else f"type({var}) is not {ty} or {var} != {g.const('C', value)}"
         g.check(failed, "{label}: changed from {old!r} to {new!r}", label=label, old=value, new=Live(var))

@@ -4,7 +4,9 @@ The modules come from the function itself (an `nn.Module`, or a bound method of 
 finds in its closure cells and globals (a module in a global list is found by its path). Each tensor becomes a graph
 input of kind `param` or `buffer`, once however many modules share it; while tracing, the module is reparametrized to
 read the fake input instead. The guard checks that every module, parameter and buffer is still the same object, in
-the same training mode, with the same dtype, shape and requires_grad.
+the same training mode, with the same dtype, shape and requires_grad. A module whose `forward` is not the user's
+code (torch's `LeakyReLU`, `LayerNorm`, `Dropout`, ...) is not walked by `find_reads`, so the guard also checks every
+public scalar attribute it holds (`negative_slope`, `eps`, `p`, `padding`) by value: its forward reads them.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
-from ._guards import GuardBuilder, Live
-from ._reads import Owner, find_reads
+from ._guards import GuardBuilder, Live, value_check
+from ._reads import Owner, find_reads, is_user_code
 
 
 def find_owners(fn: Callable) -> list[Owner]:
@@ -77,6 +79,10 @@ class ModuleState:
                     for name, t in getattr(module, attr).items():
                         if id(t) in lifted:
                             self._tensor_checks(g, var, attr, name, t, self.names[lifted[id(t)]])
+                if not _walked(module):
+                    for name, value in vars(module).items():
+                        if not name.startswith("_") and name != "training" and _is_plain(value):
+                            value_check(g, f"{var}.__dict__.get({g.const('N', name)})", f"{label}.{name}", value)
 
     @staticmethod
     def _tensor_checks(g: GuardBuilder, var: str, attr: str, name: str, t: torch.Tensor, label: str) -> None:
@@ -91,3 +97,19 @@ class ModuleState:
         ):
             g.check(failed, "{kind} {label}: {what} changed from {old} to {new}", kind=kind, label=label, what=what,
                     old=old, new=Live(new))
+
+
+_PLAIN = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.memory_format)
+
+
+def _is_plain(value: object) -> bool:
+    """A scalar, or a tuple of them (`padding=(1, 1)`, `normalized_shape`): guarded by value."""
+    if isinstance(value, tuple):
+        return all(isinstance(v, _PLAIN) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+def _walked(module: torch.nn.Module) -> bool:
+    """Whether `find_reads` walks the module's forward (user code), and so guards what it reads."""
+    forward = getattr(type(module).forward, "__code__", None)
+    return forward is not None and is_user_code(forward)
