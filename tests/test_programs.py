@@ -77,11 +77,11 @@ def compiled_graphs(rec) -> int:
     return sum(e.kind == "graph_compiled" for e in rec.events)
 
 
-def test_a_global_float_that_changes_between_calls():
-    # Dynamo passes the float as a 0-d float64 tensor once it has changed, and reads it with `.item()`: the
+def test_a_global_float_that_changes_between_calls(frontend):
+    # both frontends pass the float as a 0-d float64 tensor once it has changed, and read it with `.item()`: the
     # kernels read it from that tensor, and one graph serves every later value
     global SCALE
-    compiled = ember.compile(scaled_softmax)
+    compiled = ember.compile(scaled_softmax, options={"frontend": frontend})
     x = torch.randn(4, 8)
     with ember.record_events() as rec:
         for value in (0.5, 0.7, 0.9, 1.3, -2.0):
@@ -137,11 +137,11 @@ def test_item_used_in_math_is_compiled_once(frontend, name):
     assert compiled_graphs(rec) <= (1 if frontend == "trace" else 3)
 
 
-def test_a_changing_global_float_in_training():
+def test_a_changing_global_float_in_training(frontend):
     global SCALE
     # the backward needs the float too: it saves the 0-d tensor (never the float as a symbol, which kernels would
     # read as an integer) and reads the float again from it
-    compiled = ember.compile(scaled_softmax)
+    compiled = ember.compile(scaled_softmax, options={"frontend": frontend})
     w = torch.randn(4, 8)
     with ember.record_events() as rec:
         for value in (0.5, 0.8, 1.1, 0.2):

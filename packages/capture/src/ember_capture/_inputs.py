@@ -19,9 +19,10 @@ The other way round, a graph that writes an input and was traced with no sharing
 memory with another on a later call: its guard checks each written input against the others (not against
 parameters and buffers, which ModuleState holds fixed).
 
-A float argument made dynamic (`float_leaves`: one that changed between calls, under automatic dynamic) is an input
-of its own after all the others: a 0-d float64 tensor made from the float on each call, read back with `.item()`
-while tracing, as Dynamo passes a float it does not specialize. Kernels read it from that tensor.
+A float argument made dynamic (`float_leaves`: one that changed between calls, under automatic dynamic), and a float
+global or attribute made dynamic (`reads.floats`), is an input of its own after all the others: a 0-d float64
+tensor made from the float on each call, read back with `.item()` while tracing, as Dynamo passes a float it does
+not specialize. Kernels read it from that tensor.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ class InputLayout:
         self.float_leaves = list(float_leaves)  # each an input of its own, the last ones
         for i in self.float_leaves:
             self._add(labels[i], "user", torch.tensor(flat[i], dtype=torch.float64))
+        for r in reads.floats:
+            self._add(r.label, "user", torch.tensor(r.value, dtype=torch.float64))
 
     def _add(self, label: str, kind: str, t: torch.Tensor) -> None:
         self.names.append(label)
@@ -162,7 +165,7 @@ class InputLayout:
     def leaf_values(self, inputs: Sequence[Any]) -> dict[int, Any]:
         """Each argument leaf's value while tracing, from the graph's (fake) inputs: bases rebuilt as views."""
         values = {i: inputs[k] for i, k in self.leaf_input.items()}
-        first_float = len(inputs) - len(self.float_leaves)
+        first_float = len(inputs) - len(self.float_leaves) - len(self.reads.floats)
         first_base = first_float - len(self.bases)
         for j, i in enumerate(self.float_leaves):
             values[i] = inputs[first_float + j].item()
@@ -175,6 +178,11 @@ class InputLayout:
 
     def read_values(self, inputs: Sequence[Any]) -> list[Any]:
         return [inputs[k] for k in self.read_inputs]
+
+    def read_floats(self, inputs: Sequence[Any]) -> list[Any]:
+        """The symbolic value of each float of `reads.floats` while tracing."""
+        n = len(self.reads.floats)
+        return [t.item() for t in inputs[len(inputs) - n:]] if n else []
 
     def needs_bases(self, mutated: set[int]) -> bool:
         """Whether the graph writes an input that shares its storage with another, separate input: True when a
@@ -196,7 +204,8 @@ class InputLayout:
         user = list(self.user)
         bases = [(b.members[0], (b.size,)) for b in self.bases]
         floats, f64 = list(self.float_leaves), torch.float64
-        if not fetch and not bases and not floats:
+        read_floats = [r.fetch for r in self.reads.floats]
+        if not fetch and not bases and not floats and not read_floats:
             return lambda flat: fixed + [flat[i] for i in user]
 
         def inputs(flat: list) -> list:
@@ -204,6 +213,7 @@ class InputLayout:
             for i, size in bases:
                 out.append(flat[i].as_strided(size, (1,), 0))
             out += [torch.tensor(flat[i], dtype=f64) for i in floats]
+            out += [torch.tensor(f(), dtype=f64) for f in read_floats]
             return out
 
         return inputs

@@ -5,7 +5,9 @@ a global tensor a constant. `find_reads(fn)` finds those values before the trace
 a code object loads as globals (`LOAD_GLOBAL`), its closure cells (`co_freevars`) and the attribute names it loads
 (`LOAD_ATTR`, `LOAD_METHOD`), in the function itself, in its nested code (lambdas, comprehensions) and in the code it
 names (helpers, methods, the `forward` of every module it reaches). Each value found is a `Read`, kept by kind:
-- `value`: a Python scalar (None, bool, int, float, str, dtype, ...), guarded by type and value;
+- `value`: a Python scalar (None, bool, int, float, str, dtype, ...), guarded by type and value; a float the
+  frontend made dynamic (`Reads.dynamic`, by label: it changed between calls) is guarded by type only, and is a
+  graph input instead, fetched on every call like a tensor;
 - `tensor`: a graph input like a parameter, fetched again from where it was found on every call (new values and new
   tensors of the same metadata reuse the graph), guarded by its metadata;
 - `module`: an `nn.Module`, guarded by identity; its parameters and buffers are lifted by `_state.py`;
@@ -32,7 +34,7 @@ import os
 import sys
 import sysconfig
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +137,20 @@ class Reads:
     """Everything `find_reads` found, in walk order."""
 
     found: list[Read] = field(default_factory=list)
+    dynamic: frozenset[str] = frozenset()  # labels of float values made graph inputs
+
+    @property
+    def floats(self) -> list[Read]:
+        """The float values made graph inputs, one per label (the first place it was found)."""
+        seen: set[str] = set()
+        return [r for r in self.found if self._is_dynamic(r) and not (r.label in seen or seen.add(r.label))]
+
+    def _is_dynamic(self, r: Read) -> bool:
+        return r.kind == "value" and type(r.value) is float and r.label in self.dynamic
+
+    def constant_floats(self) -> list[Read]:
+        """The float values traced as constants: any of them that changes is a candidate for `dynamic`."""
+        return [r for r in self.found if r.kind == "value" and type(r.value) is float and r.label not in self.dynamic]
 
     @property
     def tensors(self) -> list[Read]:
@@ -156,7 +172,9 @@ class Reads:
         for k, r in enumerate(self.found):
             r.var = f"r{k}"
             g.let(r.var, r.code(g))
-            if r.kind == "value":
+            if self._is_dynamic(r):
+                g.check(f"type({r.var}) is not float", "{label}: is no longer a float", label=r.label)
+            elif r.kind == "value":
                 value_check(g, r.var, r.label, r.value)
             elif r.kind == "tensor":
                 tensor_checks(g, r.var, r.label, r.value, type(r.value))
@@ -170,15 +188,18 @@ class Reads:
                 g.check(f"{r.var} is not {g.const('O', r.value)}", "{label}: is a different object", label=r.label)
 
     @contextlib.contextmanager
-    def substituted(self, values: list[Any]) -> Iterator[None]:
-        """While inside, every place a tensor of `self.tensors` was found holds its stand-in from `values`."""
+    def substituted(self, values: list[Any], floats: Sequence[Any] = ()) -> Iterator[None]:
+        """While inside, every place a tensor of `self.tensors` was found holds its stand-in from `values`, and
+        every place of a float of `self.floats` its stand-in from `floats` (a symbolic float)."""
         stand_in = {id(r.value): v for r, v in zip(self.tensors, values)}
-        places = [r for r in self.found if r.kind == "tensor"]
+        float_of = {r.label: v for r, v in zip(self.floats, floats)}
+        places = [(r, stand_in[id(r.value)]) for r in self.found if r.kind == "tensor"]
+        places += [(r, float_of[r.label]) for r in self.found if r.label in float_of and self._is_dynamic(r)]
         done: list[tuple[Read, Any]] = []
         try:
-            for r in places:
+            for r, value in places:
                 before = r.fetch()
-                r.assign(stand_in[id(r.value)])
+                r.assign(value)
                 done.append((r, before))
             yield
         finally:

@@ -75,6 +75,7 @@ class Entry:
     tensor_leaves: list[int]
     static_sizes: list[list[int | None]]  # per tensor leaf: its sizes, None where symbolic
     floats: dict[int, float]  # per float leaf traced as a constant: its value
+    read_floats: list[tuple[Any, float]]  # per float global or attribute traced as a constant: (its Read, value)
 
 
 class TraceFrontend:
@@ -100,6 +101,7 @@ class TracedFunction:
         self._limit_warned = False
         self._dynamic_dims: set[tuple[int, int]] = set()  # (leaf, dim) pairs made symbolic by automatic dynamic
         self._dynamic_floats: set[int] = set()  # float leaves made graph inputs by automatic dynamic
+        self._dynamic_reads: set[str] = set()  # labels of float globals and attributes made graph inputs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.fallback_reason is not None:
@@ -172,6 +174,13 @@ class TracedFunction:
             return
         last = self.entries[-1]
         self._dynamic_floats |= {i for i, v in last.floats.items() if type(flat[i]) is float and flat[i] != v}
+        for r, v in last.read_floats:
+            try:
+                now = r.fetch()
+            except Exception:  # noqa: BLE001 - the path to it changed: the guard has said so already
+                continue
+            if type(now) is float and now != v:
+                self._dynamic_reads.add(r.label)
         for i, sizes in zip(last.tensor_leaves, last.static_sizes):
             x = flat[i]
             if isinstance(x, torch.Tensor) and x.dim() == len(sizes):
@@ -187,6 +196,7 @@ class TracedFunction:
         labels = leaf_labels(self.fn, args, kwargs)
         leaves = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
         reads = find_reads(self.fn)
+        reads.dynamic = frozenset(self._dynamic_reads)
         state = ModuleState(reads.owners)
         name = re.sub(r"\W", "_", self.name) + f"_{self.compiles}"
         _anchor_stack_traces(self.fn)
@@ -208,7 +218,8 @@ class TracedFunction:
         sizes = {i: static_ints(fakes[k].shape) for i, k in layout.leaf_input.items()}
         constant_floats = {i: x for i, x in enumerate(flat) if type(x) is float and i not in floats}
         return Entry(check, explain, source, graph, outputs.caller(runner, layout.gather()), spec, leaves,
-                     [sizes.get(i, list(flat[i].shape)) for i in leaves], constant_floats)
+                     [sizes.get(i, list(flat[i].shape)) for i in leaves], constant_floats,
+                     [(r, r.value) for r in reads.constant_floats()])
 
     def _trace(self, layout: InputLayout, flat: list, spec: Any, name: str) -> tuple[Any, list, ShapeEnv, Any]:
         """(graph, fake inputs, shape environment, output layout) of one trace with `layout`'s inputs."""
@@ -317,7 +328,8 @@ def _flat_function(fn: Callable, layout: InputLayout, flat: list, spec: Any,
         for i, v in layout.leaf_values(inputs).items():
             values[i] = v
         args, kwargs = unflatten_args(values, spec)
-        with layout.state.substituted(list(inputs[:n_state])), layout.reads.substituted(layout.read_values(inputs)):
+        with layout.state.substituted(list(inputs[:n_state])), \
+                layout.reads.substituted(layout.read_values(inputs), layout.read_floats(inputs)):
             result = fn(*args, **kwargs)
         return outputs.record(result)
 
