@@ -73,7 +73,9 @@ class JointTrace:
         tangents = self._tangents()
         fake = self.primals.mode
         fn = dispatch_functionalize(self._joint_fn, EffectfulFunctionalMode())
-        with fake, enable_python_dispatcher(), torch.enable_grad(), torch.autograd.set_multithreading_enabled(False):
+        # compiled autograd off: the joint's `autograd.grad` is traced here, not a backward to capture at run time
+        with fake, enable_python_dispatcher(), torch.enable_grad(), torch.autograd.set_multithreading_enabled(False), \
+                torch._dynamo.compiled_autograd._disable():
             gm = make_fx(fn, decomposition_table=decompositions())(*self.primals.values, *tangents)
         _drop_aliases(gm)
         gm.graph.eliminate_dead_code()  # random ops count as impure and stay

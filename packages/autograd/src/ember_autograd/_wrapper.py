@@ -11,6 +11,10 @@ differentiable: the compiled kernels are not, so that backward runs both graphs 
 with grad mode on, the forward again from the function's inputs (so that the saved values carry their history)
 then the backward; the gradients it returns are eager autograd's to differentiate, as far as the ATen ops are.
 It is reported once as a `fallback` of stage `autograd`.
+
+Under compiled autograd (`ember.compiled_autograd`) the engine hands this backward to Dynamo, which traces it into
+the whole backward it captures: then the backward graph runs as an FX module of ATen calls (`Plan.backward_module`),
+which Dynamo can trace and ember then compiles with the rest of the backward.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, GraphError, Interpreter, Partition, emit, is_random
+import torch.fx as fx
+from ember_core import CompiledGraph, Event, GraphError, Interpreter, Partition, emit, is_random, to_fx
 
 log = logging.getLogger("ember.autograd")
 
@@ -37,6 +42,7 @@ class Plan:
         self._differentiable: tuple[Interpreter, Interpreter] | None = None
         self._compile_backward = compile_backward
         self._backward: CompiledGraph | None = None
+        self._backward_module: fx.GraphModule | None = None
         self._lock = threading.Lock()
         self.num_primals = len(fw.inputs)
         self.num_outputs = len(fw.outputs) - len(partition.saved)
@@ -67,6 +73,15 @@ class Plan:
                     self._backward = self._compile_backward()
         return self._backward
 
+    def backward_module(self) -> fx.GraphModule:
+        """The backward graph as an FX module of ATen calls, which Dynamo can trace (compiled autograd inlines it
+        into the backward it captures). Built outside Dynamo: the first forward under compiled autograd builds it."""
+        if self._backward_module is None:
+            with self._lock:
+                if self._backward_module is None:
+                    self._backward_module = to_fx(self.partition.backward)
+        return self._backward_module
+
     def differentiable_backward(self) -> tuple[Interpreter, Interpreter]:
         """The partition's forward and backward graphs as ATen calls, for a backward that must be differentiable."""
         if self._differentiable is None:
@@ -95,6 +110,8 @@ class CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, plan: Plan, *inputs: Any) -> tuple[Any, ...]:
         ctx.rng = _rng_states(inputs) if plan.random else None
+        if torch._dynamo.compiled_autograd.compiled_autograd_enabled:
+            plan.backward_module()  # built now: Dynamo, tracing the backward later, cannot build an FX module
         results = plan.forward(list(inputs))
         outs, saved = results[:plan.num_outputs], results[plan.num_outputs:]
         ctx.plan = plan
@@ -109,6 +126,8 @@ class CompiledFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
         plan: Plan = ctx.plan
+        if torch.compiler.is_compiling():  # compiled autograd: Dynamo traces this backward into the whole one
+            return (None, *_grads(plan, plan.backward_module()(*_saved_values(ctx), *_tangents(plan, grad_outputs))))
         if torch.is_grad_enabled():  # create_graph=True: the grads must be differentiable themselves
             return (None, *_differentiable_grads(plan, ctx.inputs, grad_outputs, ctx.rng))
         with torch.no_grad():
@@ -122,8 +141,16 @@ def _saved_values(ctx: Any) -> list[Any]:
 
 
 def _run_backward(plan: Plan, saved: list[Any], grad_outputs: Sequence[Any]) -> list[Any]:
-    tangents = [g.contiguous() for g, d in zip(grad_outputs, plan.differentiable) if d]
-    results = plan.backward()([*saved, *tangents])
+    return _grads(plan, plan.backward()([*saved, *_tangents(plan, grad_outputs)]))
+
+
+def _tangents(plan: Plan, grad_outputs: Sequence[Any]) -> list[Any]:
+    """The backward graph's tangents: the incoming gradients of the differentiable outputs, contiguous as traced."""
+    return [g.contiguous() for g, d in zip(grad_outputs, plan.differentiable) if d]
+
+
+def _grads(plan: Plan, results: Sequence[Any]) -> list[Any]:
+    """One gradient per primal from the backward graph's outputs (None where it computes none)."""
     grads: list[Any] = [None] * plan.num_primals
     for k, g in zip(plan.grad_inputs, results):
         grads[k] = g
@@ -148,11 +175,7 @@ def _differentiable_grads(plan: Plan, inputs: Sequence[Any], grad_outputs: Seque
             for device, state in rng[1].items():
                 torch.cuda.set_rng_state(state, device)
         saved = forward.run(list(inputs))[plan.num_outputs:]
-    tangents = [g.contiguous() for g, d in zip(grad_outputs, plan.differentiable) if d]
-    grads: list[Any] = [None] * plan.num_primals
-    for k, g in zip(plan.grad_inputs, backward.run([*saved, *tangents])):
-        grads[k] = g
-    return grads
+    return _grads(plan, backward.run([*saved, *_tangents(plan, grad_outputs)]))
 
 
 def wrap(partition: Partition, forward: CompiledGraph,

@@ -14,6 +14,7 @@ arguments (see `_inputs.py`). Parameters and buffers are left out of the check, 
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch.fx as fx
 from ember_core import EmberError
 from torch._guards import CompileContext, TracingContext, detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental._backward_state import BackwardState
 
 from ._aten import capture_graph
 from ._guards import storage_of
@@ -96,6 +98,64 @@ def _break_source(reason: Any) -> tuple[str, str]:
     return f"{frames[-1].filename}:{frames[-1].lineno}", (frames[-1].line or "").strip()
 
 
+def _flatten_list_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]
+                         ) -> tuple[fx.GraphModule, list[Any], Callable[[tuple], list] | None]:
+    """A graph that takes a list argument (compiled autograd's graph takes its tensors as one list, `inputs`) as
+    one placeholder per item, when the graph only indexes the list with constants. Returns the graph, its flat
+    example inputs, and how to flatten a call's arguments (None when nothing was flattened)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    lists = [k for k, x in enumerate(example_inputs) if isinstance(x, list)]
+    if not lists:
+        return gm, list(example_inputs), None
+    for k in lists:
+        users = placeholders[k].users
+        if any(u.op != "call_function" or u.target is not operator.getitem or not isinstance(u.args[1], int)
+               for u in users):
+            raise EmberError(f"graph input {placeholders[k].name!r} is a list the graph uses other than by index")
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    gm = fx.GraphModule(gm, graph)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    flat: list[Any] = []
+    for k, (node, x) in enumerate(zip(placeholders, example_inputs)):
+        if k not in lists:
+            flat.append(x)
+            continue
+        items = []
+        with gm.graph.inserting_before(node):
+            for i, item in enumerate(x):
+                p = gm.graph.placeholder(f"{node.name}_{i}")
+                p.meta.update(node.meta)
+                p.meta["example_value"] = item
+                items.append(p)
+        for user in list(node.users):
+            user.replace_all_uses_with(items[user.args[1]])
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+        flat.extend(x)
+    gm.recompile()
+    is_list = [k in lists for k in range(len(example_inputs))]
+
+    def flatten(args: tuple) -> list:
+        out: list[Any] = []
+        for a, listed in zip(args, is_list):
+            if listed:
+                out.extend(a)
+                a.clear()  # compiled autograd hands its list over: its tensors are freed as the graph goes
+            else:
+                out.append(a)
+        return out
+
+    return gm, flat, flatten
+
+
+def _graph_name(compile_id: Any) -> str:
+    """`dynamo_0_1` for Dynamo's frame 0, compile 1; `backward_2_0_1` for a graph of compiled autograd's capture 2
+    (its compile ids read `!2/0/1`)."""
+    text = str(compile_id).replace("/", "_").replace("[", "").replace("]", "")
+    return f"backward_{text[1:]}" if text.startswith("!") else f"dynamo_{text}"
+
+
 def _guards_text(guards: Any) -> str:
     lines = []
     for g in guards:
@@ -115,14 +175,24 @@ class DynamoBackend:
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         compile_id = CompileContext.current_compile_id()
-        name = f"dynamo_{compile_id}".replace("/", "_").replace("[", "").replace("]", "") if compile_id else \
-            f"dynamo_{next(self._count)}"
+        name = _graph_name(compile_id) if compile_id else f"dynamo_{next(self._count)}"
         self._report_break(gm)
         if compile_id is not None and getattr(compile_id, "frame_compile_id", 0):
             report("recompiled", self.last_failure or "Dynamo recompiled the frame", compile_id=str(compile_id))
         fake_mode = detect_fake_mode(example_inputs)
-        fakes = _fake_inputs(gm, example_inputs, fake_mode)
         dynamo_gm = gm  # what runs eagerly if capture refuses the graph
+        if any(isinstance(x, BackwardState) for x in example_inputs):
+            reason = ("the graph registers backward hooks through compiled autograd's BackwardState (a hook on an "
+                      "intermediate tensor or a module's full backward hook); it runs eagerly, and compiled autograd "
+                      "captures its backward and the hooks with the rest")
+            report("fallback", f"graph {name} runs eagerly: {reason}", graph_name=name, reason=reason, cause="eager")
+            return dynamo_gm.forward
+        try:
+            gm, example_inputs, flatten = _flatten_list_inputs(gm, example_inputs)
+        except EmberError as e:
+            report("fallback", f"graph {name} runs eagerly: {e}", graph_name=name, reason=str(e), cause="eager")
+            return dynamo_gm.forward
+        fakes = _fake_inputs(gm, example_inputs, fake_mode)
         gm, lifted = _lift_attributes(gm)
         with fake_mode:
             fakes += [fake_mode.from_tensor(_attribute(gm, t), static_shapes=True) for t in lifted]
@@ -145,6 +215,12 @@ class DynamoBackend:
                 return runner(list(args))
 
         run = self._sharing_checked(run, gm, graph, lifted)
+        if flatten is not None:
+            flat_run = run
+
+            def run(*args: Any) -> list:
+                return flat_run(*flatten(args))
+
         run.graph = graph  # type: ignore[attr-defined]
         return run
 

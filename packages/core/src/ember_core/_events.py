@@ -95,6 +95,9 @@ _KINDS = (
     EventKind("recompiled", "recompiles", "a function was compiled again for new inputs"),
     EventKind("fallback", "recompiles", "something runs a slower way (eagerly, in the interpreter); data: reason, "
               "cause (one of FALLBACK_CAUSES)"),
+    EventKind("backward_captured", "compiled_autograd", "compiled autograd captured a whole backward at run time "
+              "(runtime, stage `compiled_autograd`); data: reasons (the engine's, for a capture after the first), "
+              "calls, capture"),
     EventKind("graph_cache_hit", "cache", "the runtime reused a compiled graph from its in-process cache"),
     EventKind("graph_cache_miss", "cache", "the runtime compiled a graph and stored it in its in-process cache"),
     EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),

@@ -31,6 +31,9 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("cache", bool, True,
                "reuse a compiled graph when the same graph is compiled again with the same options"),
     OptionSpec("dump", str, None, "folder to write every stage's graph and source to (as EMBER_DUMP)"),
+    OptionSpec("compiled_autograd", bool, False,
+               "capture every backward the compiled function runs whole, hooks included, and compile it with ember "
+               "(ember.compiled_autograd)"),
 )
 
 

@@ -2,10 +2,11 @@
 
 from ember_core import record_events  # re-exported: ember's users know it from here
 
+from . import _compiled_autograd as compiled_autograd
 from ._compile import MODES, CompiledModule, compile, dynamo_backend
 from ._pipeline import Pipeline, clear_cache
 
 __version__ = "0.1.0"
 
-__all__ = ["MODES", "CompiledModule", "Pipeline", "__version__", "clear_cache", "compile", "dynamo_backend",
-           "record_events"]
+__all__ = ["MODES", "CompiledModule", "Pipeline", "__version__", "clear_cache", "compile", "compiled_autograd",
+           "dynamo_backend", "record_events"]

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from ember_core import BackendFrontend, OptionError, PluginError
 
+from . import _compiled_autograd as compiled_autograd
 from ._pipeline import Pipeline
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -41,6 +42,8 @@ def compile(  # noqa: A001 - the name is torch.compile's
     pipeline = Pipeline.from_options(options, fullgraph=fullgraph, dynamic=dynamic, mode=mode)
     frontend = pipeline.frontend()
     compiled = frontend.wrap(model, pipeline.compile_graph, pipeline.frontend_options)
+    if pipeline.options.get("compiled_autograd"):
+        compiled = compiled_autograd.wrap(compiled, options, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(model, torch.nn.Module) and not isinstance(compiled, torch.nn.Module):
         return CompiledModule(model, compiled)
     if not isinstance(model, torch.nn.Module) and compiled is not model:
