@@ -30,7 +30,8 @@ def test_unknown_kind_is_its_own_artifact():
 
 
 def test_every_artifact_is_a_documented_log_name():
-    assert set(ARTIFACTS.values()) == {"graphs", "joint", "partition", "kernels", "guards", "recompiles", "cache"}
+    assert set(ARTIFACTS.values()) == {"graphs", "joint", "partition", "kernels", "guards", "recompiles", "cache",
+                                       "compiled_autograd"}
 
 
 def test_events_default_to_no_payload():
