@@ -56,3 +56,11 @@ def test_factories_with_symbolic_sizes():
     check(lambda x: (torch.arange(x.shape[0]), x.new_zeros(x.shape[0] * 2), torch.full_like(x, 3.0),
                      torch.arange(x.shape[1]) + x, torch.cat([x, x]), F.pad(x, (1, 1))),
           torch.randn(6, 7), mode="symbolic", others=[(torch.randn(4, 9),)])
+
+
+def test_a_fresh_buffer_copied_into_is_no_extern_call():
+    """Compiled autograd's gradient layout step is `copy(new_empty_strided(g, ...), g)`: the fresh buffer is only
+    a destination, so it must lower to nothing at all (once an extern allocation per gradient per backward)."""
+    plan = check(lambda x: torch.ops.aten.copy.default(
+        torch.ops.aten.new_empty_strided.default(x, [6, 5], [1, 6]), x.t() * 2), X)
+    assert not plan.externs
