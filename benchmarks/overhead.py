@@ -44,9 +44,12 @@ def main() -> None:
     variants = {
         "eager": tiny,
         "torch.compile (inductor)": torch.compile(tiny, backend="inductor"),
+        "torch.compile (inductor, reduce-overhead)": torch.compile(tiny, backend="inductor", mode="reduce-overhead"),
         "torch.compile (backend=eager)": torch.compile(tiny, backend="eager"),
         "ember (dynamo frontend)": ember.compile(tiny),
         "ember (trace frontend)": ember.compile(tiny, options={"frontend": "trace"}),
+        "ember (dynamo, reduce-overhead)": ember.compile(tiny, mode="reduce-overhead"),
+        "ember (trace, reduce-overhead)": ember.compile(tiny, mode="reduce-overhead", options={"frontend": "trace"}),
     }
     compile_s = {}
     for name, fn in variants.items():
@@ -57,11 +60,12 @@ def main() -> None:
         times = per_call_us(variants, inputs, args.calls, args.repeats)
     eager, inductor = times["eager"], times["torch.compile (inductor)"]
     print(f"per-call time of x * y + 1 on 1-element tensors; median of {args.repeats} x {args.calls} calls, 1 thread")
-    print(f"{'variant':28} {'us/call':>9} {'x eager':>8} {'x inductor':>11} {'first call s':>13}")
+    print(f"{'variant':42} {'us/call':>9} {'x eager':>8} {'x inductor':>11} {'first call s':>13}")
     for name, t in times.items():
-        print(f"{name:28} {t:9.2f} {t / eager:8.2f} {t / inductor:11.2f} {compile_s[name]:13.3f}")
+        print(f"{name:42} {t:9.2f} {t / eager:8.2f} {t / inductor:11.2f} {compile_s[name]:13.3f}")
     print(f"added over eager: inductor {inductor - eager:.2f} us, "
-          + ", ".join(f"{n.split('(')[1][:-1]} {times[n] - eager:.2f} us" for n in times if n.startswith("ember")))
+          + ", ".join(f"ember {n.split('(')[1][:-1]} {times[n] - eager:.2f} us"
+                      for n in times if n.startswith("ember")))
     floor = times["torch.compile (backend=eager)"]
     print(f"Dynamo alone (backend=eager) adds {floor - eager:.2f} us; ember's layers on top of Dynamo add "
           f"{times['ember (dynamo frontend)'] - floor:.2f} us")

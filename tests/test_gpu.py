@@ -63,3 +63,42 @@ def test_kernel_names_appear_in_profiler_traces():
         torch.cuda.synchronize()
     names = {e.key for e in prof.key_averages()}
     assert any(n.startswith("ember_") and "softmax" in n for n in names), sorted(names)
+
+
+# ---------------------------------------------------------------------------------------------- reduce-overhead
+
+
+def test_reduce_overhead_replays_cuda_graphs_and_matches_eager(frontend):
+    """Inference and a training loop under mode="reduce-overhead": after a warm-up call each graph is recorded and
+    replayed (events), values and gradients equal eager's, and an output kept across calls is never overwritten."""
+    torch.manual_seed(0)
+    model = MLP().cuda()
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(model, mode="reduce-overhead", options={"frontend": frontend})
+    kept = []
+    with ember.record_events() as rec:
+        for _ in range(6):
+            x = torch.randn(4, 16, device="cuda")
+            with torch.no_grad():
+                out = compiled(x)
+                kept.append((out, twin(x)))
+        for out, want in kept:
+            torch.testing.assert_close(out, want)
+        for _ in range(4):
+            x = torch.randn(4, 16, device="cuda", requires_grad=True)
+            assert_same_training_step(model, compiled, [x])
+    assert rec.kinds("cuda_graph_recorded")
+    assert {e.get("codegen") for e in rec.kinds("graph_compiled")} == {"triton+cudagraphs"}
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+
+
+def test_reduce_overhead_records_each_shape():
+    def f(x, y):
+        return (x * 2 + y.sum()).relu()
+
+    compiled = ember.compile(f, mode="reduce-overhead", dynamic=True)
+    with ember.record_events() as rec:
+        for n in (4, 4, 4, 8, 8, 8):
+            x, y = torch.randn(n, device="cuda"), torch.randn(3, device="cuda")
+            torch.testing.assert_close(compiled(x, y), f(x, y))
+    assert len(rec.kinds("cuda_graph_recorded")) == 2

@@ -144,3 +144,16 @@ def test_torch_compile_backend_ember_passes_options():
     with ember.record_events() as rec:
         torch.compile(model, backend="ember", options={"codegen.cpu": "interpreter"})(torch.randn(2, 16))
     assert any(e.kind == "graph_compiled" and "interpreter" in e.message for e in rec.events)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune-no-cudagraphs"])
+def test_modes_on_the_cpu_train_equal_to_eager(frontend, mode):
+    """The modes are options the codegens read: on the CPU reduce-overhead records no CUDA graph (the graph keeps
+    the C++ codegen's fast path), and training still equals eager."""
+    model = Block()
+    with ember.record_events() as rec:
+        compiled = ember.compile(model, mode=mode, options={"frontend": frontend})
+        assert_same_training_step(model, compiled, [torch.randn(2, 8, 32, requires_grad=True)])
+    assert {e.get("codegen") for e in rec.kinds("graph_compiled")} == {"cpp"}
+    assert not rec.kinds("cuda_graph_recorded")
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]

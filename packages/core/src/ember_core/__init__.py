@@ -3,6 +3,7 @@
 from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._cache_dir import cache_root, private_cache_dir
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
+from ._cuda_graphs import CudaBackend, CudaGraphed, cuda_graphed
 from ._custom_function import (
     CUSTOM_FUNCTION,
     custom_function_arguments,
@@ -67,6 +68,7 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
+    "CudaBackend", "CudaGraphed", "cuda_graphed",
     "grad_rules",
     "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
     "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph",

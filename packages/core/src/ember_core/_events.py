@@ -98,6 +98,8 @@ _KINDS = (
     EventKind("backward_captured", "compiled_autograd", "compiled autograd captured a whole backward at run time "
               "(runtime, stage `compiled_autograd`); data: reasons (the engine's, for a capture after the first), "
               "calls, capture"),
+    EventKind("cuda_graph_recorded", "graphs", "a compiled graph was recorded as a CUDA graph for a kind of call "
+              "(mode reduce-overhead; stage `cudagraphs`); data: kinds, recordings"),
     EventKind("graph_cache_hit", "cache", "the runtime reused a compiled graph from its in-process cache"),
     EventKind("graph_cache_miss", "cache", "the runtime compiled a graph and stored it in its in-process cache"),
     EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),
@@ -116,6 +118,8 @@ FALLBACK_CAUSES: dict[str, str] = {
     "kernel": "a codegen cannot print one kernel; it runs in the loop-IR interpreter, the rest natively",
     "device": "no kernels for the plan's device in this codegen; the graph runs in the interpreter codegen",
     "eager": "a frontend runs a graph or function eagerly (a construct it cannot capture, the recompile limit)",
+    "cudagraphs": "a call that mode reduce-overhead cannot replay as a CUDA graph runs the compiled graph's kernels "
+                  "one by one (a CPU input, random ops, every recording's outputs still held, a failed recording)",
     "autograd": "a gradient that compiled kernels cannot give runs through ATen under eager autograd (double "
                 "backward, a joint graph that cannot be traced faithfully)",
 }

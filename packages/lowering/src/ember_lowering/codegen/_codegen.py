@@ -1,5 +1,8 @@
 """`PlanCodegen`: the flow every codegen of the loop IR shares, Graph → KernelPlan → kernels + wrapper → callable.
 
+Under `mode="reduce-overhead"` a graph on CUDA comes back wrapped by `ember_core.cuda_graphed`: replayed as a CUDA
+graph after a warm-up call.
+
 compile() returns at once: a subclass's binary builds in a worker (or comes from the disk cache) and the
 wrapper's first call waits for it, so compiling several graphs before running them builds them in parallel;
 `compile_many` does that and waits. Nothing here raises for a graph it cannot build: a kernel the printer
@@ -21,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, emit, load_function
+from ember_core import CompiledGraph, Event, Graph, cuda_graphed, emit, load_function
 
 from .._loop_ir import Kernel
 from .._lowering import lower
@@ -116,7 +119,10 @@ class PlanCodegen:
                            f"{len(program.segments)} segments, {len(plan.externs)} extern calls, "
                            f"{len(program.interpreted)} interpreted kernels",
                    data={"unit": program.source, "wrapper": wrapper}))
-        return CompiledGraph(fn, graph, self.name, source), lazy
+        compiled = CompiledGraph(fn, graph, self.name, source)
+        if (options or {}).get("mode") == "reduce-overhead" and torch.device(plan.device).type == "cuda":
+            compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed
+        return compiled, lazy
 
     def wrapper_function(self, graph: Graph, wrapper: str, env: dict, fn_name: str):
         """The wrapper as a function, with its fallbacks bound: the interpreter codegen, and `_relayout`."""
