@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import ember
 import pytest
 import torch
@@ -210,3 +212,30 @@ def test_bfloat16_forward_and_backward(frontend):
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_a_training_step_with_backward_inside_runs_equal_to_eager(frontend):
+    """`loss.backward()` and `opt.step()` inside the compiled function: Dynamo breaks the graph there; the trace
+    frontend cannot trace a backward that accumulates into `.grad` and runs the function eagerly, reported (it
+    crashed in functionalization before)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    twin = copy.deepcopy(model)
+    opt, twin_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+
+    def step(model, opt, x):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+
+    compiled = compile_with(frontend, step)
+    with ember.record_events() as rec:
+        for _ in range(3):
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(compiled(model, opt, x), step(twin, twin_opt, x))
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q)
+    if frontend == "trace":
+        assert any("backward()" in e.message for e in rec.kinds("fallback"))

@@ -265,7 +265,9 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
         _check_python_effects(fn)
     facts = TraceFacts()
     custom = CustomFunctions(fake_mode, producer)
-    with tracing_lock():  # make_fx's state is process-wide
+    # make_fx's state is process-wide; a backward the traced function runs (a training step under the trace
+    # frontend) is traced here, not handed to compiled autograd
+    with tracing_lock(), torch._dynamo.compiled_autograd._disable():
         gm = _trace(fn, fake_inputs, fake_mode, facts, custom)
     _one_placeholder_per_symbol(gm)
     gm.graph.eliminate_dead_code()

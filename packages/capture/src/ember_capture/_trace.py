@@ -362,38 +362,42 @@ def _anchor_stack_traces(fn: Callable) -> None:
 
 
 class _Interception:
-    """While a thread traces, `print` and `Tensor.register_hook` raise `_SideEffect` in that thread: a graph cannot
-    replay them. Other threads keep the real functions: the replacements check a thread-local flag and delegate.
-    The replacements are installed by the first tracer and the originals put back by the last one, under a lock,
-    also when a trace raises."""
+    """While a thread traces, `print`, `Tensor.register_hook` and a backward pass (`Tensor.backward`,
+    `torch.autograd.backward`: a training step traced whole would accumulate into `.grad` from inside the trace)
+    raise `_SideEffect` in that thread: a graph cannot replay them. Other threads keep the real functions: the
+    replacements check a thread-local flag and delegate. The replacements are installed by the first tracer and the
+    originals put back by the last one, under a lock, also when a trace raises."""
+
+    # (owner, attribute, what the error calls it)
+    PLACES = ((builtins, "print", "print()"), (torch.Tensor, "register_hook", "Tensor.register_hook()"),
+              (torch.Tensor, "backward", "Tensor.backward()"),
+              (torch.autograd, "backward", "torch.autograd.backward()"))
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.tracers = 0
         self.local = threading.local()
-        self.originals: tuple[Callable, Callable] = (builtins.print, torch.Tensor.register_hook)
-        self.installed: tuple[Callable, Callable] = self.originals
+        self.originals: list[Callable] = []
+        self.installed: list[Callable] = []
 
     def forbidden(self) -> bool:
         return getattr(self.local, "on", False)
 
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        if self.forbidden():
-            raise _SideEffect("print()")
-        return self.originals[0](*args, **kwargs)
-
-    def register_hook(self, *args: Any, **kwargs: Any) -> Any:
-        if self.forbidden():
-            raise _SideEffect("Tensor.register_hook()")
-        return self.originals[1](*args, **kwargs)
+    def _replacement(self, original: Callable, what: str) -> Callable:
+        def replacement(*args: Any, **kwargs: Any) -> Any:  # a plain function: `tensor.backward()` passes the tensor
+            if self.forbidden():
+                raise _SideEffect(what)
+            return original(*args, **kwargs)
+        return replacement
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
         with self.lock:
             if self.tracers == 0:
-                self.originals = (builtins.print, torch.Tensor.register_hook)
-                self.installed = (self.print, _as_method(self.register_hook))
-                builtins.print, torch.Tensor.register_hook = self.installed
+                self.originals = [getattr(owner, attr) for owner, attr, _ in self.PLACES]
+                self.installed = [self._replacement(f, what) for f, (_, _, what) in zip(self.originals, self.PLACES)]
+                for (owner, attr, _), f in zip(self.PLACES, self.installed):
+                    setattr(owner, attr, f)
             self.tracers += 1
         before, self.local.on = self.forbidden(), True
         try:
@@ -403,17 +407,9 @@ class _Interception:
             with self.lock:
                 self.tracers -= 1
                 if self.tracers == 0:  # put back what is still ours (someone may have patched them since)
-                    if builtins.print == self.installed[0]:
-                        builtins.print = self.originals[0]
-                    if torch.Tensor.register_hook is self.installed[1]:
-                        torch.Tensor.register_hook = self.originals[1]
-
-
-def _as_method(fn: Callable) -> Callable:
-    """A plain function (so that `tensor.register_hook(h)` passes the tensor) that calls fn."""
-    def register_hook(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-    return register_hook
+                    for (owner, attr, _), mine, original in zip(self.PLACES, self.installed, self.originals):
+                        if getattr(owner, attr) is mine:
+                            setattr(owner, attr, original)
 
 
 _side_effects_forbidden = _Interception()
