@@ -179,7 +179,7 @@ class Pipeline:
         key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] else None
         hit = _cache.get(key) if key is not None else None
         if hit is not None:
-            self._cache_event("graph_cache_hit", f"reusing {codegen.name} build", graph, key)
+            self._cache_event("graph_cache_hit", f"reusing its {codegen.name} build in memory", graph, key)
             return hit
         try:
             compiled = codegen.impl.compile(graph, example_inputs, self.options)
@@ -190,7 +190,7 @@ class Pipeline:
                                 graph=graph, source=compiled.source, payload=GraphCompiled(compiled)))
         if key is not None:
             _cache.put(key, compiled)
-            self._cache_event("graph_cache_miss", f"stored {codegen.name} build", graph, key)
+            self._cache_event("graph_cache_miss", f"{codegen.name} build kept in memory", graph, key)
         return compiled
 
     def _cache_event(self, kind: str, what: str, graph: Graph, key: tuple[str, str, str]) -> None:
