@@ -1,10 +1,20 @@
-"""Integration fixtures: every package installed; each test compares ember with eager."""
+"""Integration fixtures: every package installed; each test compares ember with eager. The session has a disk
+cache of its own (builds are shared between tests, nothing is left in the user's cache), and each test starts
+with the caches of stage results empty, so that every stage runs and reports its events."""
 
 from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
 
 import ember_core
 import pytest
 import torch
+
+os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-integration-tests-")
+atexit.register(shutil.rmtree, os.environ["EMBER_CACHE_DIR"], ignore_errors=True)
 
 FRONTENDS = ["dynamo", "trace"]
 
@@ -41,6 +51,12 @@ def round_trips():
 def builds_succeed(no_build_failures):
     """Every test fails when a codegen's generated code did not build, even though the graph then runs correctly
     in the interpreter codegen: a build failure is a codegen bug (ember-core's `no_build_failures`)."""
+    yield
+
+
+@pytest.fixture(autouse=True)
+def stages_run(cold_stage_caches):
+    """No partition or kernel plan comes from an earlier test (ember-core's `cold_stage_caches`)."""
     yield
 
 

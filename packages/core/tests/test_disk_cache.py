@@ -94,6 +94,22 @@ def test_entry_of_another_build_is_a_miss_and_removed(root):
     assert not found.hit and "another build" in found.reason and names(cache.directory) == []
 
 
+def test_a_bad_entry_is_logged_with_its_files(root, caplog):
+    cache = DiskCache("unit", ("so", "src"))
+    stored(cache, "k1")
+    (cache.directory / "k1.so").write_bytes(b"flipped")
+    with caplog.at_level("WARNING", logger="ember.cache"):
+        assert not cache.lookup("k1").hit
+    assert f"{cache.directory / 'k1'}.*" in caplog.text and "k1.so does not match its recorded sha256" in caplog.text
+
+
+def test_clear_removes_this_caches_entries_only(root):
+    mine, other = DiskCache("unit", ("so", "src")), DiskCache("other", ("so", "src"))
+    stored(mine, "k1"), stored(mine, "k2"), stored(other, "k1")
+    assert mine.clear() == 2
+    assert not mine.lookup("k1").hit and not mine.lookup("k2").hit and other.lookup("k1").hit
+
+
 def test_a_hit_refreshes_the_entrys_recency(root):
     cache = DiskCache("unit", ("so", "src"))
     stored(cache, "k1")

@@ -114,3 +114,20 @@ def test_canonical_names_values_in_definition_order():
     c = ec.canonical(small())
     assert [i.name for i in c.inputs] == ["%0"] and [n.outputs for n in c.nodes] == [("%2",), ("%3",)]
     assert list(c.constants) == ["%1"] and c.nodes[0].meta == {}
+
+
+def test_fingerprint_with_names_tells_renamed_graphs_apart():
+    g = small()
+    assert ec.fingerprint(renamed(g), names=True) != ec.fingerprint(g, names=True)
+    assert ec.fingerprint(g.replace(name="other"), names=True) != ec.fingerprint(g, names=True)
+
+
+def test_fingerprint_with_names_still_ignores_sources_and_producer():
+    g = small()
+    moved = with_meta(g, source="elsewhere.py:99", module="other.path", stack="f").replace(producer="x 2.0")
+    assert ec.fingerprint(moved, names=True) == ec.fingerprint(g, names=True)
+
+
+def test_fingerprint_with_names_changes_with_anything_else():
+    assert ec.fingerprint(small(op="aten.div.Tensor"), names=True) != ec.fingerprint(small(), names=True)
+    assert ec.fingerprint(small(const=1.5), names=True) != ec.fingerprint(small(), names=True)

@@ -70,6 +70,15 @@ def test_output_strides_follow_the_graph():
     assert first.stride() == (x.t() * 2).stride() and second.stride() == (1, 6)[::-1] or second.is_contiguous()
 
 
+def test_an_output_view_has_the_graphs_strides_at_its_size_one_dims():
+    # a (1, 16) matmul result viewed as (1, 1, 16): the view's index arithmetic gives stride 0 to the size-1
+    # dims, eager gives (16, 16, 1); Dynamo guards strides under dynamic shapes, so a fed-back output recompiled
+    a, w = torch.randn(1, 8), torch.randn(8, 16)
+    graph = trace(lambda a, w: (a @ w).view(1, 1, 16), a, w)
+    (out,) = run_plan(lower(graph, check=True, emit_event=False), [a, w])
+    assert out.stride() == (a @ w).view(1, 1, 16).stride() == (16, 16, 1)
+
+
 def test_symbolic_int_inputs_and_outputs():
     values = {"x": Value(shape=("s0",), stride=(1,)), "n": Value(type="sym", dtype="int64"),
               "y": Value(shape=("s0",), stride=(1,))}

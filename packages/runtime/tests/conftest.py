@@ -1,9 +1,26 @@
+"""ember-runtime's tests drive the runtime with a toy frontend. The session has a disk cache of its own, and each
+test starts with no cached partition or plan (every stage runs)."""
+
 from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
 
 import pytest
 import torch
 from ember_core import from_fx, get_plugin_manager, hookimpl, reset_plugin_manager
 from torch.fx.experimental.proxy_tensor import make_fx
+
+os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-runtime-tests-")
+atexit.register(shutil.rmtree, os.environ["EMBER_CACHE_DIR"], ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def stages_run(cold_stage_caches):
+    """No partition or plan comes from an earlier test (ember-core's `cold_stage_caches`)."""
+    yield
 
 
 class ToyFrontend:

@@ -3,6 +3,7 @@
 from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._cache_dir import cache_root, private_cache_dir
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
+from ._code_version import code_version
 from ._cuda_graphs import CudaBackend, CudaGraphed, cuda_graphed
 from ._custom_function import (
     CUSTOM_FUNCTION,
@@ -31,6 +32,7 @@ from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_p
 from ._printer import format_graph, format_node
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
 from ._recording import record_events
+from ._result_cache import ResultCache, clear_result_caches, facts_key
 from ._schema import (
     SCHEMA_VERSION,
     Constant,
@@ -89,4 +91,6 @@ __all__ = [
     # custom autograd functions: the call node and its subgraphs
     "CUSTOM_FUNCTION", "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope",
     "text_constants",
+    # disk caches of stage results (a warm start in a later process)
+    "ResultCache", "clear_result_caches", "code_version", "facts_key",
 ]

@@ -94,6 +94,11 @@ def _entries(directory: Path, cache: str) -> list[_Entry]:
             if f"{key}.{SIDECAR}" in names]
 
 
+def entry_keys(directory: Path, cache: str) -> list[str]:
+    """The keys of the complete entries (those with a sidecar) of cache `cache` in directory."""
+    return sorted(e.key for e in _entries(directory, cache))
+
+
 def _all_entries(root: Path) -> list[_Entry]:
     return [e for name, path, problem in subdirectories(root) if problem is None for e in _entries(path, name)]
 

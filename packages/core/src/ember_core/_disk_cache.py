@@ -40,7 +40,7 @@ from ._cache_files import (
     sha256_file,
     write_atomic,
 )
-from ._cache_usage import prune
+from ._cache_usage import entry_keys, prune
 from ._file_lock import file_lock, holds
 from ._sidecar import BadEntry, MetaValue, Sidecar
 
@@ -95,17 +95,19 @@ class DiskCache:
         except FileNotFoundError as e:
             if e.filename is not None and str(e.filename).endswith(f".{SIDECAR}"):
                 return CacheLookup(None, "not cached")
-            return self._discard(key, f"a file is missing ({os.path.basename(str(e.filename))})")
+            return self.discard(key, f"a file is missing ({os.path.basename(str(e.filename))})")
         except BadEntry as e:
-            return self._discard(key, str(e))
+            return self.discard(key, str(e))
         except (OSError, ValueError, RecursionError) as e:
-            return self._discard(key, f"unreadable ({type(e).__name__}: {e})")
+            return self.discard(key, f"unreadable ({type(e).__name__}: {e})")
         _touch(sidecar_path)
         return CacheLookup(files, "", sidecar.meta)
 
-    def _discard(self, key: str, reason: str) -> CacheLookup:
-        """Remove a bad entry (unless another build holds its lock: that build rewrites it) and say why."""
-        log.warning("cache %s: entry %s is bad (%s); removing it to rebuild", self.name, key, reason)
+    def discard(self, key: str, reason: str) -> CacheLookup:
+        """Remove a bad entry (unless another build holds its lock: that build rewrites it), log why with the
+        entry's files, and return the miss. A caller whose own check of a verified entry fails uses it too."""
+        where = self.directory / f"{key}.*"
+        log.warning("cache %s: entry %s is bad (%s); removing it to rebuild", self.name, where, reason)
         try:
             lock = self.path(key, LOCK)
             if holds(lock):
@@ -162,6 +164,16 @@ class DiskCache:
             yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def clear(self) -> int:
+        """Remove every entry of this cache but those being built; returns how many were removed."""
+        removed = 0
+        for key in entry_keys(self.directory, self.name):
+            with file_lock(self.path(key, LOCK), wait=False) as free:
+                if free:
+                    remove_entry(self.directory, self.name, key)
+                    removed += 1
+        return removed
 
     def remove(self, key: str) -> None:
         self.path(key, SIDECAR)  # checks the key

@@ -105,6 +105,12 @@ _KINDS = (
     EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),
     EventKind("build_cache_miss", "cache", "a codegen built a graph and stored the build in its disk cache; "
               "data: reason"),
+    EventKind("disk_cache_hit", "cache", "a stage took its result for a graph from its disk cache of stage results "
+              "(`ember_core.ResultCache`: the runtime's `partitions`, lowering's `plans`) instead of computing it; "
+              "data: cache, key, file"),
+    EventKind("disk_cache_miss", "cache", "a stage's disk cache of stage results had no usable entry for a graph, "
+              "so the stage computes it (and stores it); data: cache, key, reason (`not cached`, or what is wrong "
+              "with the entry, naming the file)"),
 )
 EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
 

@@ -1,5 +1,6 @@
 """A stable fingerprint of a graph for cache keys: blind to value and symbol names, graph name, producer and
-source locations."""
+source locations; or, with `names=True`, blind to source locations only (for a result that names the graph's
+values, such as a kernel plan, which serves only a graph with the same names)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ._symbol_names import rename_dim
 
 # "name" keeps the fx name of a tuple-returning node: a value name like any other.
 _IGNORED_META = ("source", "module", "stack", "name")
+_LOCATION_META = ("source", "module", "stack")
 
 
 def _rename(arg, names: dict[str, str], symbols: dict[str, str]):
@@ -63,9 +65,19 @@ def canonical(graph: Graph) -> Graph:
     )
 
 
-def fingerprint(graph: Graph) -> str:
-    """A hex digest equal for graphs that differ only in names and source locations."""
-    g = canonical(graph)
+def without_locations(graph: Graph) -> Graph:
+    """The same graph, names kept, with producer and source-location metadata dropped; its subgraphs likewise."""
+    return graph.replace(
+        producer="",
+        nodes=tuple(n.replace(meta={k: v for k, v in n.meta.items() if k not in _LOCATION_META}) for n in graph.nodes),
+        subgraphs={k: without_locations(sub) for k, sub in graph.subgraphs.items()},
+    )
+
+
+def fingerprint(graph: Graph, *, names: bool = False) -> str:
+    """A hex digest equal for graphs that differ only in names and source locations (`names=True`: only in source
+    locations and producer)."""
+    g = without_locations(graph) if names else canonical(graph)
     data = graph_to_json(g.replace(constants={}))
     h = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
     for name, c in g.constants.items():

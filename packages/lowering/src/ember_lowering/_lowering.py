@@ -21,6 +21,7 @@ from ember_core import (
     Node,
     Ref,
     Sym,
+    Value,
     as_sympy,
     dtype_name,
     emit,
@@ -36,7 +37,7 @@ from ._context import LoweringContext, TensorRef
 from ._decisions import Decision
 from ._errors import LoweringError, Unsupported
 from ._indexing import sym, to_expr
-from ._loop_ir import KERNEL_DTYPES, NAN, Extern, KernelPlan
+from ._loop_ir import KERNEL_DTYPES, NAN, Buffer, Extern, KernelPlan
 from ._rewrite import rename_buffers
 from ._rules_index import index_rules
 from ._rules_norm import norm_rules
@@ -302,7 +303,20 @@ def _output(ctx: LoweringContext, name: str) -> Any:
     buf = ctx.materialize(value, name=None if name in ctx.buffers else name)
     if ctx.buffers[buf].kind == "temp":
         ctx.buffers[buf] = ctx.buffers[buf].replace(kind="output")
+    elif ctx.buffers[buf].kind == "view" and name in ctx.values:
+        ctx.buffers[buf] = _unit_strides_as_graph(ctx.buffers[buf], ctx.values[name])
     return buf
+
+
+def _unit_strides_as_graph(view: Buffer, value: Value) -> Buffer:
+    """An output view with the graph's strides at its size-1 dims. Any stride indexes a size-1 dim alike, so the
+    view's index arithmetic may have left 0 there; but the caller sees the strides, and Dynamo guards them under
+    dynamic shapes: an output fed back as an input (a decode loop) would recompile on a stride eager never has."""
+    if len(value.stride) != view.rank:
+        return view
+    stride = tuple(sympy.Integer(g) if size == 1 and isinstance(g, int) else s
+                   for size, s, g in zip(view.shape, view.stride, value.stride))
+    return view if stride == view.stride else view.replace(stride=stride)
 
 
 # ---------------------------------------------------------------------------------------------- externs

@@ -139,12 +139,12 @@ def test_a_failed_build_runs_the_graph_in_the_interpreter_codegen():
 
 
 def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(monkeypatch):
-    import ember_lowering.codegen._codegen as flow
+    import ember_lowering._plan_cache as plans
 
     def fail(graph):
         raise RuntimeError("no lowering today")
 
-    monkeypatch.setattr(flow, "lower", fail)
+    monkeypatch.setattr(plans, "lower", fail)  # what the codegen layer's `lower_cached` calls on a miss
     x = torch.randn(3, 4)
     with record_events() as ev:
         compiled = ToyCodegen().compile(trace(softmax, x))

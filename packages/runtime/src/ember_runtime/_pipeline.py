@@ -13,7 +13,9 @@ from ember_core import (
     Graph,
     GraphCompiled,
     GraphError,
+    JointGraph,
     JointTraced,
+    Partition,
     Partitioned,
     PluginError,
     PluginManager,
@@ -24,6 +26,7 @@ from ember_core import (
 )
 
 from ._graph_cache import GraphCache
+from ._partition_cache import PARTITIONS, encode_partition, partition_facts, read_partition
 
 log = logging.getLogger("ember.runtime")
 
@@ -120,16 +123,38 @@ class Pipeline:
         return compiled
 
     def compile_training(self, autograd, graph: Graph, example_inputs: Sequence[Any]) -> Any:
-        """autograd → partition → codegen of each half; the backward is compiled on its first use."""
+        """autograd → partition (or both from the disk cache) → codegen of each half; the backward is compiled on
+        its first use."""
+        partitioner = self.manager.registry.find("partition", self.options.get("partition"))
+        facts = self._partition_facts(graph, example_inputs, [autograd, partitioner])
+        part = PARTITIONS.load(facts, graph, lambda text: read_partition(text, graph)) if facts else None
+        if part is None:
+            joint = self.trace_joint(autograd, graph, example_inputs)
+            if joint is None:
+                return self.eager_autograd(graph, example_inputs)
+            part = self.partition(partitioner, graph, joint)
+            text = encode_partition(part) if facts else None
+            if text is not None:
+                PARTITIONS.store(facts, graph, text)
+        compiled_forward = self.codegen_graph(part.forward, example_inputs)
+        backward = part.backward
+        return autograd.impl.wrap(part, compiled_forward, lambda: self.codegen_graph(backward, None))
+
+    def trace_joint(self, autograd, graph: Graph, example_inputs: Sequence[Any]) -> JointGraph | None:
+        """The joint graph, or None (after a `fallback` event) when it cannot be traced faithfully: then the graph
+        runs under eager autograd over its ATen calls."""
         try:
             joint = autograd.impl.joint(graph, example_inputs)
-        except GraphError as e:  # the joint cannot be traced faithfully: eager autograd over the graph's ATen calls
+        except GraphError as e:
             self.manager.emit(Event("fallback", "autograd", f"graph {graph.name!r}: {e}; it runs under eager autograd",
                                     graph=graph, data={"reason": str(e), "cause": "autograd"}))
-            return self.eager_autograd(graph, example_inputs)
+            return None
         self.manager.emit(Event("joint_traced", "autograd", f"joint graph of {graph.name!r} by {autograd.name}",
                                 graph=joint.graph, payload=JointTraced(joint, graph, autograd.name)))
-        partitioner = self.manager.registry.find("partition", self.options.get("partition"))
+        return joint
+
+    def partition(self, partitioner, graph: Graph, joint: JointGraph) -> Partition:
+        """The joint graph split by `partitioner`; the post-partition passes run on each half."""
         part = partitioner.impl.partition(joint, self.options)
         forward = self.run_passes(part.forward, "post_partition")
         backward = self.run_passes(part.backward, "post_partition")
@@ -139,8 +164,14 @@ class Pipeline:
         self.manager.emit(Event("partitioned", "partition", f"{graph.name!r} split by {partitioner.name}: {summary}",
                                 graph=forward, source=str(part.report) if part.report is not None else None,
                                 payload=Partitioned(joint, part, partitioner.name)))
-        compiled_forward = self.codegen_graph(forward, example_inputs)
-        return autograd.impl.wrap(part, compiled_forward, lambda: self.codegen_graph(backward, None))
+        return part
+
+    def _partition_facts(self, graph: Graph, example_inputs: Sequence[Any], stages: list) -> dict[str, str] | None:
+        """The disk cache's facts of this graph's partition; None when the `cache` option is off or the example
+        inputs cannot be described."""
+        if not self.options["cache"]:
+            return None
+        return partition_facts(graph, example_inputs, self._options_key, [*stages, *self.passes("post_partition")])
 
     def codegen_graph(self, graph: Graph, example_inputs: Sequence[Any] | None) -> CompiledGraph:
         """The device's codegen for one graph, through the cache."""
@@ -148,7 +179,7 @@ class Pipeline:
         key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] else None
         hit = _cache.get(key) if key is not None else None
         if hit is not None:
-            self._cache_event("graph_cache_hit", f"reusing {codegen.name} build", graph, key)
+            self._cache_event("graph_cache_hit", f"reusing its {codegen.name} build in memory", graph, key)
             return hit
         try:
             compiled = codegen.impl.compile(graph, example_inputs, self.options)
@@ -159,7 +190,7 @@ class Pipeline:
                                 graph=graph, source=compiled.source, payload=GraphCompiled(compiled)))
         if key is not None:
             _cache.put(key, compiled)
-            self._cache_event("graph_cache_miss", f"stored {codegen.name} build", graph, key)
+            self._cache_event("graph_cache_miss", f"{codegen.name} build kept in memory", graph, key)
         return compiled
 
     def _cache_event(self, kind: str, what: str, graph: Graph, key: tuple[str, str, str]) -> None:

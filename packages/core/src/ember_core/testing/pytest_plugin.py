@@ -1,5 +1,6 @@
-"""pytest plugin of ember-core: the `gpu` marker (skipped without CUDA), fixtures for plugin tests, and
-`no_build_failures`, which fails a test whose generated code did not build."""
+"""pytest plugin of ember-core: the `gpu` marker (skipped without CUDA), fixtures for plugin tests,
+`no_build_failures`, which fails a test whose generated code did not build, and `cold_stage_caches`, which makes
+every stage run in each test."""
 
 from __future__ import annotations
 
@@ -49,6 +50,18 @@ def no_build_failures(request: pytest.FixtureRequest):
         request.node.stash[_RECORDER] = recorder
         yield recorder
     del request.node.stash[_RECORDER]
+
+
+@pytest.fixture
+def cold_stage_caches():
+    """Empties the disk caches of stage results (`ember_core.clear_result_caches`: the runtime's partitions,
+    lowering's plans) before the test, so that every stage runs and sends its events as in a first process,
+    whatever earlier tests compiled; the codegens' build caches are kept. It empties the current cache root:
+    make it autouse in a conftest that points EMBER_CACHE_DIR at a directory of the test session's own."""
+    from ember_core import clear_result_caches
+
+    clear_result_caches()
+    yield
 
 
 @pytest.hookimpl(wrapper=True)

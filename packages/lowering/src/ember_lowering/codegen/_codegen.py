@@ -27,7 +27,7 @@ import torch
 from ember_core import CompiledGraph, Event, Graph, cuda_graphed, emit, load_function
 
 from .._loop_ir import Kernel
-from .._lowering import lower
+from .._plan_cache import lower_cached
 from ._errors import CannotPrint
 from ._fallback import InterpreterFallback, UseFallback, relayout, report_fallback
 from ._layout import PlanLayout
@@ -88,9 +88,10 @@ class PlanCodegen:
 
     def compile_lazily(self, graph: Graph, options: Mapping[str, Any] | None = None
                        ) -> tuple[CompiledGraph, LazyBinding | None]:
-        """The compiled graph, and the binding its first call waits for (None when no kernel is built)."""
+        """The compiled graph, and the binding its first call waits for (None when no kernel is built). The plan
+        comes from lowering's disk cache of plans unless the `cache` option is off."""
         try:
-            plan = lower(graph)
+            plan = lower_cached(graph, cache=(options or {}).get("cache", True))
         except Exception as e:  # noqa: BLE001 - any lowering failure means: run the graph as it is
             return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}", "lowering"), None
         if not self.serves(plan.device):
