@@ -29,7 +29,8 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("codegen.cpu", str, None, "codegen for CPU graphs (default: the highest priority for 'cpu')"),
     OptionSpec("codegen.cuda", str, None, "codegen for CUDA graphs (default: the highest priority for 'cuda')"),
     OptionSpec("cache", bool, True,
-               "reuse a compiled graph when the same graph is compiled again with the same options"),
+               "reuse a compiled graph when the same graph is compiled again with the same options, and a "
+               "partition or kernel plan an earlier process stored in the disk caches (EMBER_CACHE_DIR)"),
     OptionSpec("dump", str, None, "folder to write every stage's graph and source to (as EMBER_DUMP)"),
     OptionSpec("compiled_autograd", bool, False,
                "capture every backward the compiled function runs whole, hooks included, and compile it with ember "
