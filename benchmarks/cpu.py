@@ -14,7 +14,10 @@ variant reuses its memory, and the table compares kernels rather than the page-f
 Also reported: cold compile times (first call minus an eager call, fresh caches, after one tiny compile by each
 compiler so that process start-up is not counted; the median over processes) and the
 pointwise chain's bandwidth against a plain tensor copy of as many bytes, measured in the same processes.
-Usage: python benchmarks/cpu.py [--threads 1,2] [--repeats 5] [--procs 3] [--only NAME,...] [--write]
+With `--mode max-autotune` (or another mode) both compilers compile in that mode, and ember without it is
+measured too: the table's last column is then ember's default time over its tuned time (above 1: tuning helped).
+
+Usage: python benchmarks/cpu.py [--threads 1,2] [--repeats 5] [--procs 3] [--only NAME,...] [--mode M] [--write]
 """
 
 from __future__ import annotations
@@ -78,10 +81,18 @@ def step_fn(fn: Callable, training: bool) -> Callable:
     return step
 
 
-def variants(w: Workload) -> dict[str, tuple[Callable, tuple]]:
+def compilers(mode: str | None) -> dict[str, Callable[[Callable], Callable]]:
+    made = {"inductor": lambda f: torch.compile(f, backend="inductor", mode=mode),
+            "ember": lambda f: ember.compile(f, mode=mode)}
+    if mode is not None:
+        made["ember_default"] = ember.compile
+    return made
+
+
+def variants(w: Workload, mode: str | None) -> dict[str, tuple[Callable, tuple]]:
     fn, args = w.make()
     made = {"eager": (fn, args)}
-    for label, wrap in (("inductor", lambda f: torch.compile(f, backend="inductor")), ("ember", ember.compile)):
+    for label, wrap in compilers(mode).items():
         twin = copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn
         made[label] = (wrap(twin), args)
     return made
@@ -113,18 +124,18 @@ def timed(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, floa
 COPY_ELEMENTS = 6 << 20  # float32: 48 MB moved, as the pointwise chain's two reads and one write of 4M elements
 
 
-def measure(name: str, threads: int, repeats: int) -> dict:
+def measure(name: str, threads: int, repeats: int, mode: str | None = None) -> dict:
     """One process's measurement of one workload: median seconds per call of each variant, cold compile times."""
     torch.set_num_threads(threads)
     w = next(w for w in WORKLOADS if w.name == name)
-    made = variants(w)
+    made = variants(w, mode)
     fns = {n: step_fn(fn, w.training) for n, (fn, _) in made.items()}
     args = made["eager"][1]
     result: dict = {"cold": {}}
-    for compile_ in (lambda f: torch.compile(f, backend="inductor"), ember.compile):
+    for compile_ in compilers(mode).values():
         compile_(lambda t: t + 1)(torch.ones(8))  # one-time process start-up (imports, workers) is not the workload's
     with torch.enable_grad() if w.training else torch.no_grad():
-        for n in ("inductor", "ember"):
+        for n in compilers(mode):
             result["cold"][n] = first_call_s(fns[n], args) - first_call_s(fns["eager"], args)
         if w.name.startswith("pointwise"):  # a copy of as many bytes (neither fits in the cache)
             src, dst = torch.randn(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)
@@ -140,8 +151,9 @@ def child_env() -> dict[str, str]:
     return dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
 
 
-def run_child(name: str, threads: int, repeats: int) -> dict:
+def run_child(name: str, threads: int, repeats: int, mode: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--threads", str(threads), "--repeats", str(repeats)]
+    cmd += ["--mode", mode] if mode else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -173,6 +185,9 @@ class Row:
             share = statistics.median(r["chain_gbs"] / r["copy_gbs"] for r in self.runs)
             copy_ = statistics.median(r["copy_gbs"] for r in self.runs)
             extra = f"{chain:.1f} GB/s = {share:.0%} of copy ({copy_:.1f} GB/s)"
+        if "ember_default" in self.runs[0]["times"]:
+            tuned = [r["times"]["ember_default"] / r["times"]["ember"] for r in self.runs]
+            extra = f"{statistics.median(tuned):.2f} ({min(tuned):.2f}–{max(tuned):.2f})"
         spread = f"{min(rs):.2f}–{max(rs):.2f}" if len(rs) > 1 else ""
         return (f"| {self.threads} | {self.workload.name} | {eager * 1e3:.3f} | "
                 f"{eager / self.median_time('ember'):.2f}x | {eager / self.median_time('inductor'):.2f}x | "
@@ -192,27 +207,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--procs", type=int, default=3, help="fresh processes per (threads, workload)")
     parser.add_argument("--only", default="")
+    parser.add_argument("--mode", default=None, help="compile both in this mode (max-autotune ...)")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help="replace the CPU section of benchmarks/README.md")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child, int(args.threads), args.repeats)))
+        print(json.dumps(measure(args.child, int(args.threads), args.repeats, args.mode)))
         return
     chosen = [w for w in WORKLOADS if not args.only or any(o in w.name for o in args.only.split(","))]
+    mode = f" --mode {args.mode}" if args.mode else ""
+    last = "ember default / ember tuned" if args.mode else "bandwidth"
     lines = [
-        f"`python benchmarks/cpu.py --procs {args.procs} --repeats {args.repeats}` ({os.cpu_count()} cores, "
+        f"`python benchmarks/cpu.py --procs {args.procs} --repeats {args.repeats}{mode}` ({os.cpu_count()} cores, "
         f"torch {torch.__version__}, ember {ember.__version__}, codegen {_cpu_codegen()}): median time per call "
         f"over {args.procs} fresh processes, speedups over eager; \"inductor / ember\" is the median of the "
         "per-process ratios of Inductor's time to ember's (above 1: ember faster), \"range\" their spread.",
         "",
-        "| threads | workload | eager ms | ember speedup | inductor speedup | inductor / ember | range | bandwidth |",
+        f"| threads | workload | eager ms | ember speedup | inductor speedup | inductor / ember | range | {last} |",
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
     all_rows: list[Row] = []
     for threads in [int(t) for t in args.threads.split(",")]:
         rows = []
         for w in chosen:
-            rows.append(Row(threads, w, [run_child(w.name, threads, args.repeats) for _ in range(args.procs)]))
+            runs = [run_child(w.name, threads, args.repeats, args.mode) for _ in range(args.procs)]
+            rows.append(Row(threads, w, runs))
             print(rows[-1].line(), flush=True)
         lines += [r.line() for r in rows] + [summary(threads, rows)]
         print(lines[-1], flush=True)
@@ -227,7 +246,8 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        write_section(Path(__file__).with_name("README.md"), "## CPU", text)
+        write_section(Path(__file__).with_name("README.md"), f"## CPU, mode {args.mode}" if args.mode else "## CPU",
+                      text)
 
 
 def _cpu_codegen() -> str:

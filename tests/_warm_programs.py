@@ -45,7 +45,7 @@ def torch_graphs(run: Callable[[Callable], None], model: nn.Module, dynamic: boo
 # ---------------------------------------------------------------------------------------------- training, inference
 
 
-def train(frontend: str = "dynamo") -> Result:
+def train(frontend: str = "dynamo", mode: str | None = None) -> Result:
     """One forward and backward of a transformer block: outputs and every parameter's gradient equal eager's."""
     torch.manual_seed(0)
     model, x = Block(), torch.randn(2, 8, 32)
@@ -54,12 +54,17 @@ def train(frontend: str = "dynamo") -> Result:
     want = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     with record_events() as rec:
-        out = ember.compile(model, options={"frontend": frontend})(x)
+        out = ember.compile(model, mode=mode, options={"frontend": frontend})(x)
         out.pow(2).mean().backward()
     torch.testing.assert_close(out, model(x))
     for p, g in zip(model.parameters(), want):
         torch.testing.assert_close(p.grad, g)
     return {"events": counted(rec.events), "torch_graphs": None}
+
+
+def train_tuned() -> Result:
+    """The training step under mode="max-autotune": kernel variants measured cold, their choices reused warm."""
+    return train(mode="max-autotune")
 
 
 def inference(frontend: str = "dynamo") -> Result:
@@ -134,7 +139,8 @@ def sweep(frontend: str = "dynamo") -> Result:
 
 
 PROGRAMS: dict[str, Callable[..., Result]] = {
-    "train": train, "inference": inference, "decode": decode, "decode_dynamic": decode_dynamic, "sweep": sweep,
+    "train": train, "train_tuned": train_tuned, "inference": inference, "decode": decode,
+    "decode_dynamic": decode_dynamic, "sweep": sweep,
 }
 
 

@@ -185,8 +185,8 @@ def run_programs(cache: Path, names=WARM_PROGRAMS) -> tuple[dict, str]:
 def cold_then_warm(tmp_path_factory):
     """A cold process, then a warm one on the same cache: their results and logs."""
     cache = tmp_path_factory.mktemp("warm-start") / "cache"
-    cold, cold_log = run_programs(cache)
-    warm, warm_log = run_programs(cache)
+    cold, cold_log = run_programs(cache, (*WARM_PROGRAMS, "train_tuned"))
+    warm, warm_log = run_programs(cache, (*WARM_PROGRAMS, "train_tuned"))
     return {"cold": cold, "warm": warm, "cold_log": cold_log, "warm_log": warm_log}
 
 
@@ -218,6 +218,15 @@ def test_a_warm_process_compiles_as_often_as_torch_compile_and_reuses_the_symbol
     assert count(cold, "graph_captured", "capture") == count(warm, "graph_captured", "capture") == want
     assert cold["torch_graphs"] == warm["torch_graphs"] == want
     assert count(warm, "disk_cache_hit", "lowering") == want and not count(warm, "kernels_planned", "lowering")
+
+
+def test_a_warm_process_reuses_the_kernel_variants_max_autotune_chose(cold_then_warm):
+    """mode="max-autotune": the cold process measures kernel variants (one `kernel_tuned` event per kernel with
+    several); the warm one takes every choice from the disk (cache `cpp_tune`) and measures nothing."""
+    cold, warm = cold_then_warm["cold"]["train_tuned"], cold_then_warm["warm"]["train_tuned"]
+    assert count(cold, "kernel_tuned", "codegen-cpp") >= 3, cold["events"]
+    assert count(warm, "kernel_tuned", "codegen-cpp") == 0
+    assert count(warm, "build_cache_hit", "codegen-cpp") == 2
 
 
 def test_disk_hits_and_misses_are_logged_under_ember_logs_cache(cold_then_warm):

@@ -31,7 +31,7 @@ def test_unknown_kind_is_its_own_artifact():
 
 def test_every_artifact_is_a_documented_log_name():
     assert set(ARTIFACTS.values()) == {"graphs", "joint", "partition", "kernels", "guards", "recompiles", "cache",
-                                       "compiled_autograd"}
+                                       "compiled_autograd", "autotune"}
 
 
 def test_events_default_to_no_payload():

@@ -67,5 +67,5 @@ def test_unknown_artifact_warns_and_lists_known(caplog):
     logger = EventLogger()
     with caplog.at_level(logging.WARNING, logger="ember"):
         logger.configure("grpahs")
-    assert "EMBER_LOGS: unknown artifact(s) grpahs; known: cache, compiled_autograd, graphs" in caplog.text
+    assert "EMBER_LOGS: unknown artifact(s) grpahs; known: autotune, cache, compiled_autograd, graphs" in caplog.text
     assert logger.artifacts == set()

@@ -66,6 +66,16 @@ def cpu_tag() -> str:
     return hashlib.sha256((platform.machine() + text).encode()).hexdigest()[:16]
 
 
+@cache
+def wide_vectors() -> bool:
+    """Does this CPU have vectors wider than 256 bits (AVX-512), so that preferring 256 is a variant worth trying?"""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
 def build_key(source: str, flags: tuple[str, ...], cxx: str) -> str:
     parts = [FORMAT, source, " ".join(flags), compiler_version(cxx), cpu_tag()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]

@@ -1,6 +1,7 @@
 """`CppCodegen`: the shared `PlanCodegen` flow (ember_lowering.codegen) with C++ kernels: each kernel printed by
 `KernelPrinter`, the program as one translation unit, built into a shared library in the build pool and called
-through ctypes from the wrapper (see the shared layer for the flow and its fallbacks)."""
+through ctypes from the wrapper (see the shared layer for the flow and its fallbacks). Under a max-autotune mode
+each kernel is printed in variants, measured on its first call (`_autotune.py`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,18 @@ import logging
 import torch
 from ember_core import Graph
 from ember_lowering import Kernel
-from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
+from ember_lowering.codegen import (
+    LazyBinding,
+    PlanCodegen,
+    PlanLayout,
+    PrintedKernel,
+    Program,
+    report_build,
+    tuning_mode,
+)
 
-from ._build import Builder
+from ._autotune import TunedSegment, print_variants
+from ._build import Builder, compiler_version, cpu_tag, wide_vectors
 from ._kernel_printer import KernelPrinter
 from ._loader import LazyLibrary, is_loaded
 from ._prelude import prelude
@@ -36,6 +46,8 @@ class CppCodegen(PlanCodegen):
         return KernelPrinter(kernel, layout, name).print()
 
     def unit_source(self, program: Program) -> str:
+        if tuning_mode(program.options):
+            program.variants = print_variants(program, wide_vectors())
         return translation_unit(program)
 
     def wrapper_writer(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]) -> CppWrapperWriter:
@@ -49,6 +61,10 @@ class CppCodegen(PlanCodegen):
     def start_build(self, graph: Graph, program: Program, writer: CppWrapperWriter, env: dict) -> LazyBinding:
         build = self.builder.library(program.source)
         lazy = LazyLibrary(build, graph, writer.signatures, env)
+        if program.variants:
+            toolchain = " ".join([*self.builder.flags, compiler_version(self.builder.cxx or ""), cpu_tag()])
+            for seg in program.segments:
+                env[f"_tune_{seg.name}"] = TunedSegment(program, seg, lazy, env, toolchain)
         report_build(self.stage, graph, build, "library", build.hit or is_loaded(build.key))
         if build.hit:
             try:

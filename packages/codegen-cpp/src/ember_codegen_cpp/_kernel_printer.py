@@ -23,9 +23,14 @@ per-row stack array, declared inside the parallel loop. When lanes are i-points 
 stashes recomputed (`recompute_locals`): a stash would be one row per lane. The parallel loop only forks when the
 work is at least `EMBER_PAR_MIN` element-iterations (16384: on 2 cores a fork pays off from about 8K elements of
 a sigmoid; cheap ops need more).
+
+Under a max-autotune mode the same kernel is printed once per `Variant` (a parallel threshold, a tile size, a
+vector width) and the fastest is measured on the first call (see `_autotune.py`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import sympy
 from ember_core import as_sympy
@@ -52,12 +57,31 @@ BLOCK = 128  # i-points per parallel work item of an outer-contiguous reduction 
 _SIMD = "#pragma omp simd"
 _PARALLEL = "#pragma omp parallel for schedule(static)"
 _ERR = " reduction(|:ember_err)"
+SERIAL = 1 << 62  # a parallel threshold no loop reaches: the kernel never forks
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to print a kernel; the default is the heuristics' choice. `par_min`: element-iterations from which
+    the parallel loop forks (0: `EMBER_PAR_MIN`); `tile`: `CHUNK` (pointwise) or `BLOCK` (outer-contiguous
+    reduction) times this; `vector_bits`: the widest vectors the compiler should prefer (0: what -march=native
+    prefers; 256 on an AVX-512 machine keeps to ymm registers)."""
+
+    par_min: int = 0
+    tile: int = 1
+    vector_bits: int = 0
+
+    @property
+    def choice(self) -> tuple[int, int, int]:
+        return (self.par_min, self.tile, self.vector_bits)
 
 
 class KernelPrinter:
     """Prints one kernel; `CannotPrint` if it uses anything the printer does not handle."""
 
-    def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
+    def __init__(self, kernel: Kernel, layout: PlanLayout, name: str, variant: Variant = Variant()):
+        self.variant = variant
+        self.chunk, self.block_size = CHUNK * variant.tile, BLOCK * variant.tile
         used = {i.buffer for i in kernel.instrs()}
         self.locals: dict[str, Buffer] = {n: b for n, b in layout.buffers.items() if b.kind == "local" and n in used}
         self.outer_contiguous = False
@@ -95,11 +119,25 @@ class KernelPrinter:
             params.append(f"{const}{STORAGE_CTYPE[self.layout.buffers[r].dtype]}* __restrict {self.layout.local[r]}")
         params += [f"int64_t {self.layout.sym_local[s]}" for s in self.layout.symbols]
         origins = f"  // from {', '.join(self.k.origins)}" if self.k.origins else ""
-        head = f"static int {self.name}({', '.join(params) or 'void'}) {{{origins}"
+        wide = f'__attribute__((target("prefer-vector-width={self.variant.vector_bits}"))) ' \
+            if self.variant.vector_bits else ""
+        head = f"{wide}static int {self.name}({', '.join(params) or 'void'}) {{{origins}"
         text = "\n".join([head, "  int ember_err = 0;", *body, "  return ember_err;", "}"])
         if self.uses_err:  # known once the body is printed: add the flag to every loop pragma
             text = text.replace(_SIMD, _SIMD + _ERR).replace(_PARALLEL, _PARALLEL + _ERR)
         return PrintedKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text)
+
+    def variants(self, wide_vectors: bool) -> list[Variant]:
+        """What max-autotune tries for this kernel, the default first: other parallel thresholds and a larger
+        tile where there is a parallel loop, 256-bit vectors on a machine with wider ones (`wide_vectors`)."""
+        out = [Variant()]
+        if self.k.outer_dims:
+            out += [Variant(par_min=4096), Variant(par_min=SERIAL)]
+            if not self.k.reduce_dims or self.outer_contiguous:
+                out.append(Variant(tile=4))
+        if wide_vectors:
+            out.append(Variant(vector_bits=256))
+        return out
 
     def _body(self) -> list[str]:
         out = [f"  const int64_t n_{d.var} = {self.expr(d.size)};" for d in self.k.dims]
@@ -116,7 +154,8 @@ class KernelPrinter:
     # ------------------------------------------------------------------ loop nests
 
     def _parallel_head(self, count: str, work: str) -> list[str]:
-        return [f"  {_PARALLEL} if({count} > 1 && {work} >= EMBER_PAR_MIN)",
+        par_min = self.variant.par_min or "EMBER_PAR_MIN"
+        return [f"  {_PARALLEL} if({count} > 1 && {work} >= {par_min})",
                 f"  for (int64_t ember_p = 0; ember_p < {count}; ++ember_p) {{"]
 
     def _decompose(self, dims: list, start: str = "ember_p") -> list[str]:
@@ -136,16 +175,16 @@ class KernelPrinter:
             return self._block(self.k.body, 1)
         *outer, last = dims
         body = self._block(self.k.body, 3)
-        n = f"n_{last.var}"
+        n, chunk = f"n_{last.var}", self.chunk
         count = " * ".join([f"n_{d.var}" for d in outer] + ["ember_nc"])
         work = " * ".join(f"n_{d.var}" for d in dims)
         return [
-            f"  const int64_t ember_nc = ({n} + {CHUNK - 1}) / {CHUNK};",
+            f"  const int64_t ember_nc = ({n} + {chunk - 1}) / {chunk};",
             f"  const int64_t ember_np = {count};",
             *self._parallel_head("ember_np", f"({work})"),
             *self._decompose(outer, "ember_p / ember_nc"),
-            f"    const int64_t ember_lo = (ember_p % ember_nc) * {CHUNK};",
-            f"    const int64_t ember_hi = ember_lo + {CHUNK} < {n} ? ember_lo + {CHUNK} : {n};",
+            f"    const int64_t ember_lo = (ember_p % ember_nc) * {chunk};",
+            f"    const int64_t ember_hi = ember_lo + {chunk} < {n} ? ember_lo + {chunk} : {n};",
             f"    {_SIMD}",
             f"    for (int64_t {last.var} = ember_lo; {last.var} < ember_hi; ++{last.var}) {{",
             *body,
@@ -182,18 +221,19 @@ class KernelPrinter:
             self.names[o] = f"ember_b_{o}[ember_j]"
         body = self._block(self.k.body, 2)
         dtype = {o: i.dtype for i in self.k.instrs() for o in i.outs}
-        arrays = [f"    {CTYPE[dtype[o]]} ember_b_{o}[{BLOCK}];" for o in values]
+        block = self.block_size
+        arrays = [f"    {CTYPE[dtype[o]]} ember_b_{o}[{block}];" for o in values]
         count = " * ".join([f"n_{d.var}" for d in outer] + ["ember_nb"])
         loops = sum(1 for st in self.k.body if isinstance(st, Loop))
         work = " * ".join([f"n_{d.var}" for d in self.k.dims] + [str(max(loops, 1))])
         n = f"n_{last.var}"
         return [
-            f"  const int64_t ember_nb = ({n} + {BLOCK - 1}) / {BLOCK};",
+            f"  const int64_t ember_nb = ({n} + {block - 1}) / {block};",
             f"  const int64_t ember_np = {count};",
             *self._parallel_head("ember_np", f"({work})"),
             *self._decompose(outer, "ember_p / ember_nb"),
-            f"    const int64_t ember_lo = (ember_p % ember_nb) * {BLOCK};",
-            f"    const int64_t ember_bn = ember_lo + {BLOCK} < {n} ? {BLOCK} : {n} - ember_lo;",
+            f"    const int64_t ember_lo = (ember_p % ember_nb) * {block};",
+            f"    const int64_t ember_bn = ember_lo + {block} < {n} ? {block} : {n} - ember_lo;",
             *arrays,
             *body,
             "  }",
@@ -208,7 +248,7 @@ class KernelPrinter:
     def _outer_loop(self, loop: Loop, depth: int) -> list[str]:
         self.loop_id += 1
         k = self.loop_id
-        accs = [Accumulator(i, self._src_dtype(i), k, BLOCK) for i in loop.body if i.op in REDUCTIONS]
+        accs = [Accumulator(i, self._src_dtype(i), k, self.block_size) for i in loop.body if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
         self.loop_values = set()
         body = [line for i in loop.body for line in self._instr(i, "ember_j" if accs else None)]

@@ -1,11 +1,13 @@
 """A KernelPlan as a C++ program: the shared layer's steps (segments of printed kernels, interpreted kernels,
-extern calls) and one translation unit holding every kernel and one `extern "C"` function per segment."""
+extern calls) and one translation unit holding every kernel (or, under max-autotune, its variants and the
+pointer that picks one: `_autotune.py`) and one `extern "C"` function per segment."""
 
 from __future__ import annotations
 
 from ember_lowering import KernelPlan
 from ember_lowering.codegen import Program, Segment, plan_program
 
+from ._autotune import dispatch_source
 from ._cpp_rules import STORAGE_CTYPE
 from ._kernel_printer import KernelPrinter
 from ._prelude import prelude
@@ -19,10 +21,15 @@ def build_program(plan: KernelPlan) -> Program:
 
 
 def segment_params(program: Program, seg: Segment) -> list[str]:
+    return root_params(program, seg.roots, seg.writes)
+
+
+def root_params(program: Program, roots, writes) -> list[str]:
+    """C++ parameters taking `roots` (const unless in `writes`), then the plan's symbols."""
     layout = program.layout
     params = []
-    for r in seg.roots:
-        const = "" if r in seg.writes else "const "
+    for r in roots:
+        const = "" if r in writes else "const "
         params.append(f"{const}{STORAGE_CTYPE[layout.buffers[r].dtype]}* {layout.local[r]}")
     return params + [f"int64_t {layout.sym_local[s]}" for s in layout.symbols]
 
@@ -32,8 +39,15 @@ def translation_unit(program: Program) -> str:
     layout = program.layout
     kernels = program.kernels
     out = [f"// ember codegen-cpp: {len(kernels)} kernels", prelude()]
-    out += [k.text + "\n" for k in kernels]
     syms = [layout.sym_local[s] for s in layout.symbols]
+    for k in kernels:
+        variants = program.variants.get(k.name)
+        if not variants:
+            out.append(k.text + "\n")
+            continue
+        out += [text + "\n" for _, text in variants]
+        args = [layout.local[r] for r in k.roots] + syms
+        out += dispatch_source(k.name, len(variants), root_params(program, k.roots, k.writes), args)
     for seg in program.segments:
         params = ", ".join(segment_params(program, seg)) or "void"
         out.append(f'extern "C" __attribute__((visibility("default"))) int {seg.name}({params}) {{')

@@ -1,31 +1,26 @@
 """`mode="max-autotune"`: each kernel's block size and warps chosen by measurement, once per kernel and device.
 
-On its first launch a `TunedKernel` looks up its choice in ember-core's verified disk cache (`triton_tune`, keyed
-by the kernel's source, the device's name and the configurations tried). Without one it runs every configuration
-on the call's own arguments, keeps the fastest and stores it; the buffers the kernel writes are saved first and put
-back after each trial, so a kernel that updates a buffer in place runs exactly once on it. A stored choice is
-parsed, never evaluated: two integers that must be among this kernel's configurations, else the entry is ignored
-and the kernel tuned again.
+On its first launch a `TunedKernel` asks the shared `Tuner` (ember_lowering.codegen): a choice stored on disk
+(cache `triton_tune`, keyed by the kernel's source, the device's name, the configurations tried and Triton's
+version) is reused, else every configuration runs on the call's own arguments and the fastest is kept. A
+configuration is `(XBLOCK, num_warps)`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 import triton
-from ember_core import DiskCache
+from ember_lowering.codegen import Tuner
 
 from ._kernel_printer import ROW_ELEMENTS, TritonKernel
 from ._wrapper import launch_debug
 
-CACHE = DiskCache("triton_tune", ("choice",))  # a small JSON object per kernel and device
+TUNER = Tuner("triton_tune", "codegen-triton")
 Config = tuple[int, int]  # (XBLOCK, num_warps)
 
 
@@ -74,53 +69,9 @@ class TunedKernel:
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
     def _choose(self, n: int, args: Sequence[Any]) -> Config:
-        key = self.key(args)
-        stored = self._stored(key)
-        if stored is not None:
-            return stored
-        saved = [args[i].clone() for i in self.written]
-        times = {c: self._time(c, n, args, saved) for c in self.configs}
-        best = min(times, key=times.get)
-        self._store(key, best)
-        return best
-
-    def _time(self, config: Config, n: int, args: Sequence[Any], saved: list[torch.Tensor]) -> float:
-        """Seconds of one launch (the best of three), the written buffers restored after each."""
-        best = float("inf")
-        for _ in range(3):
-            _sync(args)
-            start = time.perf_counter()
-            self._launch(config, n, args)
-            _sync(args)
-            best = min(best, time.perf_counter() - start)
-            for i, copy in zip(self.written, saved):
-                args[i].copy_(copy)
-        return best
-
-    def _stored(self, key: str) -> Config | None:
-        found = CACHE.lookup(key)
-        if not found.hit:
-            return None
-        try:
-            data = json.loads(Path(found.files["choice"]).read_text())
-            config = (data["xblock"], data["warps"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        ok = all(type(v) is int for v in config) and config in self.configs
-        return config if ok else None  # anything else is not a choice this kernel could have made: tune again
-
-    def _store(self, key: str, config: Config) -> None:
-        text = json.dumps({"xblock": config[0], "warps": config[1]}).encode()
-        try:
-            with CACHE.lock(key):
-                CACHE.store(key, {"choice": text}, {"kernel": self.k.name})
-        except OSError:
-            pass  # an unwritable cache costs a re-tune in the next process, nothing else
-
-
-def _sync(args: Sequence[Any]) -> None:
-    if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
-        torch.cuda.synchronize()
+        choice = TUNER.choose(self.key(args), self.k.name, self.configs, lambda c: self._launch(c, n, args),
+                              [args[i] for i in self.written], args)
+        return choice  # type: ignore[return-value] - one of self.configs
 
 
 def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any], debug: bool = False,

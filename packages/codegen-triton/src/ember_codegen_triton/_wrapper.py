@@ -17,11 +17,9 @@ A kernel with indirect indices (a gather) catches an index out of range one of t
 
 from __future__ import annotations
 
-from ember_lowering.codegen import Segment, WrapperWriter
+from ember_lowering.codegen import Segment, WrapperWriter, tuning_mode
 
 from ._kernel_printer import TritonKernel
-
-TUNED_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 
 
 class TritonWrapperWriter(WrapperWriter):
@@ -30,7 +28,7 @@ class TritonWrapperWriter(WrapperWriter):
 
     @property
     def tuned(self) -> bool:
-        return self.p.options.get("mode") in TUNED_MODES
+        return tuning_mode(self.p.options)
 
     @property
     def debug(self) -> bool:

@@ -100,6 +100,8 @@ _KINDS = (
               "calls, capture"),
     EventKind("cuda_graph_recorded", "graphs", "a compiled graph was recorded as a CUDA graph for a kind of call "
               "(mode reduce-overhead; stage `cudagraphs`); data: kinds, recordings"),
+    EventKind("kernel_tuned", "autotune", "a codegen measured a kernel's variants and kept the fastest (a max-autotune "
+              "mode); data: kernel, key, choice, candidates, seconds (each candidate's best launch)"),
     EventKind("graph_cache_hit", "cache", "the runtime reused a compiled graph from its in-process cache"),
     EventKind("graph_cache_miss", "cache", "the runtime compiled a graph and stored it in its in-process cache"),
     EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),

@@ -1,7 +1,8 @@
 """The layer every codegen of the loop IR shares: program steps, buffer layout, the generated Python wrapper,
-layout checks and ATen/interpreter fallbacks with their events, lazy binding of builds, and the build pool over
-ember-core's verified disk cache. A codegen subclasses `PlanCodegen` and says only what is its own: how a kernel
-prints, how its unit builds and how the wrapper calls a segment (see ember-codegen-cpp)."""
+layout checks and ATen/interpreter fallbacks with their events, lazy binding of builds, the build pool over
+ember-core's verified disk cache, and the measuring of kernel variants under max-autotune (`Tuner`). A codegen
+subclasses `PlanCodegen` and says only what is its own: how a kernel prints, how its unit builds and how the
+wrapper calls a segment (see ember-codegen-cpp)."""
 
 from ._build_pool import Build, BuildPool, report_build
 from ._codegen import PlanCodegen
@@ -19,11 +20,12 @@ from ._fallback import (
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
 from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, identifier, plan_program
+from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
 from ._wrapper import WrapperWriter, interpreted_kernel
 
 __all__ = [
-    "Build", "BuildError", "BuildPool", "CannotPrint", "IndexPrinter", "InterpretedKernel", "InterpreterFallback",
-    "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel", "Program", "Segment", "Step", "UseFallback",
-    "WrapperWriter", "fix_layout", "identifier", "interpreted_kernel", "non_overlapping", "plan_program",
-    "relayout", "report_build", "report_fallback", "same_layout",
+    "TUNED_MODES", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "IndexPrinter", "InterpretedKernel",
+    "InterpreterFallback", "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel", "Program", "Segment", "Step",
+    "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "identifier", "interpreted_kernel", "non_overlapping",
+    "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode",
 ]

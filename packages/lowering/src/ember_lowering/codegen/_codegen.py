@@ -1,7 +1,7 @@
 """`PlanCodegen`: the flow every codegen of the loop IR shares, Graph → KernelPlan → kernels + wrapper → callable.
 
-Under `mode="reduce-overhead"` a graph on CUDA comes back wrapped by `ember_core.cuda_graphed`: replayed as a CUDA
-graph after a warm-up call.
+Under `mode="reduce-overhead"` (and `"max-autotune"`, which includes it, as in torch.compile) a graph on CUDA comes
+back wrapped by `ember_core.cuda_graphed`: replayed as a CUDA graph after a warm-up call.
 
 compile() returns at once: a subclass's binary builds in a worker (or comes from the disk cache) and the
 wrapper's first call waits for it, so compiling several graphs before running them builds them in parallel;
@@ -34,6 +34,8 @@ from ._layout import PlanLayout
 from ._lazy import LazyBinding
 from ._program import PrintedKernel, Program, identifier, plan_program
 from ._wrapper import WrapperWriter
+
+GRAPHED_MODES = ("reduce-overhead", "max-autotune")
 
 
 class PlanCodegen:
@@ -121,7 +123,7 @@ class PlanCodegen:
                            f"{len(program.interpreted)} interpreted kernels",
                    data={"unit": program.source, "wrapper": wrapper}))
         compiled = CompiledGraph(fn, graph, self.name, source)
-        if (options or {}).get("mode") == "reduce-overhead" and torch.device(plan.device).type == "cuda":
+        if (options or {}).get("mode") in GRAPHED_MODES and torch.device(plan.device).type == "cuda":
             compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed
         return compiled, lazy
 

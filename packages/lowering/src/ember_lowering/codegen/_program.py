@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._loop_ir import Extern, Kernel, KernelPlan
@@ -24,12 +24,14 @@ log = logging.getLogger("ember.kernels")
 
 @dataclass(frozen=True)
 class PrintedKernel:
-    """A printed kernel: its function name, the roots it takes (in order), those it writes, its text."""
+    """A printed kernel: its function name, the roots it takes (in order), those it writes, its text, and the
+    loop-IR kernel it was printed from (`plan_program` fills it in, for a codegen that prints variants of it)."""
 
     name: str
     roots: tuple[str, ...]
     writes: frozenset[str]
     text: str
+    ir: Kernel | None = field(default=None, compare=False, repr=False, kw_only=True)
 
 
 @dataclass
@@ -73,6 +75,9 @@ class Program:
     steps: list[Step]
     source: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    # kernel name → its variants as (choice, text), the first the heuristics' (a codegen under a max-autotune
+    # mode that prints several ways of one kernel fills it in, and measures them on the first call)
+    variants: dict[str, list[tuple[tuple[int, ...], str]]] = field(default_factory=dict)
 
     @property
     def segments(self) -> list[Segment]:
@@ -105,7 +110,7 @@ def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
             continue
         if not steps or not isinstance(steps[-1], Segment):
             steps.append(Segment(f"ember_seg{sum(isinstance(s, Segment) for s in steps)}"))
-        steps[-1].kernels.append(printed)
+        steps[-1].kernels.append(replace(printed, ir=step))
     return Program(plan, layout, steps)
 
 

@@ -1,0 +1,116 @@
+"""mode="max-autotune": each kernel printed in several variants, measured on the first call, the choice kept on disk
+per kernel and CPU and reused by a new codegen; results equal eager's whatever variant wins."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ember_codegen_cpp import CppCodegen, KernelPrinter
+from ember_codegen_cpp._autotune import TUNER
+from ember_codegen_cpp._kernel_printer import SERIAL, Variant
+from ember_core import record_events
+from ember_lowering import lower
+from ember_lowering.codegen import PlanLayout
+from helpers import clone, trace
+
+TUNE = {"mode": "max-autotune"}
+
+
+def softmax_and_sums(x, y):
+    s = torch.softmax(x, -1)
+    return s * 2, s.sum(0), (y.exp() + 1).sum(-1), torch.sigmoid(y) * y
+
+
+def args():
+    return torch.randn(64, 300), torch.randn(100, 200)
+
+
+def tuned(fn, inputs, options=TUNE, mode="fake"):
+    with record_events() as rec:
+        compiled = CppCodegen().compile(trace(fn, *inputs, mode=mode), list(inputs), options)
+        out = compiled(clone(inputs))
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+    return compiled, out, rec.kinds("kernel_tuned")
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs"])
+def test_tuned_kernels_match_eager_and_every_measured_kernel_stores_its_choice(mode):
+    inputs = args()
+    compiled, out, events = tuned(softmax_and_sums, inputs, {"mode": mode})
+    for got, want in zip(out, softmax_and_sums(*inputs)):
+        torch.testing.assert_close(got, want)
+    assert "ember_try_" in compiled.source and "_tune_ember_seg0.pending" in compiled.source
+    for e in events:
+        candidates = [tuple(c) for c in e.get("candidates")]
+        assert tuple(e.get("choice")) in candidates and TUNER.stored(e.get("key"), candidates)
+        assert len(e.get("seconds")) == len(e.get("candidates"))
+    out2 = compiled(clone(inputs))  # later calls run the picked variants, no measuring
+    for got, want in zip(out2, softmax_and_sums(*inputs)):
+        torch.testing.assert_close(got, want)
+
+
+def test_without_the_mode_one_variant_per_kernel_and_no_tuning():
+    compiled, _, events = tuned(softmax_and_sums, args(), {})
+    assert not events and "ember_try_" not in compiled.source and "_tune_" not in compiled.source
+
+
+def test_a_stored_choice_is_reused_and_one_that_is_no_candidate_is_measured_again(monkeypatch):
+    def fn(x):
+        return (torch.tanh(x) * x,)
+
+    x = torch.randn(257, 129)
+    tuned(fn, (x,))
+    measured = []
+    monkeypatch.setattr(TUNER, "_time", lambda *a: measured.append(1) or 1.0)
+    _, out, events = tuned(fn, (x,))  # a new codegen: the choice comes from disk
+    torch.testing.assert_close(out[0], fn(x)[0])
+    assert measured == [] and events == []
+
+    plan = lower(trace(fn, x))
+    layout = PlanLayout(plan)
+    kernel = plan.kernels[0]
+    for key in {p.stem for p in TUNER.cache.directory.glob("*.choice")}:
+        TUNER.store(key, (7, 7, 7), "k")  # well formed, verified by the cache, but no variant any kernel has
+    _, out, events = tuned(fn, (x,))
+    torch.testing.assert_close(out[0], fn(x)[0])
+    assert measured and len(events) == 1
+    assert (7, 7, 7) not in [c.choice for c in KernelPrinter(kernel, layout, "k").variants(True)]
+
+
+def test_a_stored_choice_that_is_not_a_list_of_integers_is_ignored():
+    key = "0" * 40
+    for text in (b'{"par_min": 1}', b'["__import__(\'os\')"]', b"[1, 2.5, 3]", b"not json"):
+        with TUNER.cache.lock(key):
+            TUNER.cache.store(key, {"choice": text}, {})
+        assert TUNER.stored(key, [(0, 1, 0)]) is None
+    TUNER.store(key, (0, 1, 0), "k")
+    assert TUNER.stored(key, [(0, 1, 0), (4096, 1, 0)]) == (0, 1, 0)
+
+
+def test_symbolic_sizes_are_passed_to_the_variants():
+    def fn(x):
+        return (torch.softmax(x, -1), x.sum(0), x * 3)
+
+    x = torch.randn(40, 2100)
+    compiled, out, _ = tuned(fn, (x,), mode="symbolic")
+    for got, want in zip(out, fn(x)):
+        torch.testing.assert_close(got, want)
+    y = torch.randn(7, 2100)
+    for got, want in zip(compiled([y]), fn(y)):
+        torch.testing.assert_close(got, want)
+
+
+def test_variants_start_with_the_heuristics_and_differ_in_the_printed_kernel():
+    x = torch.randn(64, 300)
+    plan = lower(trace(lambda x: (torch.sigmoid(x) * 2, x.sum(0)), x))
+    layout = PlanLayout(plan)
+    for kernel in plan.kernels:
+        printer = KernelPrinter(kernel, layout, "k")
+        variants = printer.variants(True)
+        assert variants[0] == Variant() and len(set(variants)) == len(variants)
+        assert Variant(par_min=SERIAL) in variants and Variant(vector_bits=256) in variants
+        assert Variant(vector_bits=256) not in printer.variants(False)
+        texts = {KernelPrinter(kernel, layout, "k", v).print().text for v in variants}
+        assert len(texts) == len(variants)
+        default = KernelPrinter(kernel, layout, "k", Variant()).print().text
+        assert KernelPrinter(kernel, layout, "k").print().text == default

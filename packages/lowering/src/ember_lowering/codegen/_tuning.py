@@ -1,0 +1,107 @@
+"""Measuring a kernel's variants and keeping the fastest, on disk: what `mode="max-autotune"` shares between codegens.
+
+Under a max-autotune mode a codegen gives each kernel several candidate variants (codegen-cpp: parallel threshold,
+tile size, vector width; codegen-triton: block size and warps), each a tuple of integers. On the kernel's first
+call it asks its `Tuner` to `choose` one:
+
+- a choice stored on disk under the kernel's key (which the codegen makes from the variants' source, the device
+  and the toolchain) is reused. It is a JSON list of integers that must be one of the kernel's candidates; an
+  entry that is anything else is ignored and the kernel measured again (parsed, never evaluated; ember-core's
+  `DiskCache` has already checked the file's hash, owner and mode);
+- otherwise every candidate runs on the call's own arguments, the best of `repeats` launches is its time, and the
+  fastest is stored. The buffers the kernel writes are saved first and put back after every launch, so a kernel
+  that updates a buffer in place (an optimizer step) leaves it as one run would.
+
+A measured choice is sent as a `kernel_tuned` event (shown by `EMBER_LOGS=autotune`) with every candidate's time.
+Which mode tunes is the codegen's business, read from its options (`tuning_mode`); the runtime knows nothing of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from ember_core import DiskCache, Event, emit
+
+log = logging.getLogger("ember.autotune")
+
+TUNED_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
+Choice = tuple[int, ...]
+
+
+def tuning_mode(options: Mapping[str, Any] | None) -> bool:
+    """Does this compile's `mode` ask codegens to measure their kernels' variants?"""
+    return (options or {}).get("mode") in TUNED_MODES
+
+
+def sync(tensors: Sequence[Any]) -> None:
+    """Wait for the GPU when any of `tensors` is on CUDA (launches there return before the kernel ends)."""
+    if any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in tensors):
+        torch.cuda.synchronize()
+
+
+class Tuner:
+    """Choices of one codegen (`stage`), kept in ember-core's verified disk cache `cache_name`."""
+
+    def __init__(self, cache_name: str, stage: str, repeats: int = 3):
+        self.cache = DiskCache(cache_name, ("choice",))
+        self.stage, self.repeats = stage, repeats
+
+    def choose(self, key: str, kernel: str, candidates: Sequence[Choice], launch: Callable[[Choice], None],
+               written: Sequence[torch.Tensor], args: Sequence[Any] = ()) -> Choice:
+        """The stored choice of `key`, else the fastest of `candidates` run through `launch(choice)`; `written`
+        are the tensors a launch stores to (restored after each), `args` what to synchronize on."""
+        stored = self.stored(key, candidates)
+        if stored is not None:
+            return stored
+        saved = [t.clone() for t in written]
+        times = {c: self._time(launch, c, written, saved, [*args, *written]) for c in candidates}
+        best = min(times, key=times.__getitem__)
+        self.store(key, best, kernel)
+        message = (f"{kernel}: variant {list(best)} of {len(candidates)} "
+                   f"({times[best] * 1e6:.1f} us; first candidate {times[candidates[0]] * 1e6:.1f} us)")
+        log.info("%s", message)
+        emit(Event(kind="kernel_tuned", stage=self.stage, message=message,
+                   data={"kernel": kernel, "key": key, "choice": list(best),
+                         "candidates": [list(c) for c in candidates],
+                         "seconds": [times[c] for c in candidates]}))
+        return best
+
+    def _time(self, launch: Callable[[Choice], None], choice: Choice, written: Sequence[torch.Tensor],
+              saved: Sequence[torch.Tensor], args: Sequence[Any]) -> float:
+        best = float("inf")
+        for _ in range(self.repeats):
+            sync(args)
+            start = time.perf_counter()
+            launch(choice)
+            sync(args)
+            best = min(best, time.perf_counter() - start)
+            for t, copy in zip(written, saved):
+                t.copy_(copy)
+        return best
+
+    def stored(self, key: str, candidates: Sequence[Choice]) -> Choice | None:
+        """The choice stored for `key` if it is one of `candidates`; None for no entry or one that is not."""
+        found = self.cache.lookup(key)
+        if not found.hit:
+            return None
+        try:
+            data = json.loads(Path(found.files["choice"]).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, list) or not all(type(v) is int for v in data):
+            return None
+        choice = tuple(data)
+        return choice if choice in set(map(tuple, candidates)) else None
+
+    def store(self, key: str, choice: Choice, kernel: str) -> None:
+        try:
+            with self.cache.lock(key):
+                self.cache.store(key, {"choice": json.dumps(list(choice)).encode()}, {"kernel": kernel})
+        except OSError:
+            pass  # an unwritable cache costs a new measurement in the next process, nothing else
