@@ -114,3 +114,15 @@ def test_variants_start_with_the_heuristics_and_differ_in_the_printed_kernel():
         assert len(texts) == len(variants)
         default = KernelPrinter(kernel, layout, "k", Variant()).print().text
         assert KernelPrinter(kernel, layout, "k").print().text == default
+
+
+def test_static_sizes_try_the_other_side_of_the_fork_and_the_threshold_is_the_preludes():
+    from ember_codegen_cpp import prelude
+    from ember_codegen_cpp._kernel_printer import PAR_MIN
+
+    assert f"#define EMBER_PAR_MIN {PAR_MIN}\n" in prelude()
+    small, large = torch.randn(8, 100), torch.randn(64, 300)
+    for x, other in ((small, Variant(par_min=1)), (large, Variant(par_min=SERIAL))):
+        plan = lower(trace(lambda x: (torch.sigmoid(x) * 2,), x))
+        variants = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k").variants(False)
+        assert variants[:2] == [Variant(), other] and Variant(par_min=4096) not in variants

@@ -58,6 +58,7 @@ _SIMD = "#pragma omp simd"
 _PARALLEL = "#pragma omp parallel for schedule(static)"
 _ERR = " reduction(|:ember_err)"
 SERIAL = 1 << 62  # a parallel threshold no loop reaches: the kernel never forks
+PAR_MIN = 16384  # the prelude's default EMBER_PAR_MIN
 
 
 @dataclass(frozen=True)
@@ -128,16 +129,28 @@ class KernelPrinter:
         return PrintedKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text)
 
     def variants(self, wide_vectors: bool) -> list[Variant]:
-        """What max-autotune tries for this kernel, the default first: other parallel thresholds and a larger
-        tile where there is a parallel loop, 256-bit vectors on a machine with wider ones (`wide_vectors`)."""
+        """What max-autotune tries for this kernel, the default first: where there is a parallel loop, the other
+        side of the fork (of static sizes: serial where the heuristics fork, parallel where they do not; of
+        symbolic ones: a lower threshold and never) and a larger tile; 256-bit vectors on a machine with wider ones
+        (`wide_vectors`)."""
         out = [Variant()]
         if self.k.outer_dims:
-            out += [Variant(par_min=4096), Variant(par_min=SERIAL)]
+            work = self._parallel_work()
+            if work is None:
+                out += [Variant(par_min=4096), Variant(par_min=SERIAL)]
+            else:
+                out.append(Variant(par_min=SERIAL) if work >= PAR_MIN else Variant(par_min=1))
             if not self.k.reduce_dims or self.outer_contiguous:
                 out.append(Variant(tile=4))
         if wide_vectors:
             out.append(Variant(vector_bits=256))
         return out
+
+    def _parallel_work(self) -> int | None:
+        """The element-iterations the parallel loop's fork test compares with the threshold, when static."""
+        loops = sum(1 for s in self.k.body if isinstance(s, Loop)) if self.k.reduce_dims else 1
+        work = sympy.Mul(*[as_sympy(d.size) for d in self.k.dims]) * max(loops, 1)
+        return int(work) if work.is_Integer else None
 
     def _body(self) -> list[str]:
         out = [f"  const int64_t n_{d.var} = {self.expr(d.size)};" for d in self.k.dims]

@@ -9,7 +9,8 @@ call it asks its `Tuner` to `choose` one:
   entry that is anything else is ignored and the kernel measured again (parsed, never evaluated; ember-core's
   `DiskCache` has already checked the file's hash, owner and mode);
 - otherwise every candidate runs on the call's own arguments, the best of `repeats` launches is its time, and the
-  fastest is stored. The buffers the kernel writes are saved first and put back after every launch, so a kernel
+  fastest is stored. The first candidate is the heuristics' choice, and another must beat it by `margin` (3%) to
+  be kept: a difference inside the noise of a few launches is no reason to leave the heuristics. The buffers the kernel writes are saved first and put back after every launch, so a kernel
   that updates a buffer in place (an optimizer step) leaves it as one run would.
 
 A measured choice is sent as a `kernel_tuned` event (shown by `EMBER_LOGS=autotune`) with every candidate's time.
@@ -19,7 +20,6 @@ Which mode tunes is the codegen's business, read from its options (`tuning_mode`
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,8 +27,6 @@ from typing import Any
 
 import torch
 from ember_core import DiskCache, Event, emit
-
-log = logging.getLogger("ember.autotune")
 
 TUNED_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 Choice = tuple[int, ...]
@@ -48,9 +46,9 @@ def sync(tensors: Sequence[Any]) -> None:
 class Tuner:
     """Choices of one codegen (`stage`), kept in ember-core's verified disk cache `cache_name`."""
 
-    def __init__(self, cache_name: str, stage: str, repeats: int = 3):
+    def __init__(self, cache_name: str, stage: str, repeats: int = 3, margin: float = 0.03):
         self.cache = DiskCache(cache_name, ("choice",))
-        self.stage, self.repeats = stage, repeats
+        self.stage, self.repeats, self.margin = stage, repeats, margin
 
     def choose(self, key: str, kernel: str, candidates: Sequence[Choice], launch: Callable[[Choice], None],
                written: Sequence[torch.Tensor], args: Sequence[Any] = ()) -> Choice:
@@ -62,10 +60,11 @@ class Tuner:
         saved = [t.clone() for t in written]
         times = {c: self._time(launch, c, written, saved, [*args, *written]) for c in candidates}
         best = min(times, key=times.__getitem__)
+        if times[best] > times[candidates[0]] * (1 - self.margin):
+            best = candidates[0]
         self.store(key, best, kernel)
         message = (f"{kernel}: variant {list(best)} of {len(candidates)} "
                    f"({times[best] * 1e6:.1f} us; first candidate {times[candidates[0]] * 1e6:.1f} us)")
-        log.info("%s", message)
         emit(Event(kind="kernel_tuned", stage=self.stage, message=message,
                    data={"kernel": kernel, "key": key, "choice": list(best),
                          "candidates": [list(c) for c in candidates],

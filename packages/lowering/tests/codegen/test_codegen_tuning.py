@@ -1,0 +1,58 @@
+"""The shared `Tuner` of the max-autotune modes: the fastest candidate kept (the heuristics' unless beaten by the
+margin), written buffers restored after every launch, the choice stored and reused, a stored entry that is not
+one of the candidates ignored."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import torch
+from ember_core import record_events
+from ember_lowering.codegen import TUNED_MODES, Tuner, tuning_mode
+
+
+def launcher(seconds: dict, out: torch.Tensor, runs: list):
+    def launch(choice):
+        runs.append(choice)
+        out.add_(1)  # a kernel that updates its buffer in place
+        time.sleep(seconds[choice])
+
+    return launch
+
+
+def test_the_fastest_candidate_is_kept_stored_and_reused_and_writes_are_restored():
+    tuner, key = Tuner("test_tune", "test"), uuid.uuid4().hex
+    out, runs = torch.zeros(4), []
+    seconds = {(1,): 0.004, (2,): 0.0005, (3,): 0.003}
+    with record_events() as rec:
+        assert tuner.choose(key, "k", list(seconds), launcher(seconds, out, runs), [out]) == (2,)
+    assert torch.equal(out, torch.zeros(4))  # every trial undone: the real call then runs once on it
+    assert len(runs) == 3 * tuner.repeats
+    (event,) = rec.kinds("kernel_tuned")
+    assert event.get("choice") == [2] and event.get("candidates") == [[1], [2], [3]] and len(event.get("seconds")) == 3
+    runs.clear()
+    assert Tuner("test_tune", "test").choose(key, "k", list(seconds), launcher(seconds, out, runs), [out]) == (2,)
+    assert runs == []  # from the disk
+
+
+def test_the_heuristics_choice_stays_unless_another_beats_it_by_the_margin():
+    tuner = Tuner("test_tune", "test", margin=0.5)
+    seconds = {(1,): 0.002, (2,): 0.0015}
+    assert tuner.choose(uuid.uuid4().hex, "k", list(seconds), launcher(seconds, torch.zeros(1), []), []) == (1,)
+
+
+def test_a_stored_entry_that_is_no_candidate_or_no_list_of_integers_is_not_used():
+    tuner, key = Tuner("test_tune", "test"), uuid.uuid4().hex
+    tuner.store(key, (9,), "k")
+    assert tuner.stored(key, [(1,), (2,)]) is None
+    for text in (b'{"choice": 1}', b'["1"]', b"[1.0]", b"\xff"):
+        with tuner.cache.lock(key):
+            tuner.cache.store(key, {"choice": text}, {})
+        assert tuner.stored(key, [(1,)]) is None
+
+
+def test_the_tuning_modes():
+    assert TUNED_MODES == ("max-autotune", "max-autotune-no-cudagraphs")
+    assert tuning_mode({"mode": "max-autotune"}) and not tuning_mode({"mode": "reduce-overhead"})
+    assert not tuning_mode(None) and not tuning_mode({})
