@@ -10,8 +10,9 @@ call it asks its `Tuner` to `choose` one:
   `DiskCache` has already checked the file's hash, owner and mode);
 - otherwise every candidate runs on the call's own arguments, the best of `repeats` launches is its time, and the
   fastest is stored. The first candidate is the heuristics' choice, and another must beat it by `margin` (3%) to
-  be kept: a difference inside the noise of a few launches is no reason to leave the heuristics. The buffers the kernel writes are saved first and put back after every launch, so a kernel
-  that updates a buffer in place (an optimizer step) leaves it as one run would.
+  be kept: a difference inside the noise of a few launches is no reason to leave the heuristics. The buffers the
+  kernel writes are saved first and put back after every launch, so a kernel that updates a buffer in place (an
+  optimizer step) leaves it as one run would.
 
 A measured choice is sent as a `kernel_tuned` event (shown by `EMBER_LOGS=autotune`) with every candidate's time.
 Which mode tunes is the codegen's business, read from its options (`tuning_mode`); the runtime knows nothing of it.
