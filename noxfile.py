@@ -1,17 +1,51 @@
-"""ember's sessions. Each package's tests run in a venv holding only that package and what it declares."""
+"""ember's sessions. Each package's tests run in a venv holding only that package and what it declares.
+
+`./dev` runs nox with uv next to it: every session's venv is made by uv and its packages are hard links into uv's
+one cache, so ten sessions hold one torch on disk (without uv, nox falls back to venv and pip, a torch per venv).
+The sessions use the Python that runs nox (3.10 or newer; `EMBER_PYTHON=3.12 ./dev test` picks another).
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 
 import nox
 
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"
 nox.options.download_python = "never"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests", "integration", "lint"]
 
-PYTHON = "3.11"
+PYTHON = os.environ.get("EMBER_PYTHON", "").removeprefix("python") or "%d.%d" % sys.version_info[:2]
+if sys.version_info < (3, 10):
+    raise SystemExit(f"ember needs Python 3.10 or newer; nox runs on {sys.version.split()[0]}")
+
+
+def _pip_settings_for_uv() -> None:
+    """uv reads no pip.conf: give it pip's package sources (extra indexes, local wheels, constraints) as its own
+    variables, so a session installs what pip would on this machine (here: torch's CPU wheel from local disk).
+    A variable the user set wins."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    names = {"index-url": "UV_INDEX_URL", "extra-index-url": "UV_EXTRA_INDEX_URL", "find-links": "UV_FIND_LINKS",
+             "constraint": "UV_CONSTRAINT"}
+    for line in out.splitlines():  # `global.extra-index-url='a b'`, `:env:.find-links='/opt/wheels'`
+        m = re.fullmatch(r"[^.]*\.([a-z-]+)='(.*)'", line.strip())
+        if m and m.group(1) in names:
+            os.environ.setdefault(names[m.group(1)], m.group(2))
+    if "UV_EXTRA_INDEX_URL" in os.environ:  # pip takes the best version over all indexes; uv the first index's
+        os.environ.setdefault("UV_INDEX_STRATEGY", "unsafe-best-match")
+    os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+_pip_settings_for_uv()
+
 TORCH_DEFAULT = "2.13.0"
 # The release matrix: EMBER_TORCH=2.13.0,2.14.1 nox -s integration
 TORCH_VERSIONS = os.environ.get("EMBER_TORCH", TORCH_DEFAULT).split(",")

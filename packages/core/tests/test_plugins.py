@@ -196,7 +196,8 @@ def test_trace_hooks_writes_a_line_per_hook_call(capsys):
     err = capsys.readouterr().err
     assert "[ember hooks]   ember_configure [hook]" in err
     assert "[ember hooks]   ember_register plugin=fastplug [hook]" in err
-    assert "[ember hooks]   ember_event plugin=watcher [hook]" in err and "event: 'cache_hit (runtime) hit'" in err
+    assert "[ember hooks]   ember_event plugin=watcher [hook]" in err
+    assert "event: 'cache_hit (runtime) hit'" in err or "event: cache_hit (runtime) hit" in err  # pluggy 1.7 / 1.6
 
 
 def test_no_trace_lines_without_the_knob(capsys):

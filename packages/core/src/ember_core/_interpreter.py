@@ -67,7 +67,8 @@ class Interpreter:
                 kwargs = {k: _read(v, env, syms) for k, v in node.kwargs.items()}
                 result = self._ops[i](*args, **kwargs)
             except Exception as e:
-                e.add_note(f"While running node {i} of graph {graph.name!r}: {format_node(node, graph.values)}")
+                if hasattr(e, "add_note"):  # Python 3.11+; on 3.10 the error goes up without the note
+                    e.add_note(f"While running node {i} of graph {graph.name!r}: {format_node(node, graph.values)}")
                 raise
             if len(node.outputs) == 1 and not isinstance(result, (tuple, list)):
                 env[node.outputs[0]] = result
