@@ -19,7 +19,7 @@ nox.options.download_python = "never"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests", "integration", "lint"]
 
-PYTHON = os.environ.get("EMBER_PYTHON", "").removeprefix("python") or "%d.%d" % sys.version_info[:2]
+PYTHON = os.environ.get("EMBER_PYTHON", "").removeprefix("python") or f"{sys.version_info[0]}.{sys.version_info[1]}"
 if sys.version_info < (3, 10):
     raise SystemExit(f"ember needs Python 3.10 or newer; nox runs on {sys.version.split()[0]}")
 
