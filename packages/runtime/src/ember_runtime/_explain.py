@@ -210,7 +210,7 @@ def _section(lines: list[str], title: str, items: list[Any]) -> None:
     for k, item in enumerate(items, 1):
         first, *rest = str(item).splitlines() or [""]
         lines.append(f"  {k}. {first}")
-        lines += [f"     {line}" for line in rest]
+        lines += [f"       {line.strip()}" for line in rest]
 
 
 # ---------------------------------------------------------------------- reading events
