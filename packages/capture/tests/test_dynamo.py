@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from ember_capture import DynamoFrontend
+from ember_core import FallbackWarning
 from torch.testing import assert_close
 
 
@@ -156,9 +158,12 @@ def test_hook_registered_inside_the_graph_runs_that_graph_eagerly(compile_graph,
         return y.sum()
 
     x = torch.randn(4, requires_grad=True)
-    wrap(f, compile_graph)(x).backward()
+    with pytest.warns(FallbackWarning, match="graph dynamo_0_0 of f runs eagerly.*tensor hook") as told:
+        wrap(f, compile_graph)(x).backward()
     assert_close(x.grad, torch.full((4,), 30.0))
     assert "tensor hook" in events.of("fallback")[0].message and compile_graph.count == 0
+    [warned] = [w for w in told if w.category is FallbackWarning]
+    assert warned.filename == __file__ and events.of("fallback")[0].data["where"] == f"{__file__}:{warned.lineno}"
 
 
 def test_symbolic_int_inputs_renamed_to_canonical_symbols_still_bind(compile_graph):

@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 from ember_capture import CaptureError, TraceFrontend
+from ember_core import FallbackWarning
 from torch.testing import assert_close
 
 
@@ -168,10 +169,15 @@ def test_branch_on_tensor_value_falls_back_to_eager(compile_graph, events):
 
     compiled = wrap(f, compile_graph)
     hi, lo = torch.ones(4), torch.zeros(4)
-    assert_close(compiled(hi), hi * 2)
-    assert_close(compiled(lo), lo - 1)
+    with pytest.warns(FallbackWarning, match=r"f runs eagerly .*test_trace.py:\d+: data-dependent") as told:
+        assert_close(compiled(hi), hi * 2)
+        assert_close(compiled(lo), lo - 1)
     assert compiled.fallback_reason is not None and compile_graph.count == 0
-    assert "test_trace.py" in events.of("fallback")[0].message
+    [warned] = [w for w in told if w.category is FallbackWarning]  # once, not once per call
+    assert warned.filename == __file__ and "if x.mean() > 0.5:" in str(warned.message)
+    [event] = events.of("fallback")
+    assert "test_trace.py" in event.message and event.data["code"] == "if x.mean() > 0.5:"
+    assert event.data["where"] == f"{__file__}:{warned.lineno}" and event.data["break_reason"].startswith("data-")
 
 
 def test_branch_on_tensor_value_raises_naming_the_line_under_fullgraph(compile_graph):
@@ -317,6 +323,16 @@ def test_no_grad_region_blocks_gradients_like_eager(compile_graph):
     wrap(f, compile_graph)(x).backward()
     f(x_ref).backward()
     assert_close(x.grad, x_ref.grad)
+
+
+def test_guards_built_lists_each_guard_readably(compile_graph, events):
+    compiled = wrap(lambda x, k: x * k, compile_graph)
+    compiled(torch.ones(2, 3), 2)
+    [event] = events.of("guards_built")
+    guards = event.data["guards"]
+    assert {"type(x) is Tensor", "x.dtype is torch.float32", "x.size() == (2, 3)", "type(k) is int and k == 2",
+            "is_grad_enabled() is True"} <= set(guards), guards
+    assert event.data["function"] == "<lambda>" and event.data["entry"] == 0
 
 
 def test_hit_path_emits_no_events(compile_graph, events):

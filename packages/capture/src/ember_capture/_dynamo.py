@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import EmberError
+from ember_core import EmberError, warn_fallback
 from torch._guards import CompileContext, TracingContext, detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental._backward_state import BackwardState
 
-from ._aten import capture_graph
+from ._aten import _source_of, capture_graph
 from ._guards import storage_of
 from ._options import options_of
 from ._report import qualname, report
@@ -88,6 +88,11 @@ def _attribute(gm: fx.GraphModule, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part, None)
     return obj
+
+
+def _graph_source(gm: fx.GraphModule) -> str | None:
+    """`file:line` of the user's line where Dynamo's graph starts (the first node that has one)."""
+    return next((where for where in map(_source_of, gm.graph.nodes) if where), None)
 
 
 def _break_source(reason: Any) -> tuple[str, str]:
@@ -160,7 +165,7 @@ def _guards_text(guards: Any) -> str:
     lines = []
     for g in guards:
         codes = getattr(g, "code_list", None)
-        lines.extend(codes if codes else [f"{g.name}: {g.create_fn_name()}"])
+        lines.extend(codes if codes else [f"{g.name}: {g.create_fn_name()}" if g.name else g.create_fn_name()])
     return "\n".join(lines)
 
 
@@ -171,27 +176,28 @@ class DynamoBackend:
         self.compile_graph = compile_graph
         self.options = options_of(options)
         self.last_failure: str | None = None  # set by the guard_fail_fn of `DynamoFrontend.wrap`
+        self.label: str | None = None  # the compiled function's name, when `DynamoFrontend.wrap` made this backend
         self._count = itertools.count()
+        self._warned = False
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         compile_id = CompileContext.current_compile_id()
         name = _graph_name(compile_id) if compile_id else f"dynamo_{next(self._count)}"
         self._report_break(gm)
         if compile_id is not None and getattr(compile_id, "frame_compile_id", 0):
-            report("recompiled", self.last_failure or "Dynamo recompiled the frame", compile_id=str(compile_id))
+            reason = self.last_failure or "Dynamo recompiled the frame"
+            report("recompiled", reason, compile_id=str(compile_id), reason=reason)
         fake_mode = detect_fake_mode(example_inputs)
         dynamo_gm = gm  # what runs eagerly if capture refuses the graph
         if any(isinstance(x, BackwardState) for x in example_inputs):
             reason = ("the graph registers backward hooks through compiled autograd's BackwardState (a hook on an "
                       "intermediate tensor or a module's full backward hook); it runs eagerly, and compiled autograd "
                       "captures its backward and the hooks with the rest")
-            report("fallback", f"graph {name} runs eagerly: {reason}", graph_name=name, reason=reason, cause="eager")
-            return dynamo_gm.forward
+            return self._eager(dynamo_gm, name, reason)
         try:
             gm, example_inputs, flatten = _flatten_list_inputs(gm, example_inputs)
         except EmberError as e:
-            report("fallback", f"graph {name} runs eagerly: {e}", graph_name=name, reason=str(e), cause="eager")
-            return dynamo_gm.forward
+            return self._eager(dynamo_gm, name, e)
         fakes = _fake_inputs(gm, example_inputs, fake_mode)
         gm, lifted = _lift_attributes(gm)
         with fake_mode:
@@ -199,8 +205,7 @@ class DynamoBackend:
         try:
             graph = capture_graph(gm, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode)
         except EmberError as e:  # a construct the graph cannot hold: this graph runs eagerly
-            report("fallback", f"graph {name} runs eagerly: {e}", graph_name=name, reason=str(e), cause="eager")
-            return dynamo_gm.forward
+            return self._eager(dynamo_gm, name, e)
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
         direct = runner.passthrough
@@ -223,6 +228,21 @@ class DynamoBackend:
 
         run.graph = graph  # type: ignore[attr-defined]
         return run
+
+    def _eager(self, gm: fx.GraphModule, name: str, why: str | EmberError) -> Callable:
+        """Dynamo's graph `name` runs as Dynamo made it, reported as a fallback and warned about once per backend
+        (one compiled function, or one graph of `torch.compile(backend="ember")`). The user's line is the
+        construct's, when capture named it, else where the graph starts."""
+        reason, where, code = str(why), getattr(why, "where", None), getattr(why, "code", None)
+        where = where or _graph_source(gm)
+        report("fallback", f"graph {name} runs eagerly: {reason}", graph_name=name, reason=reason, cause="eager",
+               where=where, code=code)
+        if not self._warned:
+            self._warned = True
+            of = f" of {self.label}" if self.label else ""
+            at = f" (at {where})" if where and where not in reason else ""
+            warn_fallback(f"ember: graph {name}{of} runs eagerly{at}: {reason}", "eager", where)
+        return gm.forward
 
     def _sharing_checked(self, run: Callable, gm: fx.GraphModule, graph: Any, lifted: list[str]) -> Callable:
         """`run`, or, for a call in which an argument the graph writes shares memory with another argument, the FX
@@ -270,14 +290,19 @@ class DynamoFrontend:
     def wrap(self, fn: Callable, compile_graph: Callable, options: Mapping[str, Any] | None = None) -> Callable:
         opts = options_of(options)
         backend = self.backend(compile_graph, opts)
-        label = qualname(fn)
+        label = backend.label = qualname(fn)
 
         def guards_built(guards: Any) -> None:
-            report("guards_built", f"guards of {label}", source=_guards_text(guards))
+            compile_id = CompileContext.current_compile_id()
+            frame = f", frame {compile_id}" if compile_id is not None else ""
+            text = _guards_text(guards)
+            report("guards_built", f"guards of {label}{frame}", source=text, function=label,
+                   compile_id=str(compile_id) if compile_id is not None else None,
+                   graph_name=_graph_name(compile_id) if compile_id is not None else None, guards=text.splitlines())
 
         def guard_failed(failure: Any) -> None:
             backend.last_failure = f"{failure.orig_code.co_name}: {failure.reason}"
-            report("guard_failed", backend.last_failure)
+            report("guard_failed", backend.last_failure, function=label, reason=backend.last_failure)
 
         return torch._dynamo.optimize(backend, nopython=opts["fullgraph"], dynamic=opts["dynamic"],
                                       recompile_limit=opts["recompile_limit"], guard_export_fn=guards_built,

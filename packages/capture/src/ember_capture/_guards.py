@@ -4,11 +4,14 @@ A `GuardBuilder` collects checks, each a condition that is true when the guard f
 (a template of ember's, filled with constants and with `Live` values read on a miss: no user text becomes code).
 From the same list it generates two functions: `check(flat, spec) -> bool`, the hot path (straight-line code, no
 allocation beyond the locals), and `explain(flat, spec) -> str | None`, which runs only on a miss and returns the
-first failing check's reason, e.g. `x: size of dim 0 changed from 10 to 8`.
+first failing check's reason, e.g. `x: size of dim 0 changed from 10 to 8`. `readable()` gives each check for
+people (`ember.explain`, the `guards_built` event): the condition that holds while the entry is used, with constants
+shown by value and argument leaves by name, e.g. `x.size() == (10, 4)`.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import string
 from collections.abc import Callable
@@ -38,15 +41,20 @@ class GuardBuilder:
                                    "_stride_diff": _stride_diff, "_reason": _reason,
                                    "_storage_of": storage_of}
         self.lines: list[tuple[str, str, str | None]] = []  # ("let", code, None) | ("check", condition, explain code)
+        self.shown: dict[str, str] = {"spec": "argument_structure"}  # guard local or constant → how people read it
 
     def const(self, prefix: str, value: Any) -> str:
         """A name in the guard's namespace bound to `value`."""
         name = f"{prefix}{len(self.ns)}"
         self.ns[name] = value
+        self.shown[name] = _shown(value)
         return name
 
-    def let(self, var: str, expr: str) -> None:
+    def let(self, var: str, expr: str, label: str | None = None) -> None:
+        """A local of the guard; `label` is what it is called in `readable()` (the argument's name)."""
         self.lines.append(("let", f"{var} = {expr}", None))
+        if label is not None:
+            self.shown[var] = label
 
     def check(self, failed: str, template: str, **fields: Any) -> None:
         """`failed` is a condition that is true when the guard fails. The reason is `template` (ember's text) with
@@ -80,6 +88,11 @@ class GuardBuilder:
             body += [code] if kind == "let" else [f"if {code}:", f"    return {explain}"]
         return _function("explain", body, "None", "'a guard raised'")
 
+    def readable(self) -> list[str]:
+        """Each check as the condition that holds while the guard passes (`x.dtype is torch.float32`), over the
+        arguments' labels and the constants' values. For people only: it is never run."""
+        return [_holding(code, self.shown) for kind, code, _ in self.lines if kind == "check"]
+
     def build(self) -> tuple[Callable[[list, Any], bool], Callable[[list, Any], str | None], str]:
         """(check, explain, source of check)."""
         src = self.source()
@@ -95,6 +108,50 @@ class GuardBuilder:
                 return f"guard raised {type(e).__name__}: {e}"
 
         return check, explain_safely, src
+
+
+_NEGATED_COMPARISONS = {ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE,
+                        ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.In: ast.NotIn, ast.NotIn: ast.In}
+
+
+class _Renamer(ast.NodeTransformer):
+    def __init__(self, shown: dict[str, str]):
+        self.shown = shown
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(id=self.shown.get(node.id, node.id), ctx=node.ctx)
+
+
+def _holding(failed: str, shown: dict[str, str]) -> str:
+    """The negation of the guard condition `failed` (ember's generated code, never user text), printed with the
+    names in `shown` replaced."""
+    expr = _negated(ast.parse(failed, mode="eval").body)
+    return ast.unparse(_Renamer(shown).visit(expr))
+
+
+def _negated(e: ast.expr) -> ast.expr:
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return e.operand
+    if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _NEGATED_COMPARISONS:
+        return ast.Compare(e.left, [_NEGATED_COMPARISONS[type(e.ops[0])]()], e.comparators)
+    if isinstance(e, ast.BoolOp):  # De Morgan
+        return ast.BoolOp(ast.And() if isinstance(e.op, ast.Or) else ast.Or(), [_negated(v) for v in e.values])
+    return ast.UnaryOp(ast.Not(), e)
+
+
+def _shown(value: Any) -> str:
+    """A guard constant as `readable()` prints it: a short value, or the object's type."""
+    if isinstance(value, type):
+        return value.__name__
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"device({str(value)!r})"
+    scalars = (type(None), bool, int, float, str)
+    if isinstance(value, scalars) or type(value) in (tuple, frozenset) and all(isinstance(v, scalars) for v in value):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return f"<{type(value).__name__}>"
 
 
 def storage_of(t: torch.Tensor) -> int:

@@ -171,7 +171,7 @@ class Reads:
         first: dict[int, Read] = {}
         for k, r in enumerate(self.found):
             r.var = f"r{k}"
-            g.let(r.var, r.code(g))
+            g.let(r.var, r.code(g), r.label)
             if self._is_dynamic(r):
                 g.check(f"type({r.var}) is not float", "{label}: is no longer a float", label=r.label)
             elif r.kind == "value":

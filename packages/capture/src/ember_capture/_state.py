@@ -69,9 +69,10 @@ class ModuleState:
             for path, module in owner.module.named_modules():
                 var = f"m{j}_{len(found)}"
                 parent, _, leaf = path.rpartition(".")
-                g.let(var, owner.read.var if not path else f"{found[parent]}._modules.get({g.const('N', leaf)})")
-                found[path] = var
                 label = ".".join(p for p in (owner.prefix, path) if p) or type(module).__name__
+                g.let(var, owner.read.var if not path else f"{found[parent]}._modules.get({g.const('N', leaf)})",
+                      label)
+                found[path] = var
                 g.check(f"{var} is not {g.const('M', module)}", "module {label} was replaced", label=label)
                 g.check(f"{var}.training is not {module.training}", "module {label}: training changed from {old} to "
                         "{new}", label=label, old=module.training, new=Live(f"{var}.training"))

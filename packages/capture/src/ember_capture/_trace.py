@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember_core import EmberError, tracing_lock
+from ember_core import EmberError, FallbackWarning, tracing_lock, warn_fallback
 from torch._dynamo.source import LocalSource
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
@@ -142,8 +142,12 @@ class TracedFunction:
             if self.options["fullgraph"]:
                 raise
             self.fallback_reason = str(e)
+            # `break_reason`, `where` and `code`: the construct that stopped the trace, as a graph break is told
             report("fallback", f"{self.name} runs eagerly from now on: {e}", function=self.name, reason=str(e),
-                   cause="eager")
+                   cause="eager", break_reason=e.reason, where=e.where, code=e.code)
+            # once per function: it runs eagerly from now on, and no later call comes here
+            warn_fallback(f"ember: {self.name} runs eagerly (the trace frontend cannot capture it): {e}", "eager",
+                          e.where, stacklevel=3)
             return None
         if reason is not None:
             report("recompiled", f"{self.name}: {reason}", function=self.name, reason=reason,
@@ -164,7 +168,7 @@ class TracedFunction:
             self._limit_warned = True
             message = (f"ember: {self.name} reached recompile_limit ({self.options['recompile_limit']}); calls that "
                        f"miss every guard run eagerly. Last guard failure: {reason}")
-            warnings.warn(message, stacklevel=5)
+            warnings.warn(message, FallbackWarning, stacklevel=5)
             report("fallback", message, function=self.name, reason=message, cause="eager")
 
     def _grow_dynamic(self, flat: list, spec: Any) -> None:
@@ -212,8 +216,9 @@ class TracedFunction:
         self.compiles += 1
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
         user_fakes = [fakes[layout.leaf_input[i]] for i in layout.user]
-        check, explain, source = self._guard(flat, spec, labels, layout, user_fakes, shape_env, mutated)
-        report("guards_built", f"guards of {self.name}, entry {len(self.entries)}", source=source)
+        (check, explain, source), readable = self._guard(flat, spec, labels, layout, user_fakes, shape_env, mutated)
+        report("guards_built", f"guards of {self.name}, entry {len(self.entries)}", source=source, function=self.name,
+               entry=len(self.entries), guards=readable)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
         sizes = {i: static_ints(fakes[k].shape) for i, k in layout.leaf_input.items()}
         constant_floats = {i: x for i, x in enumerate(flat) if type(x) is float and i not in floats}
@@ -238,7 +243,8 @@ class TracedFunction:
                                      symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
 
     def _guard(self, flat: list, spec: Any, labels: list[str], layout: InputLayout, user_fakes: list,
-               shape_env: ShapeEnv, mutated: set[int]) -> tuple[Callable, Callable, str]:
+               shape_env: ShapeEnv, mutated: set[int]) -> tuple[tuple[Callable, Callable, str], list[str]]:
+        """((check, explain, source), the checks for people)."""
         g = GuardBuilder()
         g.check(f"spec != {g.const('SPEC', spec)}", "argument structure changed (pytree of {old} leaves, now {new})",
                 old=len(flat), new=Live("len(flat)"))
@@ -248,7 +254,7 @@ class TracedFunction:
         fakes.update((i, fakes[j]) for i, j in layout.same_leaf if j in fakes)
         floats = set(layout.float_leaves)
         for i, x in enumerate(flat):
-            g.let(f"a{i}", f"flat[{i}]")
+            g.let(f"a{i}", f"flat[{i}]", labels[i])
             if isinstance(x, torch.Tensor):  # an argument of its own by its fake, the others as they are now
                 tensor_checks(g, f"a{i}", labels[i], fakes.get(i, x), type(x))
             elif i in floats:  # a graph input: any float
@@ -261,7 +267,7 @@ class TracedFunction:
         layout.reads.add_checks(g)
         layout.state.add_checks(g)
         layout.add_checks(g, mutated)
-        return g.build()
+        return g.build(), g.readable()
 
 
 class _OutputLayout:

@@ -19,6 +19,7 @@ from ._effects import EffectfulFunctionalMode, has_effect
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
 from ._events import EVENT_KINDS, FALLBACK_CAUSES, Event, EventKind, GraphCompiled, JointTraced, Partitioned
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
+from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
 from ._grad_rules import grad_rules
@@ -93,4 +94,6 @@ __all__ = [
     "text_constants",
     # disk caches of stage results (a warm start in a later process)
     "ResultCache", "clear_result_caches", "code_version", "facts_key",
+    # the fallbacks a user is warned about
+    "FallbackWarning", "WARNED_CAUSES", "warn_fallback",
 ]

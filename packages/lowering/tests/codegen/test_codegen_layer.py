@@ -6,11 +6,12 @@ their events, lazy binding) is the layer's, and the codegen conformance kit pass
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 
 import pytest
 import torch
-from ember_core import DiskCache, record_events
+from ember_core import DiskCache, FallbackWarning, record_events
 from ember_core.testing import CodegenConformance
 from ember_lowering import Kernel, recompute_locals
 from ember_lowering.codegen import (
@@ -111,7 +112,8 @@ def test_inputs_in_another_layout_are_relaid_out_by_the_layer():
 
 def test_a_kernel_the_codegen_cannot_print_runs_interpreted_and_is_reported():
     x = torch.randn(4, 8)
-    with record_events() as ev:
+    with record_events() as ev, warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)  # one kernel interpreted is reported, not warned about
         compiled = ToyCodegen(refuse="reduce").compile(trace(softmax, x))
         torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
     reasons = [e.data["reason"] for e in ev.kinds("fallback")]
@@ -130,12 +132,13 @@ def test_a_failed_build_runs_the_graph_in_the_interpreter_codegen():
             return lazy
 
     x = torch.randn(4, 8)
-    with record_events() as ev:
+    with record_events() as ev, pytest.warns(FallbackWarning, match="toy.*the build failed.*disk on fire") as told:
         compiled = Broken().compile(trace(softmax, x))
         for _ in range(2):
             torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
     [event] = ev.kinds("fallback")
     assert "the build failed" in event.data["reason"] and "disk on fire" in event.data["reason"]
+    assert len([w for w in told if w.category is FallbackWarning]) == 1  # once per graph, not per call
 
 
 def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(monkeypatch):
@@ -146,7 +149,7 @@ def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(m
 
     monkeypatch.setattr(plans, "lower", fail)  # what the codegen layer's `lower_cached` calls on a miss
     x = torch.randn(3, 4)
-    with record_events() as ev:
+    with record_events() as ev, pytest.warns(FallbackWarning, match="lowering failed: RuntimeError: no lowering"):
         compiled = ToyCodegen().compile(trace(softmax, x))
     torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
     assert compiled.codegen == "interpreter"
@@ -160,7 +163,7 @@ def test_a_printer_that_raises_sends_the_graph_to_the_interpreter_codegen_as_a_p
             raise KeyError("a printer bug")
 
     x = torch.randn(3, 4)
-    with record_events() as ev:
+    with record_events() as ev, pytest.warns(FallbackWarning, match="printing failed: KeyError"):
         compiled = Buggy().compile(trace(softmax, x))
     torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
     [event] = ev.kinds("fallback")
@@ -173,7 +176,7 @@ def test_a_custom_function_call_runs_in_the_interpreter_codegen_with_its_backwar
     from ember_core.testing import gate_graph
     from ember_core.testing._custom_function import gate_reference
 
-    with record_events() as ev:
+    with record_events() as ev, pytest.warns(FallbackWarning, match="custom autograd function"):
         compiled = ToyCodegen().compile(gate_graph())
     assert compiled.codegen == "interpreter"
     [event] = ev.kinds("fallback")

@@ -7,7 +7,7 @@ assumes, a kernel's error flag, a failed build. Each ends in a correct result or
 - `fix_layout`: the same for an extern's result that kernels read.
 - `UseFallback`: raised inside the wrapper to run the whole graph in the interpreter codegen instead.
 - `report_fallback`: the log line and `fallback` event (with its cause) of a graph (or kernel) that a codegen
-  does not run natively.
+  does not run natively, and a `FallbackWarning` for the causes that warn (`ember_core.WARNED_CAUSES`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import FALLBACK_CAUSES, CompiledGraph, Event, Graph, emit, interpreter_codegen
+from ember_core import FALLBACK_CAUSES, CompiledGraph, Event, Graph, emit, interpreter_codegen, warn_fallback
 
 log = logging.getLogger("ember.kernels")
 
@@ -113,9 +113,14 @@ class InterpreterFallback:
 
 def report_fallback(stage: str, graph: Graph, reason: str, cause: str, source: str | None = None) -> None:
     """`stage` names the codegen (`codegen-cpp`); the reason says what runs where instead, and why; `cause` is
-    one of `ember_core.FALLBACK_CAUSES` (`build`, `lowering`, `print`, `kernel`, `device`)."""
+    one of `ember_core.FALLBACK_CAUSES` (`build`, `lowering`, `print`, `kernel`, `device`). Each graph reports a
+    cause once (a build failure on the wrapper's first call, the others when it is compiled), so the warning of a
+    warned cause comes once per graph too; `where` is the user's line of the graph's first node, when known."""
     if cause not in FALLBACK_CAUSES:
         raise ValueError(f"unknown fallback cause {cause!r}; causes: {', '.join(FALLBACK_CAUSES)}")
     log.warning("%s: graph %r: %s", stage, graph.name, reason)
+    where = next((n.meta["source"] for n in graph.nodes if n.meta.get("source")), None)
     emit(Event(kind="fallback", stage=stage, message=f"graph {graph.name!r}: {reason}", graph=graph,
-               source=source, data={"reason": reason, "cause": cause}))
+               source=source, data={"reason": reason, "cause": cause, "where": where}))
+    at = f" (the graph starting at {where})" if where else ""
+    warn_fallback(f"ember: {stage}: graph {graph.name!r}{at}: {reason}", cause, where, stacklevel=2)
