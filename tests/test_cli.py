@@ -9,9 +9,7 @@ import select
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-import pytest
 from ember._cli import main
 from ember._show import file_format
 
@@ -40,9 +38,6 @@ def test_python_m_ember_gives_the_commands_of_the_ember_script(tmp_path, capsys)
         except SystemExit as done:  # --version exits, as argparse's own does
             assert done.code == 0
         assert result.stdout == capsys.readouterr().out
-
-
-def test_python_m_ember_reports_errors_like_the_script(tmp_path):
     result = run_python(["-m", "ember", "show", str(tmp_path / "gone.json")], tmp_path)
     assert result.returncode == 2 and result.stderr == f"ember show: error: {tmp_path / 'gone.json'}: no such file\n"
 
@@ -51,6 +46,7 @@ def test_show_reads_every_file_a_training_dump_writes(tmp_path, capsys):
     dump = tmp_path / "dump"
     result = run_python(["-c", TRAIN], tmp_path, EMBER_DUMP=str(dump))
     assert result.returncode == 0 and "trained" in result.stdout, result.stderr
+    assert "ember: building" not in result.stderr  # C++ libraries were built, but stderr is not a terminal
     files = sorted(dump.iterdir())
     formats = {}
     for path in files:
@@ -110,24 +106,7 @@ def test_progress_is_off_on_a_terminal_when_asked(tmp_path):
     assert "ember: building" not in terminal
 
 
-def test_no_progress_when_stderr_is_not_a_terminal(tmp_path):
-    result = run_python(["-c", BUILD], tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "ember: building" not in result.stderr and "\x1b[" not in result.stderr
-
-
-@pytest.mark.parametrize("value", ["1", "on"])
-def test_progress_forced_on_shows_without_a_terminal(tmp_path, value):
-    result = run_python(["-c", BUILD], tmp_path, EMBER_PROGRESS=value)
+def test_progress_forced_on_shows_without_a_terminal(tmp_path):
+    result = run_python(["-c", BUILD], tmp_path, EMBER_PROGRESS="1")
     assert result.returncode == 0, result.stderr
     assert "ember: building 1 C++ library" in result.stderr
-
-
-def test_a_bad_progress_setting_is_named_and_ignored(tmp_path):
-    result = run_python(["-c", BUILD], tmp_path, EMBER_PROGRESS="sometimes")
-    assert result.returncode == 0, result.stderr
-    assert "EMBER_PROGRESS='sometimes'" in result.stderr and "ember: building" not in result.stderr
-
-
-def test_every_command_runs_as_python_m_ember():
-    assert Path(__import__("ember").__file__).with_name("__main__.py").is_file()

@@ -158,7 +158,8 @@ def test_misspelled_partition_names_the_value_suggests_and_lists_the_installed()
 
 
 def test_a_name_far_from_every_one_is_listed_without_a_guess():
-    with pytest.raises(OptionError, match=r"option 'frontend': no frontend named 'zzz' is installed; valid names: trace"):
+    with pytest.raises(OptionError, match=r"option 'frontend': no frontend named 'zzz' is installed; "
+                                          r"valid names: trace"):
         staged().registry.check_options({"frontend": "zzz"})
 
 

@@ -254,7 +254,8 @@ def test_any_damage_to_a_diagram_is_a_value_error_naming_a_line():
     text, rng = joint_dot(), random.Random(13)
     for _ in range(300):
         at = rng.randrange(len(text))
-        damaged = rng.choice([text[:at], text[:at] + text[at + 1:], text[:at] + rng.choice('"<>{}[];=-/*#') + text[at:]])
+        inserted = text[:at] + rng.choice('"<>{}[];=-/*#') + text[at:]
+        damaged = rng.choice([text[:at], text[:at] + text[at + 1:], inserted])
         try:
             parse_dot(damaged)
         except ValueError as e:

@@ -1,14 +1,14 @@
 """`ember show FILE`: any file `EMBER_DUMP` writes, told apart by its first line and its name, parsed by ember's own
 readers (nothing in a file is evaluated) and printed for people.
 
-| file | taken for | printed |
-|---|---|---|
-| `.json`, or text starting `{` | graph (JSON) | the graph's text form, after `verify` |
-| `# ember graph v...` first, or a dump's `.txt` | graph (text) | the same |
-| `# ember kernel plan` first, or `NNN-kernels_planned-*.src.txt` | kernel plan (loop IR) | re-printed after `parse_plan` (and `verify_plan`) |
-| any other dump `.src.txt` | source (generated C++ or Python, guards, a partition report) | as it is |
-| `.dot`, or text starting `digraph` / `graph` | Graphviz diagram | one line per node: its label, the nodes it comes from |
-| `.svg` | the diagram drawn | a line saying what it is (it is an image: open it in a browser) |
+- `.json`, or text starting `{`: a graph (JSON), printed in the graph's text form after `verify`;
+- first line `# ember graph v...`, or any other `.txt`: a graph's text form, printed the same way;
+- first line `# ember kernel plan`, or `NNN-kernels_planned-*.src.txt`: a kernel plan in loop IR, printed again
+  after `parse_plan` (and `verify_plan`);
+- any other dump `NNN-kind-name.src.txt`: a source (generated C++ or Python, guards, a partition report), as it is;
+- `.dot`, or text starting `digraph` / `graph`: a Graphviz diagram, one line per node (its label, its role from the
+  diagram's legend, the nodes it comes from);
+- `.svg`, or text starting `<?xml` / `<svg`: the diagram drawn, described in a line (open it in a browser).
 
 Anything else is a `ShowError` naming the file and saying what is wrong with it.
 """

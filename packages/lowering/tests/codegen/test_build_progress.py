@@ -166,8 +166,8 @@ def test_an_unknown_setting_is_named_once_and_taken_as_auto(monkeypatch, caplog)
 
 
 @pytest.mark.parametrize("noun, n, expected", [
-    ("C++ library", 1, "1 C++ library"), ("C++ library", 3, "3 C++ libraries"), ("Triton module", 2, "2 Triton modules"),
-    ("toy build", 0, "0 toy builds"),
+    ("C++ library", 1, "1 C++ library"), ("C++ library", 3, "3 C++ libraries"),
+    ("Triton module", 2, "2 Triton modules"), ("toy build", 0, "0 toy builds"),
 ])
 def test_noun_count(noun, n, expected):
     assert noun_count(n, noun) == expected
