@@ -118,7 +118,6 @@ class PluginRegistry:
     def _name_problem(self, spec: OptionSpec, name: Any) -> str:
         """Why `name` cannot be the value (or an item) of option `spec`; empty when it can."""
         stage, device = spec.stage, spec.device
-        fits = [i.name for i in self.all(stage) if device is None or not i.devices or device in i.devices]
         if not isinstance(name, str):
             return f"must name {stage} implementations, got {type(name).__name__} {name!r}"
         if name in spec.also:
@@ -129,7 +128,8 @@ class PluginRegistry:
             close = difflib.get_close_matches(name, valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             return f"no {stage} named {name!r} is installed{hint}; valid names: {', '.join(valid) or 'none'}"
-        if name not in fits:
+        if device is not None and impl.devices and device not in impl.devices:
+            fits = [i.name for i in self.all(stage) if not i.devices or device in i.devices]
             return (f"{stage} {name!r} does not serve device {device!r} (it serves {', '.join(impl.devices)}); "
                     f"{stage}s for {device}: {', '.join(fits) or 'none installed'}")
         return ""
