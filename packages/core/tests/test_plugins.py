@@ -119,6 +119,96 @@ def test_plugin_option_cannot_redefine_a_core_option():
         manager().register(Clash(), name="clash")
 
 
+# ---------------------------------------------------------------------------------------------- options naming stages
+
+
+class Stages:
+    """A plugin with an implementation of each stage an option names."""
+
+    @hookimpl
+    def ember_register(self, registry):
+        registry.add("frontend", "trace", object())
+        registry.add("pass", "fold", object())
+        registry.add("autograd", "aot", object())
+        registry.add("partition", "mincut", object(), priority=10)
+        registry.add("partition", "default", object())
+        registry.add("codegen", "cpp", object(), devices=("cpu",))
+        registry.add("codegen", "triton", object(), devices=("cuda", "cpu"))
+        registry.add("codegen", "interpreter", object(), priority=-1000)
+
+
+def staged(**env) -> PluginManager:
+    pm = manager(**env)
+    pm.register(Stages(), name="stages")
+    return pm
+
+
+def test_options_naming_installed_implementations_pass():
+    registry = staged().registry
+    given = {"frontend": "trace", "passes": ["fold"], "autograd": "aot", "partition": "default",
+             "codegen.cpu": "cpp", "codegen.cuda": "interpreter"}
+    assert registry.check_options(given).items() >= given.items()
+
+
+def test_misspelled_partition_names_the_value_suggests_and_lists_the_installed():
+    with pytest.raises(OptionError) as err:
+        staged().registry.check_options({"partition": "mincutt"})
+    assert str(err.value) == ("option 'partition': no partition named 'mincutt' is installed (did you mean "
+                              "'mincut'?); valid names: mincut, default")
+
+
+def test_a_name_far_from_every_one_is_listed_without_a_guess():
+    with pytest.raises(OptionError, match=r"option 'frontend': no frontend named 'zzz' is installed; "
+                                          r"valid names: trace"):
+        staged().registry.check_options({"frontend": "zzz"})
+
+
+def test_codegen_option_checks_the_device_it_serves():
+    with pytest.raises(OptionError, match=r"option 'codegen.cuda': codegen 'cpp' does not serve device 'cuda' "
+                                          r"\(it serves cpu\); codegens for cuda: triton, interpreter"):
+        staged().registry.check_options({"codegen.cuda": "cpp"})
+
+
+def test_autograd_accepts_eager_beside_the_installed_ones():
+    registry = staged().registry
+    assert registry.check_options({"autograd": "eager"})["autograd"] == "eager"
+    with pytest.raises(OptionError, match=r"no autograd named 'eagre' is installed \(did you mean 'eager'\?\); "
+                                          r"valid names: aot, eager"):
+        registry.check_options({"autograd": "eagre"})
+
+
+def test_each_pass_of_the_passes_option_is_checked():
+    with pytest.raises(OptionError, match=r"option 'passes': no pass named 'fodl' is installed \(did you mean "
+                                          r"'fold'\?\); valid names: fold"):
+        staged().registry.check_options({"passes": ["fold", "fodl"]})
+
+
+def test_unset_stage_options_are_not_checked():
+    registry = manager().registry  # nothing installed: the default frontend 'dynamo' is the runtime's to find
+    assert registry.check_options({"partition": None})["frontend"] == "dynamo"
+
+
+def test_ember_options_naming_a_missing_stage_name_the_variable():
+    pm = staged(EMBER_OPTIONS='{"codegen.cpu": "cppp"}')
+    with pytest.raises(OptionError, match=r"^EMBER_OPTIONS: option 'codegen.cpu': no codegen named 'cppp' is "
+                                          r"installed \(did you mean 'cpp'\?\); valid names: cpp, triton, interpreter"):
+        pm.registry.check_options({"codegen.cpu": "cpp"}, pm.config["options"])
+
+
+def test_plugin_option_can_name_a_stage_for_its_device():
+    class Mps:
+        @hookimpl
+        def ember_register(self, registry):
+            registry.add("codegen", "metal", object(), devices=("mps",))
+            registry.add_option("codegen.mps", str, None, "codegen for MPS graphs", stage="codegen", device="mps")
+
+    pm = staged()
+    pm.register(Mps(), name="mps")
+    assert pm.registry.check_options({"codegen.mps": "metal"})["codegen.mps"] == "metal"
+    with pytest.raises(OptionError, match="codegen 'cpp' does not serve device 'mps'"):
+        pm.registry.check_options({"codegen.mps": "cpp"})
+
+
 # ---------------------------------------------------------------------------------------------- failures
 
 
@@ -243,7 +333,7 @@ def test_process_manager_is_built_once_and_can_be_reset(monkeypatch):
 
 
 def test_ember_options_environment_sets_defaults_under_the_calls_options():
-    pm = PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": '{"cache": false, "partition": "default"}'})
+    pm = staged(EMBER_OPTIONS='{"cache": false, "partition": "default"}')
     options = pm.registry.check_options({"partition": "mincut"}, pm.config["options"])
     assert options["cache"] is False and options["partition"] == "mincut"
 

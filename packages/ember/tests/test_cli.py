@@ -135,3 +135,159 @@ def test_cache_clear_leaves_a_directory_of_another_user_alone(tmp_path, monkeypa
     assert main(["cache", "clear"]) == 0
     assert "owned by uid 12345" in capsys.readouterr().out
     assert (cache.directory / "k1.so").exists()
+
+
+# ---------------------------------------------------------------------------------------------- --version
+
+
+def test_version_names_ember_each_package_and_torch(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "ember"
+    names = {line.split()[0] for line in lines}
+    assert {"ember-core", "ember-capture", "ember-lowering", "ember-codegen-cpp", "ember-runtime", "torch"} <= names
+    assert f"torch {torch.__version__}" in [" ".join(line.split()[:2]) for line in lines]
+
+
+# ---------------------------------------------------------------------------------------------- show: every dump
+
+
+def dumped(tmp_path, kind, name="mulsum", graph=None, source=None, suffix=None, content=None):
+    """The path EMBER_DUMP gives an event's file: ember's own (`write_event`), or a plugin's (`suffix`, `content`)."""
+    event = Event(kind, "test", graph=graph, source=source)
+    writer = DumpWriter(tmp_path)
+    if suffix is not None:
+        return writer.write(event, suffix, content)
+    paths = writer.write_event(event)
+    return paths[-1]
+
+
+def mulsum_graph():
+    gm = make_fx(lambda x, y: (x * y).sum(1))(torch.randn(2, 3), torch.randn(2, 3))
+    return from_fx(gm, name="mulsum")
+
+
+def test_show_prints_a_kernel_plan_reprinted_after_parsing(tmp_path, capsys):
+    from ember_lowering import format_plan, lower, parse_plan
+
+    plan_text = str(lower(mulsum_graph(), emit_event=False))
+    path = dumped(tmp_path, "kernels_planned", source=plan_text)
+    assert path.name == "000-kernels_planned-test.src.txt"
+    assert main(["show", str(path)]) == 0
+    assert capsys.readouterr().out == format_plan(parse_plan(plan_text)) + "\n"
+
+
+def test_show_of_a_plan_with_a_bad_line_names_file_and_line(tmp_path, capsys):
+    from ember_lowering import lower
+
+    lines = str(lower(mulsum_graph(), emit_event=False)).splitlines()
+    bad = next(i for i, line in enumerate(lines) if " = load " in line)
+    lines[bad] = lines[bad].replace(" = load ", " = lode ")
+    path = dumped(tmp_path, "kernels_planned", source="\n".join(lines))
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ember show: error: {path}: ") and f"line {bad + 1}" in err and "Traceback" not in err
+
+
+def test_show_reads_a_plan_by_its_header_whatever_its_name(tmp_path, capsys):
+    from ember_lowering import lower
+
+    path = tmp_path / "my.plan"
+    path.write_text(str(lower(mulsum_graph(), emit_event=False)))
+    assert main(["show", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("# ember kernel plan 'mulsum'")
+
+
+@pytest.mark.parametrize("kind, source", [
+    ("kernels_generated", "// ember codegen-cpp: 1 kernel\nstatic int k1(float* b) {\n  return 0;\n}\n"),
+    ("graph_compiled", "import triton\n\n@triton.jit\ndef k1(b, n):\n    pass\n"),
+    ("guards_built", "def guard(flat, spec):\n    if spec != SPEC9:\n        return False\n    return True\n"),
+    ("partitioned", "mincut (memory budget 1): saved 1 values, 24 bytes\n  saved x  float32[2, 3]  input, free"),
+])
+def test_show_prints_sources_as_they_are(tmp_path, capsys, kind, source):
+    path = dumped(tmp_path, kind, source=source)
+    assert path.name.endswith(".src.txt")
+    assert main(["show", str(path)]) == 0
+    assert capsys.readouterr().out == path.read_text()
+
+
+def joint_dot():
+    from ember_core.testing import trace_joint
+    from ember_partition import DefaultPartitioner
+    from ember_partition._diagram import joint_diagram
+
+    case = trace_joint(lambda x: (x.sin() * 2).sum(), [torch.randn(3, requires_grad=True)], name="sinsum")
+    joint = case.joint
+    return joint_diagram(joint, DefaultPartitioner().partition(joint, {}))
+
+
+def test_show_lists_a_diagram_nodes_with_labels_and_inputs(tmp_path, capsys):
+    path = dumped(tmp_path, "partitioned", suffix=".dot", content=joint_dot())
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("digraph 'sinsum': ") and out[0].endswith(" edges")
+    sin = next(line for line in out if "aten.sin.default" in line)
+    assert sin.split()[1:4] == ["sin", "|", "aten.sin.default"] and sin.endswith("  [forward]  <- i0")
+    assert any(line.split()[0] == "legend" and "forward backward saved" in line for line in out)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('digraph "g" {\n  a -> b;\n', "line 2: expected '}' before the end of the file"),
+    ('digraph "g" {\n  a [label="x];\n}\n', "line 2: a quoted string is not closed"),
+    ('digraph "g" {\n  a -> ;\n}\n', "line 2: expected a node name after '->', got ';'"),
+    ('graph { a -> b }', "line 1: '->' in an undirected graph (use '--')"),
+])
+def test_show_of_a_broken_diagram_names_file_line_and_problem(tmp_path, capsys, text, problem):
+    path = tmp_path / "001-partitioned-g.dot"
+    path.write_text(text)
+    assert main(["show", str(path)]) == 2
+    assert capsys.readouterr().err == f"ember show: error: {path}: {problem}\n"
+
+
+def test_any_damage_to_a_diagram_is_a_value_error_naming_a_line():
+    import random
+
+    from ember._show import parse_dot
+
+    text, rng = joint_dot(), random.Random(13)
+    for _ in range(300):
+        at = rng.randrange(len(text))
+        inserted = text[:at] + rng.choice('"<>{}[];=-/*#') + text[at:]
+        damaged = rng.choice([text[:at], text[:at] + text[at + 1:], inserted])
+        try:
+            parse_dot(damaged)
+        except ValueError as e:
+            assert str(e).startswith("line ")
+
+
+def test_show_describes_an_svg_without_reading_it_as_xml(tmp_path, capsys):
+    path = tmp_path / "003-partitioned-f.svg"
+    path.write_text('<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"><g/></svg>\n')
+    (tmp_path / "003-partitioned-f.dot").write_text("digraph {}\n")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"SVG image, {path.stat().st_size} bytes") and "003-partitioned-f.dot" in out
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    ("notes.md", b"# my notes\nnothing ember wrote\n", "not a file ember writes"),
+    ("000-kernels_generated-f.src.txt", b"int x;\x00\xff\xfe", "not UTF-8 text"),
+    ("picture.svg", b"GIF89a....", "not an SVG image"),
+])
+def test_show_of_a_file_of_no_known_format_says_what_it_reads(tmp_path, capsys, name, content, problem):
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ember show: error: {path}: {problem}") and "Traceback" not in err
+    if problem == "not a file ember writes":
+        assert "graph (.json, or text" in err and "kernel plan" in err and ".dot" in err
+
+
+def test_show_of_a_missing_file_or_a_folder_says_so(tmp_path, capsys):
+    assert main(["show", str(tmp_path / "gone.json")]) == 2
+    assert "gone.json: no such file" in capsys.readouterr().err
+    assert main(["show", str(tmp_path)]) == 2
+    assert f"{tmp_path}: is a folder" in capsys.readouterr().err

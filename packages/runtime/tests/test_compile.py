@@ -69,15 +69,30 @@ def test_cache_off_compiles_every_time(toy, x):
     assert len(rec.kinds("graph_compiled")) == 2
 
 
-def test_unknown_codegen_is_an_error_naming_it(toy, x):
-    compiled = compile(f, options={"frontend": "toy", "codegen.cpu": "nope"})
-    with pytest.raises(PluginError, match="no codegen named 'nope' is installed; known: .*interpreter"):
-        compiled(x)
+def test_unknown_codegen_is_an_error_at_compile_naming_it(toy):
+    with pytest.raises(OptionError, match="option 'codegen.cpu': no codegen named 'nope' is installed; valid names: "
+                                          ".*interpreter"):
+        compile(f, options={"frontend": "toy", "codegen.cpu": "nope"})
 
 
 def test_unknown_frontend_is_an_error_naming_it(toy):
-    with pytest.raises(PluginError, match="no frontend named 'nope'"):
-        compile(f, options={"frontend": "nope"})
+    with pytest.raises(OptionError, match=r"option 'frontend': no frontend named 'toyy' is installed \(did you mean "
+                                          r"'toy'\?\)"):
+        compile(f, options={"frontend": "toyy"})
+
+
+def test_misspelled_stage_is_an_error_at_compile_even_when_the_stage_would_not_run(toy):
+    with pytest.raises(OptionError, match=r"no partition named 'mincutt' is installed"):
+        compile(f, options={"frontend": "toy", "partition": "mincutt"})
+
+
+def test_dynamo_backend_checks_options_before_compiling(toy, x):
+    from ember_runtime import dynamo_backend
+
+    gm = torch.fx.symbolic_trace(f)
+    with pytest.raises(OptionError, match=r"option 'codegen.cpu': no codegen named 'interpretr' is installed "
+                                          r"\(did you mean 'interpreter'\?\)"):
+        dynamo_backend(gm, [x], options={"codegen.cpu": "interpretr"})
 
 
 def test_other_backends_go_to_torch_compile(x):

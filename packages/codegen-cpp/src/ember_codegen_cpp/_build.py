@@ -102,7 +102,7 @@ class Builder:
     def __init__(self, flags: tuple[str, ...] = FLAGS, cxx: str | None = None):
         self.flags = tuple(flags)
         self._cxx = cxx
-        self.pool = BuildPool(CACHE, "cpp")
+        self.pool = BuildPool(CACHE, "cpp", what="C++ library")
 
     @property
     def cxx(self) -> str | None:

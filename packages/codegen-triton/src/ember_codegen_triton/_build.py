@@ -19,7 +19,7 @@ from ember_lowering.codegen import Build, BuildError, BuildPool
 
 FORMAT = "1"  # bump when the meaning of generated code changes without its text changing
 CACHE = DiskCache("triton", ("py",))
-_POOL = BuildPool(CACHE, "triton")
+_POOL = BuildPool(CACHE, "triton", what="Triton module")
 
 
 def module_build(source: str, check: Callable[[ModuleType], None] | None = None, flavor: str = "") -> Build:

@@ -17,17 +17,24 @@ class OptionSpec:
     default: Any
     doc: str
     plugin: str = "ember-core"
+    stage: str | None = None  # the value names an implementation of this stage (`passes`: a list of them)
+    device: str | None = None  # ... one that serves this device
+    also: tuple[str, ...] = ()  # names accepted beside the installed ones (autograd's 'eager')
 
 
 CORE_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("frontend", str, "dynamo", "capture frontend: 'dynamo' (torch._dynamo) or 'trace' (ember's own JIT)"),
+    OptionSpec("frontend", str, "dynamo", "capture frontend: 'dynamo' (torch._dynamo) or 'trace' (ember's own JIT)",
+               stage="frontend"),
     OptionSpec("passes", (list, tuple), None,
-               "graph pass ids to run, in order (default: every pass registered as default)"),
+               "graph pass ids to run, in order (default: every pass registered as default)", stage="pass"),
     OptionSpec("autograd", str, None, "autograd implementation for training (default: the highest priority installed; "
-               "'eager': run the forward graph under eager autograd)"),
-    OptionSpec("partition", str, None, "partitioner of joint graphs (default: the highest priority installed)"),
-    OptionSpec("codegen.cpu", str, None, "codegen for CPU graphs (default: the highest priority for 'cpu')"),
-    OptionSpec("codegen.cuda", str, None, "codegen for CUDA graphs (default: the highest priority for 'cuda')"),
+               "'eager': run the forward graph under eager autograd)", stage="autograd", also=("eager",)),
+    OptionSpec("partition", str, None, "partitioner of joint graphs (default: the highest priority installed)",
+               stage="partition"),
+    OptionSpec("codegen.cpu", str, None, "codegen for CPU graphs (default: the highest priority for 'cpu')",
+               stage="codegen", device="cpu"),
+    OptionSpec("codegen.cuda", str, None, "codegen for CUDA graphs (default: the highest priority for 'cuda')",
+               stage="codegen", device="cuda"),
     OptionSpec("cache", bool, True,
                "reuse a compiled graph when the same graph is compiled again with the same options, and a "
                "partition or kernel plan an earlier process stored in the disk caches (EMBER_CACHE_DIR)"),

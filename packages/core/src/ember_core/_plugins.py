@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import json
 import os
@@ -58,11 +59,17 @@ class PluginRegistry:
             stage, name, impl, priority, tuple(devices), point, default, plugin, dist, version
         )
 
-    def add_option(self, key: str, type: type | tuple[type, ...], default: Any, doc: str) -> None:
+    def add_option(self, key: str, type: type | tuple[type, ...], default: Any, doc: str, *, stage: str | None = None,
+                   device: str | None = None, also: tuple[str, ...] = ()) -> None:
+        """Declare option `key`. One whose value names an implementation gives its `stage` (and the `device` that
+        implementation must serve, and any names accepted `also`): a name that is not installed is an error."""
         if key in self.options:
             other = self.options[key].plugin
             raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} is already defined by {other!r}")
-        self.options[key] = OptionSpec(key, type, default, doc, self._plugin[0])
+        if stage is not None and stage not in STAGES:
+            raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} names unknown stage {stage!r}; stages are "
+                              f"{', '.join(STAGES)}")
+        self.options[key] = OptionSpec(key, type, default, doc, self._plugin[0], stage, device, tuple(also))
 
     def all(self, stage: str | None = None) -> list[Implementation]:
         impls = [i for i in self._impls.values() if stage is None or i.stage == stage]
@@ -89,10 +96,43 @@ class PluginRegistry:
 
     def check_options(self, options: Mapping[str, Any] | None, defaults: Mapping[str, Any] | None = None
                       ) -> dict[str, Any]:
-        """Options with the plugins' defaults, then `defaults` (EMBER_OPTIONS), then `options` laid over them."""
+        """Options with the plugins' defaults, then `defaults` (EMBER_OPTIONS), then `options` laid over them.
+        Every given key is checked: known, of its type, and naming installed implementations where it names one."""
         if defaults:
             check_options(defaults, self.options, source="EMBER_OPTIONS")
-        return check_options({**(defaults or {}), **(options or {})}, self.options)
+            self._check_names(defaults, "EMBER_OPTIONS: ")
+        checked = check_options({**(defaults or {}), **(options or {})}, self.options)
+        self._check_names(options or {}, "")
+        return checked
+
+    def _check_names(self, options: Mapping[str, Any], where: str) -> None:
+        for key, value in options.items():
+            spec = self.options[key]
+            if spec.stage is None or value is None:
+                continue
+            for name in value if isinstance(value, (list, tuple)) else [value]:
+                problem = self._name_problem(spec, name)
+                if problem:
+                    raise OptionError(f"{where}option {key!r}: {problem}")
+
+    def _name_problem(self, spec: OptionSpec, name: Any) -> str:
+        """Why `name` cannot be the value (or an item) of option `spec`; empty when it can."""
+        stage, device = spec.stage, spec.device
+        if not isinstance(name, str):
+            return f"must name {stage} implementations, got {type(name).__name__} {name!r}"
+        if name in spec.also:
+            return ""
+        impl = self._impls.get((stage, name))
+        if impl is None:
+            valid = [i.name for i in self.all(stage)] + list(spec.also)
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"no {stage} named {name!r} is installed{hint}; valid names: {', '.join(valid) or 'none'}"
+        if device is not None and impl.devices and device not in impl.devices:
+            fits = [i.name for i in self.all(stage) if not i.devices or device in i.devices]
+            return (f"{stage} {name!r} does not serve device {device!r} (it serves {', '.join(impl.devices)}); "
+                    f"{stage}s for {device}: {', '.join(fits) or 'none installed'}")
+        return ""
 
 
 class PluginManager:

@@ -1,26 +1,54 @@
-"""The `ember` command: `ember plugins` lists what is installed, `ember show FILE` prints a graph file (JSON, or the
-text form that logs print and `EMBER_DUMP` writes), `ember cache info|clear` shows or empties the disk caches."""
+"""The `ember` command (also `python -m ember`): `ember plugins` lists what is installed, `ember show FILE` prints any
+file `EMBER_DUMP` writes (graphs, kernel plans, sources, diagrams), `ember cache info|clear` shows or empties the disk
+caches, `ember --version` gives the versions of ember, its packages, torch and Python."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import os
+import platform
 import sys
-from pathlib import Path
 
 from ember_core import (
     EmberError,
-    Graph,
-    GraphError,
     cache_root,
     cache_size_limit,
     clear_disk_cache,
     disk_cache_usage,
-    format_graph,
     get_plugin_manager,
-    load,
-    load_text,
-    verify,
 )
+
+from ._show import show
+
+# the distributions `ember --version` reports, after ember itself
+PACKAGES = ("ember-core", "ember-capture", "ember-autograd", "ember-partition", "ember-lowering", "ember-codegen-cpp",
+            "ember-codegen-triton", "ember-runtime", "torch", "triton")
+
+
+class _Version(argparse.Action):
+    """`--version`: print the versions and exit, like argparse's own, but worked out only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of ember, its packages, torch and "
+                                                             "Python, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        _version()
+        parser.exit()
+
+
+def _version() -> None:
+    rows = [(name, _installed(name)) for name in ("ember", *PACKAGES)]
+    rows.append(("python", platform.python_version()))
+    _table(rows)
+
+
+def _installed(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -48,32 +76,8 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    path = Path(args.file)
-    graph = load(path) if _is_json(path) else load_text(path)
-    if not args.no_verify:
-        _verify(graph, path)
-    print(format_graph(graph))
+    print(show(args.file, check=not args.no_verify))
     return 0
-
-
-def _is_json(path: Path) -> bool:
-    """A `.json` file, or a regular file whose text starts with `{` (the text form starts with `#`)."""
-    if path.suffix == ".json":
-        return True
-    if not path.is_file():  # a fifo would block the read; the reader says what is wrong
-        return False
-    try:
-        with path.open("rb") as f:
-            return f.read(64).lstrip().startswith(b"{")
-    except OSError:
-        return False
-
-
-def _verify(graph: Graph, path: Path) -> None:
-    try:
-        verify(graph)
-    except GraphError as e:
-        raise GraphError(f"{path}: {e}") from None
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -96,13 +100,16 @@ def _cache(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ember", description=__doc__)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="list installed implementations of each stage, with versions")
     p.add_argument("--options", action="store_true", help="also list every option and its default")
     p.set_defaults(run=_plugins)
-    s = sub.add_parser("show", help="print a graph file (.json, else the text form EMBER_DUMP writes) as text")
+    s = sub.add_parser("show", help="print any file EMBER_DUMP writes, for people: a graph (.json or text), a kernel "
+                                    "plan, a source, a diagram (.dot); the format is told by the file")
     s.add_argument("file")
-    s.add_argument("--no-verify", action="store_true", help="print without checking the schema's rules")
+    s.add_argument("--no-verify", action="store_true",
+                   help="print a graph or plan without checking the rules of its schema or of the loop IR")
     s.set_defaults(run=_show)
     c = sub.add_parser("cache", help="show the disk caches (root, entries, bytes, size limit) or clear them")
     c.add_argument("action", choices=("info", "clear"))
@@ -113,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except EmberError as e:
         print(f"ember {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `ember show FILE | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ def compile(  # noqa: A001 - the name is torch.compile's
     """Compile `model` (a function or nn.Module) with ember; as a decorator when `model` is None.
 
     `backend` other than "ember" hands the call to `torch.compile` unchanged. `options` are ember's
-    (see `ember plugins --options`); an unknown key or a wrong type raises `OptionError`.
+    (see `ember plugins --options`), checked here: an unknown key, a wrong type or a stage name that is not installed
+    (`partition`, `codegen.cpu` ...) raises `OptionError`, as do bad `EMBER_OPTIONS`.
     """
     if model is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
@@ -71,7 +72,10 @@ class CompiledModule(torch.nn.Module):
 
 def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None = None,
                    options: Mapping[str, Any] | None = None) -> Callable:
-    """The `torch_dynamo_backends` entry `ember`: `torch.compile(model, backend="ember", options={...})`."""
+    """The `torch_dynamo_backends` entry `ember`: `torch.compile(model, backend="ember", options={...})`.
+
+    torch.compile hands a backend its options only with the first graph, so they are checked here, before anything
+    runs: a bad one raises `OptionError` (which Dynamo reports as its `BackendCompilerFailed`)."""
     if mode not in MODES:
         raise OptionError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in MODES)}")
     pipeline = Pipeline.from_options(options, fullgraph=False, dynamic=None, mode=mode)

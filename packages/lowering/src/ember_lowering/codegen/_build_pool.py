@@ -5,6 +5,9 @@ that a worker thread is making (`make` typically runs a compiler as a subprocess
 overlap on several cores). Threads of one process share the build of a key (`_inflight`); processes share one
 through the cache entry's lock: a worker holds it while it builds, and one that waited for it looks up again.
 The future resolves to the entry's files ({suffix: path}) or raises `BuildError`.
+
+Every build started here is counted by `_progress.PROGRESS`, which shows them on a terminal as one line
+(`ember: building 3 C++ libraries (2 done)…`; `EMBER_PROGRESS`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from ember_core import DiskCache, Event, Graph, emit
 
 from ._errors import BuildError
+from ._progress import PROGRESS
 
 # make(work folder) -> (files to keep {suffix: path or bytes}, extra sidecar metadata)
 Maker = Callable[[Path], tuple[Mapping[str, Path | bytes], Mapping[str, Any]]]
@@ -54,10 +58,12 @@ def report_build(stage: str, graph: Graph, build: Build, what: str, hit: bool | 
 
 
 class BuildPool:
-    """One worker thread per core (created on first use); concurrent requests of one key share a build."""
+    """One worker thread per core (created on first use); concurrent requests of one key share a build. `what` names
+    one thing built, for the progress line ("C++ library"; default "<name> build")."""
 
-    def __init__(self, cache: DiskCache, name: str, workers: int | None = None):
+    def __init__(self, cache: DiskCache, name: str, workers: int | None = None, what: str | None = None):
         self.cache, self.name = cache, name
+        self.what = what or f"{name} build"
         self.workers = workers or max(os.cpu_count() or 1, 1)
         self._pool: ThreadPoolExecutor | None = None
         self._inflight: dict[str, Future] = {}
@@ -80,9 +86,15 @@ class BuildPool:
                 done: Future = Future()
                 done.set_result(found.files)
                 return Build(key, done, True)
-            future = self.pool().submit(self._build, key, dict(expect), make)
+            PROGRESS.started(self.what)
+            try:
+                future = self.pool().submit(self._build, key, dict(expect), make)
+            except BaseException:
+                PROGRESS.finished(self.what, failed=True)
+                raise
             self._inflight[key] = future
         future.add_done_callback(lambda _f, key=key: self._forget(key))
+        future.add_done_callback(lambda f: PROGRESS.finished(self.what, failed=f.cancelled() or bool(f.exception())))
         return Build(key, future, False, found.reason)
 
     def _forget(self, key: str) -> None:
