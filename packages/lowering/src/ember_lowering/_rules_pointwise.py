@@ -65,6 +65,12 @@ def _convert(b: KernelBuilder, v: Any, dtype: str, keep: bool) -> Any:
     return b.cast(v, dtype) if isinstance(v, Val) else b.lift(v, dtype)
 
 
+def _leaky_relu(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    """The slope is an input like `self`: a number, or a symbolic float (a module's slope Dynamo made an input)."""
+    rule = elementwise(("self", "negative_slope"), lambda b, x, slope, a: b.where(x.gt(0), x, x * slope))
+    return rule(ctx, node, {"negative_slope": 0.01, **a})
+
+
 def _scaled(b: KernelBuilder, y: Val, alpha: Any) -> Val:
     return y if alpha is None or alpha == 1 else y * alpha
 
@@ -255,8 +261,7 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
     add(["aten.relu.default"], elementwise(("self",), lambda b, x, a: b.maximum(x, 0)))
     add(["aten.gelu.default"], elementwise(("self",), _gelu))
     add(["aten.silu.default"], elementwise(("self",), lambda b, x, a: x * b.sigmoid(x)))
-    add(["aten.leaky_relu.default"], elementwise(
-        ("self",), lambda b, x, a: b.where(x.gt(0), x, x * a.get("negative_slope", 0.01))))
+    add(["aten.leaky_relu.default"], _leaky_relu)
     add(["aten.elu.default"], elementwise(("self",), _elu))
     add(["aten.softplus.default"], elementwise(("self",), _softplus))
     add(["aten.hardsigmoid.default"], elementwise(("self",), _hardsigmoid))
