@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import EmberError
+from ember_core import EmberError, Stopwatch
 from torch._guards import CompileContext, TracingContext, detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental._backward_state import BackwardState
@@ -174,6 +174,7 @@ class DynamoBackend:
         self._count = itertools.count()
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        clock = Stopwatch()  # capture: Dynamo's FX graph to an ember graph
         compile_id = CompileContext.current_compile_id()
         name = _graph_name(compile_id) if compile_id else f"dynamo_{next(self._count)}"
         self._report_break(gm)
@@ -201,7 +202,8 @@ class DynamoBackend:
         except EmberError as e:  # a construct the graph cannot hold: this graph runs eagerly
             report("fallback", f"graph {name} runs eagerly: {e}", graph_name=name, reason=str(e), cause="eager")
             return dynamo_gm.forward
-        report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
+        report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph,
+               seconds=clock.seconds)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
         direct = runner.passthrough
         if lifted:  # the attributes' tensors as they are now: the graph reads and writes the live ones
