@@ -77,6 +77,7 @@ SCRIPT = """
     reveal();
   });
   window.addEventListener("hashchange", reveal);
+  document.documentElement.setAttribute("data-script", "ran");  // tests read this: the policy let the script run
 })();
 """
 

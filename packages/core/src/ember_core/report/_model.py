@@ -59,7 +59,7 @@ class Compile:
 
     @property
     def training(self) -> bool:
-        return self.joint is not None or self.partition is not None
+        return self.joint is not None or any(g.role != "inference" for g in self.graphs.values())
 
     def compiled(self, name: str) -> Compiled:
         found = self.graphs.get(name)
@@ -140,8 +140,11 @@ class Report:
         name = _graph_name(event)
         if not name:
             return None
-        owner = self._owner.get(name) or self._by_prefix(name) or self._open(name)
+        owner = self._find(name) or self._open(name)
         return owner, owner.compiled(name)
+
+    def _find(self, name: str) -> Compile | None:
+        return self._owner.get(name) or self._by_prefix(name)
 
     def _by_prefix(self, name: str) -> Compile | None:
         """A partition read from the disk cache sends no `partitioned` event: its forward and backward are then
@@ -274,9 +277,11 @@ def _noted(owner: Compile, graph: Compiled, event: Event) -> None:
 def _note(report: Report, event: Event) -> Compile | None:
     """An event about a compile or one of its compiled graphs (a fallback, a disk-cache lookup): noted there."""
     name = _graph_name(event)
-    owner = report._owner.get(name) if name else None
+    owner = report._find(name) if name else None
     if owner is None:
         return None
+    if name != owner.name and name not in owner.graphs and owner.partition is None:
+        owner.compiled(name)  # a forward or backward of a partition from the disk cache
     notes = owner.graphs[name].notes if name in owner.graphs else owner.notes
     notes.append(f"{event.kind}: {event.message}")
     return owner
