@@ -296,8 +296,7 @@ _HANDLERS: dict[str, Callable[[Report, Event], Compile | None]] = {
     "kernels_generated": _on_compiled(_generated),
     "graph_compiled": _on_compiled(_graph_compiled),
     "kernels_built": _on_compiled(_built),
-    "build_cache_hit": _on_compiled(_noted),
-    "build_cache_miss": _on_compiled(_noted),
+    "build_cache_hit": _on_compiled(_noted),  # a miss is followed by `kernels_built`, noted there
     "graph_cache_hit": _on_compiled(_noted),
     "fallback": _note,
     "disk_cache_hit": _note,  # a stage skipped: worth a note; a miss (the stage ran) is in the caches table only
