@@ -1,6 +1,7 @@
 """Events: each kind belongs to one EMBER_LOGS artifact; kinds that carry stage objects carry a typed payload."""
 
 import dataclasses
+import time
 
 import pytest
 from ember_core import (
@@ -15,6 +16,7 @@ from ember_core import (
     Output,
     Partition,
     Partitioned,
+    Stopwatch,
     Value,
 )
 from ember_core._events import ARTIFACTS
@@ -89,3 +91,18 @@ def test_payloads_are_frozen():
     payload = JointTraced(JOINT, GRAPH, "aot")
     with pytest.raises(dataclasses.FrozenInstanceError):
         payload.autograd = "other"
+
+
+def test_a_stopwatch_times_its_block_and_then_stands_still():
+    with Stopwatch() as clock:
+        time.sleep(0.01)
+        inside = clock.seconds
+    done = clock.seconds
+    time.sleep(0.01)
+    assert 0.01 <= inside <= done == clock.seconds
+
+
+def test_a_stopwatch_runs_from_its_creation_when_not_used_as_a_block():
+    clock = Stopwatch()
+    time.sleep(0.01)
+    assert clock.seconds >= 0.01

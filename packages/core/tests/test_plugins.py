@@ -312,7 +312,7 @@ def test_late_plugin_still_gets_the_configuration():
     pm = manager(EMBER_LOGS="graphs", EMBER_DUMP="/tmp/d")
     late = Observer()
     pm.register(late, name="late")
-    assert late.config == {"logs": "graphs", "dump": "/tmp/d", "options": {}}
+    assert late.config == {"logs": "graphs", "dump": "/tmp/d", "report": None, "options": {}}
 
 
 def test_manager_without_observers_is_not_observed():

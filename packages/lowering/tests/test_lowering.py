@@ -176,6 +176,20 @@ def test_lower_emits_kernels_planned_with_the_plan_text(monkeypatch):
     decisions = event.data["decisions"]
     assert decisions and all(isinstance(d, Decision) for d in decisions)
     assert ("fuse-vertical", "fused", "same-iteration") in {(d.pass_id, d.verdict, d.reason) for d in decisions}
+    assert event.data["seconds"] >= 0
+
+
+def test_kernels_planned_lists_each_step_with_its_sizes_and_origins(monkeypatch):
+    events = []
+    monkeypatch.setattr("ember_lowering._lowering.emit", events.append)
+    graph = trace(lambda x, w: torch.softmax(x @ w, -1), torch.randn(4, 3), torch.randn(3, 5))
+    plan = lower(graph)
+    (event,) = events
+    steps = event.data["steps"]
+    assert [s["kind"] for s in steps] == ["extern", "kernel"]
+    assert steps[0]["name"] == "aten.mm.default" and steps[0]["sizes"] == "4x5"
+    assert steps[1] == {"kind": "kernel", "name": plan.kernels[0].name, "sizes": "4x5",
+                        "origins": list(plan.kernels[0].origins)}
 
 
 def test_public_names():

@@ -69,8 +69,10 @@ def test_training_events_carry_typed_payloads(toy):
     assert traced.graph is traced.payload.joint.graph and traced.payload.graph.name == traced.graph.name
     assert isinstance(split.payload, Partitioned) and split.payload.partitioner == "stub"
     assert split.payload.joint is traced.payload.joint and split.graph is split.payload.forward
-    assert split.get("saved") == () and split.data == {}
+    assert split.get("saved") == () and set(split.data) == {"seconds"}
     assert isinstance(compiled.payload, GraphCompiled) and compiled.payload.compiled.graph is compiled.graph
+    for timed in (traced, split, compiled):  # the runtime times the stages it runs
+        assert isinstance(timed.data["seconds"], float) and timed.data["seconds"] >= 0
 
 
 def test_inference_skips_the_training_stages(toy):

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import EmberError, warn_fallback
+from ember_core import EmberError, Stopwatch, warn_fallback
 from torch._guards import CompileContext, TracingContext, detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental._backward_state import BackwardState
@@ -181,6 +181,7 @@ class DynamoBackend:
         self._warned = False
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        clock = Stopwatch()  # capture: Dynamo's FX graph to an ember graph
         compile_id = CompileContext.current_compile_id()
         name = _graph_name(compile_id) if compile_id else f"dynamo_{next(self._count)}"
         self._report_break(gm)
@@ -206,7 +207,8 @@ class DynamoBackend:
             graph = capture_graph(gm, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode)
         except EmberError as e:  # a construct the graph cannot hold: this graph runs eagerly
             return self._eager(dynamo_gm, name, e)
-        report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
+        report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph,
+               seconds=clock.seconds)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))
         direct = runner.passthrough
         if lifted:  # the attributes' tensors as they are now: the graph reads and writes the live ones

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember_core import EmberError, FallbackWarning, tracing_lock, warn_fallback
+from ember_core import EmberError, FallbackWarning, Stopwatch, tracing_lock, warn_fallback
 from torch._dynamo.source import LocalSource
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
@@ -197,6 +197,7 @@ class TracedFunction:
     # ------------------------------------------------------------------------------------------ compiling
 
     def _compile(self, args: tuple, kwargs: dict, flat: list, spec: Any) -> Entry:
+        clock = Stopwatch()  # capture: tracing the function into an ember graph
         labels = leaf_labels(self.fn, args, kwargs)
         leaves = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
         reads = find_reads(self.fn)
@@ -214,7 +215,8 @@ class TracedFunction:
             mutated = {k for k, inp in enumerate(graph.inputs) if inp.mutated}
             layout.needs_bases(mutated)
         self.compiles += 1
-        report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph)
+        report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph,
+               seconds=clock.seconds)
         user_fakes = [fakes[layout.leaf_input[i]] for i in layout.user]
         (check, explain, source), readable = self._guard(flat, spec, labels, layout, user_fakes, shape_env, mutated)
         report("guards_built", f"guards of {self.name}, entry {len(self.entries)}", source=source, function=self.name,

@@ -17,7 +17,16 @@ from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
 from ._dump import DumpWriter
 from ._effects import EffectfulFunctionalMode, has_effect
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
-from ._events import EVENT_KINDS, FALLBACK_CAUSES, Event, EventKind, GraphCompiled, JointTraced, Partitioned
+from ._events import (
+    EVENT_KINDS,
+    FALLBACK_CAUSES,
+    Event,
+    EventKind,
+    GraphCompiled,
+    JointTraced,
+    Partitioned,
+    Stopwatch,
+)
 from ._expr import ExprError, IntExpr, as_sympy, parse_expr
 from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
 from ._fingerprint import canonical, fingerprint
@@ -88,7 +97,7 @@ __all__ = [
     "EffectfulFunctionalMode",
     # stage contracts: event payloads, the dump writer, the interpreter codegen
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
-    "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen", "FALLBACK_CAUSES",
+    "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch",
     # custom autograd functions: the call node and its subgraphs
     "CUSTOM_FUNCTION", "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope",
     "text_constants",

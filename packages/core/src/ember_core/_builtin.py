@@ -1,4 +1,5 @@
-"""ember-core's own plugin, found by entry point like any other: the interpreter codegen and the log/dump observer."""
+"""ember-core's own plugin, found by entry point like any other: the interpreter codegen and the observers behind
+`EMBER_LOGS`, `EMBER_DUMP` and `EMBER_REPORT`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ._pycode import python_function
 from ._schema import Graph
 from ._stages import CompiledGraph
 from .hookspecs import hookimpl
+from .report import ReportWriter
 
 
 class InterpreterCodegen:
@@ -30,6 +32,7 @@ class InterpreterCodegen:
 
 _INTERPRETER = InterpreterCodegen()
 _logger = EventLogger()
+_report = ReportWriter()  # off until EMBER_REPORT names a folder
 
 
 def interpreter_codegen() -> InterpreterCodegen:
@@ -47,9 +50,12 @@ def ember_register(registry) -> None:
 @hookimpl
 def ember_configure(config: Mapping[str, Any]) -> None:
     _logger.configure(config.get("logs", ""))
+    if config.get("report") != (str(_report.folder) if _report.folder else None):
+        _report.configure(config.get("report"))
 
 
 @hookimpl
 def ember_event(event: Event, dump: DumpWriter) -> None:
     _logger(event)
     dump.write_event(event)
+    _report.ember_event(event)

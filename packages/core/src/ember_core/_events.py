@@ -4,10 +4,12 @@ An `Event` has a kind (a stable name from `EVENT_KINDS`), the stage that sent it
 source text a dump writes, simple values in `data` (strings, numbers, lists of them) and, for the kinds that carry
 stage objects, a typed `payload`: one of the frozen dataclasses below, named in the kind's `EventKind.payload`.
 Observers read objects through the payload's fields (or `event.get(name)`, which also reads `data`).
+An event that reports a stage's work carries its wall time as `data["seconds"]`, measured with a `Stopwatch`.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +109,9 @@ _KINDS = (
     EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),
     EventKind("build_cache_miss", "cache", "a codegen built a graph and stored the build in its disk cache; "
               "data: reason"),
+    EventKind("kernels_built", "kernels", "a codegen's build of a graph's kernels (a build-cache miss) finished and "
+              "was bound on the graph's first call; data: seconds (the build, queued to done), waited (how long "
+              "that call waited for it)"),
     EventKind("disk_cache_hit", "cache", "a stage took its result for a graph from its disk cache of stage results "
               "(`ember_core.ResultCache`: the runtime's `partitions`, lowering's `plans`) instead of computing it; "
               "data: cache, key, file"),
@@ -168,3 +173,29 @@ class Event:
         if self.payload is not None and hasattr(self.payload, name):
             return getattr(self.payload, name)
         return self.data.get(name, default)
+
+
+# ---------------------------------------------------------------------------------------------- durations
+
+
+class Stopwatch:
+    """The wall time of a stage, for the `data["seconds"]` of the event that reports it. Every stage times itself
+    this one way: `with Stopwatch() as clock: ...`, then `clock.seconds` (read inside the block: the time so far)."""
+
+    __slots__ = ("_start", "_stop")
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._stop: float | None = None
+
+    def __enter__(self) -> Stopwatch:
+        self._start, self._stop = time.perf_counter(), None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        end = self._stop if self._stop is not None else time.perf_counter()
+        return round(end - self._start, 6)

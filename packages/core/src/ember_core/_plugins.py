@@ -157,6 +157,7 @@ class PluginManager:
         self.registry = PluginRegistry()
         self._registered: set[str] = set()
         self.config: dict[str, Any] = {"logs": env.get("EMBER_LOGS", ""), "dump": env.get("EMBER_DUMP"),
+                                       "report": env.get("EMBER_REPORT") or None,
                                        "options": _env_options(env.get("EMBER_OPTIONS", ""))}
         self.dump = DumpWriter(self.config["dump"])  # the one writer of EMBER_DUMP files, handed to observers
         self.pm.hook.ember_configure.call_historic(kwargs={"config": self.config})

@@ -1,6 +1,7 @@
 """The `ember` command (also `python -m ember`): `ember plugins` lists what is installed, `ember show FILE` prints any
 file `EMBER_DUMP` writes (graphs, kernel plans, sources, diagrams), `ember cache info|clear` shows or empties the disk
-caches, `ember --version` gives the versions of ember, its packages, torch and Python."""
+caches, `ember report [DIR]` lists the compile reports `EMBER_REPORT=DIR` wrote (`--open`: the newest in a browser),
+`ember --version` gives the versions of ember, its packages, torch and Python."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import importlib.metadata
 import os
 import platform
 import sys
+import time
+import webbrowser
+from pathlib import Path
 
 from ember_core import (
     EmberError,
@@ -18,6 +22,7 @@ from ember_core import (
     disk_cache_usage,
     get_plugin_manager,
 )
+from ember_core.report import age, list_reports
 
 from ._show import show
 
@@ -98,6 +103,26 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    folder = Path(args.folder or os.environ.get("EMBER_REPORT") or ".")
+    reports = list_reports(folder)
+    if not reports:
+        print(f"ember report: no reports in {folder} (run with EMBER_REPORT={folder} to write one per process)",
+              file=sys.stderr)
+        return 1
+    if args.open:
+        newest = reports[0].path.resolve()
+        webbrowser.open(newest.as_uri())
+        print(f"opened {newest}")
+        return 0
+    now = time.time()
+    rows = [("written", "size", "report", "title")]
+    for r in reports:
+        rows.append((age(now - r.modified), f"{r.size / 1024:.0f} KiB", str(r.path), r.title))
+    _table(rows)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ember", description=__doc__)
     parser.add_argument("--version", action=_Version)
@@ -114,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("cache", help="show the disk caches (root, entries, bytes, size limit) or clear them")
     c.add_argument("action", choices=("info", "clear"))
     c.set_defaults(run=_cache)
+    r = sub.add_parser("report", help="list the compile reports in DIR, newest first (default: $EMBER_REPORT, else .)")
+    r.add_argument("folder", nargs="?", metavar="DIR")
+    r.add_argument("--open", action="store_true", help="open the newest report in a web browser")
+    r.set_defaults(run=_report)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

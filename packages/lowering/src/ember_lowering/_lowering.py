@@ -20,6 +20,7 @@ from ember_core import (
     Graph,
     Node,
     Ref,
+    Stopwatch,
     Sym,
     Value,
     as_sympy,
@@ -37,7 +38,7 @@ from ._context import LoweringContext, TensorRef
 from ._decisions import Decision
 from ._errors import LoweringError, Unsupported
 from ._indexing import sym, to_expr
-from ._loop_ir import KERNEL_DTYPES, NAN, Buffer, Extern, KernelPlan
+from ._loop_ir import KERNEL_DTYPES, NAN, Buffer, Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
 from ._rules_index import index_rules
 from ._rules_norm import norm_rules
@@ -368,13 +369,32 @@ def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: 
     plan's text as source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
     Codegens emit `kernels_generated` with their own source.
     """
-    plan = lower_graph(graph)
-    decisions: list[Decision] = []
-    plan = schedule(plan, passes=passes, check=check, decisions=decisions)
+    with Stopwatch() as clock:
+        plan = lower_graph(graph)
+        decisions: list[Decision] = []
+        plan = schedule(plan, passes=passes, check=check, decisions=decisions)
     if emit_event:
         emit(Event(kind="kernels_planned", stage="lowering",
                    message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
                            + "".join(f"\n  {d}" for d in decisions),
-                   source=str(plan), data={"graph": graph.name, "decisions": tuple(decisions)}))
+                   source=str(plan), data={"graph": graph.name, "decisions": tuple(decisions),
+                                           "steps": plan_steps(plan), "seconds": clock.seconds}))
     return plan
+
+
+def plan_steps(plan: KernelPlan) -> tuple[dict[str, Any], ...]:
+    """Each step of a plan as simple values, for observers: `kind` (`kernel` or `extern`), `name` (the kernel's, or
+    the extern call's op), `sizes` (a kernel's iteration space, `16x32`; an extern call's output buffers) and
+    `origins` (the graph nodes it computes)."""
+    buffers = {b.name: b for b in plan.buffers}
+    steps = []
+    for step in plan.steps:
+        if isinstance(step, Kernel):
+            sizes = "x".join(str(d.size) for d in step.dims)
+            steps.append({"kind": "kernel", "name": step.name, "sizes": sizes, "origins": list(step.origins)})
+        else:
+            shapes = ["x".join(map(str, buffers[o].shape)) or "scalar" for o in step.outs if o in buffers]
+            steps.append({"kind": "extern", "name": step.op, "sizes": ", ".join(shapes),
+                          "origins": list(step.origins)})
+    return tuple(steps)
 

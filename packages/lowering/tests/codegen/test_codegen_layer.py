@@ -104,6 +104,23 @@ def test_a_second_codegen_runs_kernels_through_the_layer():
     assert "def graph_graph(inputs):" in compiled.source and "k0_" in compiled.source
 
 
+def test_a_build_reports_its_time_once_when_the_first_call_binds_it():
+    x = torch.randn(6, 10)
+    with record_events() as ev:
+        compiled = ToyCodegen().compile(trace(softmax, x))
+        [generated] = ev.kinds("kernels_generated")
+        assert not ev.kinds("kernels_built")  # the build has not been waited for yet
+        compiled([x])
+        compiled([x])
+    [built] = ev.kinds("kernels_built")
+    assert built.graph is generated.graph and built.stage == "codegen-toy" and built.artifact == "kernels"
+    assert built.data["seconds"] >= 0 and built.data["waited"] >= 0
+    assert generated.data["seconds"] >= 0
+    with record_events() as again:  # a build from the cache is bound at once: nothing was built
+        ToyCodegen().compile(trace(softmax, x))([x])
+    assert not again.kinds("kernels_built")
+
+
 def test_inputs_in_another_layout_are_relaid_out_by_the_layer():
     x = torch.randn(10, 6)
     compiled = ToyCodegen().compile(trace(softmax, x.t().contiguous()))

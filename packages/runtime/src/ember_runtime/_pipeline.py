@@ -19,6 +19,7 @@ from ember_core import (
     Partitioned,
     PluginError,
     PluginManager,
+    Stopwatch,
     fingerprint,
     get_plugin_manager,
     graph_device,
@@ -76,13 +77,15 @@ class Pipeline:
         for impl in self.passes(point):
             before = graph
             try:
-                graph = impl.impl.run(graph)
+                with Stopwatch() as clock:
+                    graph = impl.impl.run(graph)
             except Exception as e:
                 raise PluginError(f"pass {impl.name!r} of plugin {impl.plugin!r} raised {type(e).__name__}: {e}") from e
             if graph is not before:
                 self.manager.emit(Event("pass_applied", "passes", f"pass {impl.name} ({impl.plugin})", graph=graph,
                                         data={"pass": impl.name, "plugin": impl.plugin, "point": point,
-                                              "nodes_before": len(before.nodes), "nodes_after": len(graph.nodes)}))
+                                              "nodes_before": len(before.nodes), "nodes_after": len(graph.nodes),
+                                              "seconds": clock.seconds}))
         return graph
 
     @staticmethod
@@ -117,9 +120,11 @@ class Pipeline:
         differentiable: their outputs would silently not require grad)."""
         reason = f"graph {graph.name!r} needs grad under eager autograd: it runs in the interpreter codegen"
         log.info("runtime: %s", reason)
-        compiled = interpreter_codegen().compile(graph, example_inputs, self.options)
+        with Stopwatch() as clock:
+            compiled = interpreter_codegen().compile(graph, example_inputs, self.options)
         self.manager.emit(Event("graph_compiled", "codegen", f"graph {graph.name!r} compiled by interpreter",
-                                graph=graph, source=compiled.source, payload=GraphCompiled(compiled)))
+                                graph=graph, source=compiled.source, data={"seconds": clock.seconds},
+                                payload=GraphCompiled(compiled)))
         return compiled
 
     def compile_training(self, autograd, graph: Graph, example_inputs: Sequence[Any]) -> Any:
@@ -144,26 +149,29 @@ class Pipeline:
         """The joint graph, or None (after a `fallback` event) when it cannot be traced faithfully: then the graph
         runs under eager autograd over its ATen calls."""
         try:
-            joint = autograd.impl.joint(graph, example_inputs)
+            with Stopwatch() as clock:
+                joint = autograd.impl.joint(graph, example_inputs)
         except GraphError as e:
             self.manager.emit(Event("fallback", "autograd", f"graph {graph.name!r}: {e}; it runs under eager autograd",
                                     graph=graph, data={"reason": str(e), "cause": "autograd"}))
             return None
         self.manager.emit(Event("joint_traced", "autograd", f"joint graph of {graph.name!r} by {autograd.name}",
-                                graph=joint.graph, payload=JointTraced(joint, graph, autograd.name)))
+                                graph=joint.graph, data={"seconds": clock.seconds},
+                                payload=JointTraced(joint, graph, autograd.name)))
         return joint
 
     def partition(self, partitioner, graph: Graph, joint: JointGraph) -> Partition:
         """The joint graph split by `partitioner`; the post-partition passes run on each half."""
-        part = partitioner.impl.partition(joint, self.options)
-        forward = self.run_passes(part.forward, "post_partition")
-        backward = self.run_passes(part.backward, "post_partition")
+        with Stopwatch() as clock:  # the post-partition passes report their own seconds too
+            part = partitioner.impl.partition(joint, self.options)
+            forward = self.run_passes(part.forward, "post_partition")
+            backward = self.run_passes(part.backward, "post_partition")
         part = part.__class__(forward, backward, part.saved, part.report, part.extra)
         summary = getattr(part.report, "summary", None)
         summary = summary() if callable(summary) else f"{len(part.saved)} saved values"
         self.manager.emit(Event("partitioned", "partition", f"{graph.name!r} split by {partitioner.name}: {summary}",
                                 graph=forward, source=str(part.report) if part.report is not None else None,
-                                payload=Partitioned(joint, part, partitioner.name)))
+                                data={"seconds": clock.seconds}, payload=Partitioned(joint, part, partitioner.name)))
         return part
 
     def _partition_facts(self, graph: Graph, example_inputs: Sequence[Any], stages: list) -> dict[str, str] | None:
@@ -182,12 +190,14 @@ class Pipeline:
             self._cache_event("graph_cache_hit", f"reusing its {codegen.name} build in memory", graph, key)
             return hit
         try:
-            compiled = codegen.impl.compile(graph, example_inputs, self.options)
+            with Stopwatch() as clock:  # lowering and printing; a build the codegen leaves running reports its own
+                compiled = codegen.impl.compile(graph, example_inputs, self.options)
         except Exception as e:
             raise PluginError(f"codegen {codegen.name!r} of plugin {codegen.plugin!r} raised {type(e).__name__} "
                               f"compiling graph {graph.name!r}: {e}") from e
         self.manager.emit(Event("graph_compiled", "codegen", f"graph {graph.name!r} compiled by {codegen.name}",
-                                graph=graph, source=compiled.source, payload=GraphCompiled(compiled)))
+                                graph=graph, source=compiled.source, data={"seconds": clock.seconds},
+                                payload=GraphCompiled(compiled)))
         if key is not None:
             _cache.put(key, compiled)
             self._cache_event("graph_cache_miss", f"{codegen.name} build kept in memory", graph, key)

@@ -16,11 +16,11 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ember_core import DiskCache, Event, Graph, emit
+from ember_core import DiskCache, Event, Graph, Stopwatch, emit
 
 from ._errors import BuildError
 from ._progress import PROGRESS
@@ -37,6 +37,14 @@ class Build:
     future: Future
     hit: bool
     reason: str = ""  # why it was not a hit
+    clock: Stopwatch = field(default_factory=Stopwatch)  # from the request to the future's result
+
+    def __post_init__(self) -> None:
+        self.seconds: float | None = None  # the build's time, once its future is done
+        self.future.add_done_callback(self._done)
+
+    def _done(self, _future: Future) -> None:
+        self.seconds = self.clock.seconds
 
     @classmethod
     def failed(cls, error: Exception, reason: str) -> Build:

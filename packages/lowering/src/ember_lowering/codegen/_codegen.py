@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, cuda_graphed, emit, load_function
+from ember_core import CompiledGraph, Event, Graph, Stopwatch, cuda_graphed, emit, load_function
 
 from .._loop_ir import Kernel
 from .._plan_cache import lower_cached
@@ -99,6 +99,7 @@ class PlanCodegen:
         if not self.serves(plan.device):
             return self.interpreter(graph, f"{self.name} does not serve the plan's device {plan.device!r}",
                                     "device"), None
+        clock = Stopwatch()  # printing the kernels and the wrapper, starting the build
         try:
             program = plan_program(plan, self.print_kernel)
             program.options = dict(options or {})
@@ -121,7 +122,7 @@ class PlanCodegen:
                    message=f"graph {graph.name!r}: {len(program.kernels)} {self.language} kernels in "
                            f"{len(program.segments)} segments, {len(plan.externs)} extern calls, "
                            f"{len(program.interpreted)} interpreted kernels",
-                   data={"unit": program.source, "wrapper": wrapper}))
+                   data={"unit": program.source, "wrapper": wrapper, "seconds": clock.seconds}))
         compiled = CompiledGraph(fn, graph, self.name, source)
         if (options or {}).get("mode") in GRAPHED_MODES and torch.device(plan.device).type == "cuda":
             compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ember_core import Graph
+from ember_core import Event, Graph, Stopwatch, emit
 
 from ._build_pool import Build
 from ._errors import BuildError
@@ -51,6 +51,7 @@ class LazyBinding:
                 raise UseFallback(self.failed)
             if self._bound:
                 return
+            waiting = Stopwatch()
             try:
                 self.bind(self.build.future.result(), self.env)
             except (BuildError, OSError) as e:
@@ -59,6 +60,16 @@ class LazyBinding:
                 self.install_stubs()  # in case bind set some: each stub now raises UseFallback from load()
                 raise UseFallback(self.failed) from None
             self._bound = True
+            if not self.build.hit:
+                self._report_built(waiting.seconds)
+
+    def _report_built(self, waited: float) -> None:
+        """The `kernels_built` event: how long the build took, and how long the first call waited for it."""
+        seconds = self.build.seconds if self.build.seconds is not None else waited
+        emit(Event(kind="kernels_built", stage=self.stage, graph=self.graph,
+                   message=f"graph {self.graph.name!r}: kernels built in {seconds:.3f}s "
+                           f"(the first call waited {waited:.3f}s)",
+                   data={"seconds": seconds, "waited": waited}))
 
     def bind_now(self) -> None:
         """Bind a build that is already done (a cache hit) without stubs; OSError if it cannot be bound."""
