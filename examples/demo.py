@@ -171,7 +171,7 @@ def main() -> None:
     pages = sorted(p for p in _report_pages(report)) if report else []
     if pages:
         print(f"\ncompile report (every stage's text, diagrams, kernels): {pages[-1]}")
-        print("  open it in a browser, or run `ember report --open`")
+        print(f"  open it in a browser, or run `ember report {report} --open`")
 
 
 def _report_pages(folder: str):
