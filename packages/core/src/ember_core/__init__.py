@@ -30,6 +30,7 @@ from ._options import OptionSpec
 from ._parser import load_text, parse_graph, text_constants
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
+from ._profiling import GraphCosts, KernelCost, costs_of, profile_range, profiler_active, register_costs
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
 from ._recording import record_events
 from ._result_cache import ResultCache, clear_result_caches, facts_key
@@ -93,4 +94,6 @@ __all__ = [
     "text_constants",
     # disk caches of stage results (a warm start in a later process)
     "ResultCache", "clear_result_caches", "code_version", "facts_key",
+    # profiling: the wrappers' check and ranges, each compiled graph's kernel costs
+    "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
 ]
