@@ -4,6 +4,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ember_core import EmberError, Graph, load, save
 from ember_runtime import compile, compiled_autograd, record_events
+from ember_runtime import profile
 
 try:
     __version__ = version("ember")
@@ -11,3 +12,4 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 __all__ = ["EmberError", "Graph", "__version__", "compile", "compiled_autograd", "load", "record_events", "save"]
+__all__ += ["profile"]

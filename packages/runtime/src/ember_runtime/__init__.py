@@ -4,9 +4,13 @@ from ember_core import record_events  # re-exported: ember's users know it from 
 
 from . import _compiled_autograd as compiled_autograd
 from ._compile import MODES, CompiledModule, compile, dynamo_backend
+from ._limits import Limits, machine_limits
 from ._pipeline import Pipeline, clear_cache
+from ._profile import GraphTiming, KernelTiming, Profiler, ProfileReport, profile
 
 __version__ = "0.1.0"
 
 __all__ = ["MODES", "CompiledModule", "Pipeline", "__version__", "clear_cache", "compile", "compiled_autograd",
-           "dynamo_backend", "record_events"]
+           "dynamo_backend", "record_events",
+           # profiling
+           "GraphTiming", "KernelTiming", "Limits", "ProfileReport", "Profiler", "machine_limits", "profile"]

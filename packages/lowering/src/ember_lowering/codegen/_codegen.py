@@ -124,7 +124,7 @@ class PlanCodegen:
                    message=f"graph {graph.name!r}: {len(program.kernels)} {self.language} kernels in "
                            f"{len(program.segments)} segments, {len(plan.externs)} extern calls, "
                            f"{len(program.interpreted)} interpreted kernels",
-                   data={"unit": program.source, "wrapper": wrapper}))
+                   data={"unit": program.source, "wrapper": wrapper, "range": costs.label}))
         compiled = CompiledGraph(fn, graph, self.name, source)
         if (options or {}).get("mode") in GRAPHED_MODES and torch.device(plan.device).type == "cuda":
             compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed
