@@ -3,8 +3,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from ember_core import EmberError, Graph, load, save
-from ember_runtime import compile, compiled_autograd, record_events
-from ember_runtime import profile
+from ember_runtime import compile, compiled_autograd, profile, record_events
 
 try:
     __version__ = version("ember")
