@@ -4,7 +4,9 @@
     if _n > 0:
         k0_pointwise_s0x7[(_cdiv(_n, 1024),)](b_x_1, b_out, S_s0, XBLOCK=1024)
 
-Kernels take the root tensors themselves (Triton reads their data pointers) and the plan's symbols as ints.
+Kernels take the root tensors themselves (Triton reads their data pointers) and the plan's symbols as ints. In the
+wrapper's profiled twin (see the shared `WrapperWriter`) each launch is inside a profiler range named after its
+kernel, which on CUDA is also the name the GPU trace shows for the kernel itself.
 
 A kernel with indirect indices (a gather) catches an index out of range one of two ways:
 - on CUDA, as eager's CUDA kernels and Inductor's do: it launches with `debug=True`, so its device asserts are

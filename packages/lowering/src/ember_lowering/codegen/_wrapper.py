@@ -20,9 +20,10 @@ bound as a global; the `try` costs nothing unless the fallback runs. `_relayout`
 are bound by `PlanCodegen` (see `_fallback.py`).
 
 Each wrapper has a profiled twin, `graph_softmax_profiled`, which the wrapper's first line calls instead while a
-profiler records (`ember_core.profiler_active()`, a flag read in about 30 ns: the only cost of profiling to a call
-that is not profiled). The twin is the same program with ranges: one around the call, named by the graph's label
-(`_graph_range`, `ember:softmax`), and one around each kernel and extern call, named after it:
+profiler records (`ember_core.profiler_active()`, torch's flag, read in tens of nanoseconds: the only cost of
+profiling to a call that is not profiled; `benchmarks/profiling_check.py` measures it). The twin is the same
+program with ranges: one around the call, named by the graph's label (`_graph_range`, `ember:softmax`), and one
+around each kernel and extern call, named after it:
 
     def graph_softmax_profiled(inputs):
         with _range(_graph_range):
@@ -90,6 +91,7 @@ class WrapperWriter:
         self.profiled = False  # writing the profiled twin
         self.indent = 0  # levels added to every emitted line (inside a range)
         self._consts: dict[int, str] = {}
+        self._interpreters: dict[int, Callable] = {}
         self.kernel_roots = {r for s in program.segments for r in s.roots}
         self.viewed_roots = {self.layout.root(b.name) for b in self.plan.buffers if b.kind == "view"}
 
@@ -306,8 +308,9 @@ class WrapperWriter:
         touched = list(dict.fromkeys(i.buffer for i in step.kernel.instrs() if i.buffer))
         writes = {self.layout.root(i.buffer) for i in step.kernel.instrs() if i.op.value == "store"}
         self._allocate(writes)
-        fn = interpreted_kernel(self.plan, step, touched, self.layout.symbols)
-        name = self.const(fn, "_interp")
+        if id(step) not in self._interpreters:  # one for the wrapper and its twin
+            self._interpreters[id(step)] = interpreted_kernel(self.plan, step, touched, self.layout.symbols)
+        name = self.const(self._interpreters[id(step)], "_interp")
         args = [self.tensor(b) for b in touched] + [self.layout.sym_local[s] for s in self.layout.symbols]
         with self.ranged(step.name or step.kernel.name):
             self.emit(f"{name}([{', '.join(args)}])")
