@@ -42,6 +42,13 @@ def mark_compiled(obj: Any) -> Any:
     return obj
 
 
+def is_compiled(obj: Any) -> bool:
+    try:
+        return obj in _compiled
+    except TypeError:  # not hashable
+        return False
+
+
 @dataclass(frozen=True)
 class KernelTiming:
     """One kernel or extern call of one graph. `calls`: per run of the profiled function; `seconds`: the median
@@ -114,7 +121,7 @@ class Profiler:
 
     def __call__(self, fn: Callable, *args: Any, **kwargs: Any) -> ProfileReport:
         report = self.measure(fn, args, kwargs)
-        if not report.graphs and fn not in _compiled:
+        if not report.graphs and not is_compiled(fn):
             from ._compile import compile
 
             report = self.measure(compile(fn, options=self.options), args, kwargs)
@@ -164,7 +171,8 @@ def collect(events: list, runs: int) -> tuple[list[KernelTiming], list[GraphTimi
         costs = graphs.get(e.name) or costs_of(e.name)
         if costs is not None:
             graphs[e.name] = costs
-            graph_times.setdefault(e.name, []).append(_seconds(e, costs.device))
+            if _enclosing_graph(e, graphs) is not costs:  # not a call of itself (after relaying out its inputs)
+                graph_times.setdefault(e.name, []).append(_seconds(e, costs.device))
             continue
         owner = _enclosing_graph(e, graphs)
         if owner is not None and owner.kernel(e.name) is not None:
