@@ -45,3 +45,13 @@ def test_calls_without_a_profiler_open_no_range(monkeypatch):
     with torch.profiler.profile():
         compiled([x, w])
     assert len(opened) == 4  # the graph, two kernels, the matmul
+
+
+def test_tuned_kernels_are_profiled_as_the_variant_picked():
+    x = torch.randn(64, 256)
+    graph = compile_fn(lambda x: (torch.softmax(x, -1) * 2,), x).graph
+    compiled = CppCodegen().compile(graph, [x], {"mode": "max-autotune"})
+    with torch.profiler.profile() as prof:
+        got = compiled([x])  # the first call measures the variants, then runs the kernels one by one
+    assert any(e.key.startswith("k0_") for e in prof.key_averages())
+    torch.testing.assert_close(got[0], torch.softmax(x, -1) * 2)
