@@ -1,4 +1,5 @@
-"""build_program: kernels between externs share one C++ segment; the unit has one extern "C" per segment."""
+"""build_program: kernels between externs share one C++ segment; the unit has one extern "C" per segment, and one
+entry point per kernel for profiling."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def test_kernels_between_externs_form_segments():
     program = build_program(plan)
     kinds = [type(s).__name__ for s in program.steps]
     assert "Extern" in kinds and kinds.count("Segment") == len(program.segments) >= 1
-    assert program.source.count('extern "C"') == len(program.segments) + 1  # + the libm block
+    # + one entry point per kernel (for profiling), + the libm block
+    assert program.source.count('extern "C"') == len(program.segments) + len(program.kernels) + 1
     assert all(isinstance(s, (Segment, InterpretedKernel, Extern)) for s in program.steps)
 
 

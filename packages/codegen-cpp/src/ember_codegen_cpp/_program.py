@@ -1,6 +1,7 @@
 """A KernelPlan as a C++ program: the shared layer's steps (segments of printed kernels, interpreted kernels,
 extern calls) and one translation unit holding every kernel (or, under max-autotune, its variants and the
-pointer that picks one: `_autotune.py`) and one `extern "C"` function per segment."""
+pointer that picks one: `_autotune.py`), one `extern "C"` function per segment, which the wrapper calls, and one
+entry point per kernel (`ember_run_<kernel>`), which only the wrapper's profiled twin calls, a kernel at a time."""
 
 from __future__ import annotations
 
@@ -56,4 +57,14 @@ def translation_unit(program: Program) -> str:
             args = ", ".join([layout.local[r] for r in k.roots] + syms)
             out.append(f"  if ((e = {k.name}({args}))) return e;")
         out.append("  return 0;\n}\n")
-    return "\n".join(out)
+    for k in kernels:  # for profiling: each kernel alone
+        params = ", ".join(root_params(program, k.roots, k.writes)) or "void"
+        args = ", ".join([layout.local[r] for r in k.roots] + syms)
+        out.append(f'extern "C" __attribute__((visibility("default"))) int {entry_point(k.name)}({params}) '
+                   f"{{ return {k.name}({args}); }}")
+    return "\n".join(out) + "\n"
+
+
+def entry_point(kernel: str) -> str:
+    """The exported function that runs one kernel alone."""
+    return f"ember_run_{kernel}"

@@ -9,11 +9,22 @@ which does its work on the first call only:
 
     if _tune_ember_seg0.pending:
         _tune_ember_seg0(b_x_1, b_out, S_s0)
+
+The profiled twin of the wrapper (see the shared `WrapperWriter`) calls the segment's kernels one at a time, each
+in a profiler range, through the entry point the library exports for each kernel (`ember_run_<kernel>`, see
+`_program.py`): a kernel's time is then the profiler's to measure, with no timer in the C++ and nothing added to
+the segment calls of the normal path.
+
+    with _range('k0_softmax_reduce_8x32'):
+        if ember_run_k0_softmax_reduce_8x32(b_x_1.data_ptr(), b_out.data_ptr()):
+            return _on_error(inputs)
 """
 
 from __future__ import annotations
 
 from ember_lowering.codegen import Segment, WrapperWriter
+
+from ._program import entry_point
 
 
 class CppWrapperWriter(WrapperWriter):
@@ -24,19 +35,32 @@ class CppWrapperWriter(WrapperWriter):
         self.signatures: dict[str, tuple[int, int]] = {}
 
     def call_segment(self, seg: Segment) -> None:
+        self._tune_first(seg)
+        self._call(seg.name, seg.roots)
+
+    def call_segment_profiled(self, seg: Segment) -> None:
+        self._tune_first(seg)
+        for k in seg.kernels:
+            with self.ranged(k.name):
+                self._call(entry_point(k.name), k.roots)
+
+    def _tune_first(self, seg: Segment) -> None:
         if any(k.name in self.p.variants for k in seg.kernels):  # max-autotune: pick the variants first
             tensors = [self.const(self.constants[r], "_c") if self.layout.buffers[r].kind == "constant"
                        else self.tensor(r) for r in seg.roots]
             self.emit(f"if _tune_{seg.name}.pending:")
             syms = [self.layout.sym_local[s] for s in self.layout.symbols]
             self.emit(f"_tune_{seg.name}({', '.join(tensors + syms)})", 3)
+
+    def _call(self, fn: str, roots: tuple[str, ...]) -> None:
+        """`fn(pointers of roots..., symbols...)`, its error flag checked."""
         args = []
-        for r in seg.roots:
+        for r in roots:
             if self.layout.buffers[r].kind == "constant":
                 args.append(self.const(self.constants[r].data_ptr(), "_p"))
             else:
                 args.append(f"{self.tensor(r)}.data_ptr()")
         args += [self.layout.sym_local[s] for s in self.layout.symbols]
-        self.signatures[seg.name] = (len(seg.roots), len(self.layout.symbols))
-        self.emit(f"if {seg.name}({', '.join(args)}):")
+        self.signatures[fn] = (len(roots), len(self.layout.symbols))
+        self.emit(f"if {fn}({', '.join(args)}):")
         self.emit("return _on_error(inputs)", 3)

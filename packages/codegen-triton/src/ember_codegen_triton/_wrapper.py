@@ -4,7 +4,9 @@
     if _n > 0:
         k0_pointwise_s0x7[(_cdiv(_n, 1024),)](b_x_1, b_out, S_s0, XBLOCK=1024)
 
-Kernels take the root tensors themselves (Triton reads their data pointers) and the plan's symbols as ints.
+Kernels take the root tensors themselves (Triton reads their data pointers) and the plan's symbols as ints. In the
+wrapper's profiled twin (see the shared `WrapperWriter`) each launch is inside a profiler range named after its
+kernel, which on CUDA is also the name the GPU trace shows for the kernel itself.
 
 A kernel with indirect indices (a gather) catches an index out of range one of two ways:
 - on CUDA, as eager's CUDA kernels and Inductor's do: it launches with `debug=True`, so its device asserts are
@@ -41,24 +43,34 @@ class TritonWrapperWriter(WrapperWriter):
         return sync_checks(self.p.plan.device, self.p.options)
 
     def call_segment(self, seg: Segment) -> None:
-        syms = [self.layout.sym_local[s] for s in self.layout.symbols]
         for k in seg.kernels:
-            assert isinstance(k, TritonKernel)
-            flag = k.checks and self.sync_checks
-            args = [self.tensor(r) for r in k.roots] + (["_err" if flag else "None"] if k.checks else []) + syms
-            meta = [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"] + ([f"RBLOCK={k.rblock}"] if k.rblock else []) \
-                + (["debug=True"] if launch_debug(k, self.debug, self.sync_checks) else [])
-            if flag:
-                self.emit(f"_err = _error_flag({self.tensor(k.roots[0])}.device)")
-            self.emit(f"_n = {self.py(k.numel)}")
-            self.emit("if _n > 0:")
-            if self.tuned:
-                self.emit(f"_tune_{k.name}({', '.join(['_n', *args])})", 3)
-            else:
-                self.emit(f"{k.name}[(_cdiv(_n, {k.xblock}),)]({', '.join(args + meta)})", 3)
-            if flag:  # reading the flag waits for the kernel
-                self.emit("if _err.item():")
-                self.emit("return _on_error(inputs)", 3)
+            self.launch(k)
+
+    def call_segment_profiled(self, seg: Segment) -> None:
+        """Each launch in a profiler range named after its kernel (on CUDA the kernel itself has that name)."""
+        for k in seg.kernels:
+            with self.ranged(k.name):
+                self.launch(k)
+
+    def launch(self, k: TritonKernel) -> None:
+        """Emit one kernel's launch (and its error flag's check)."""
+        assert isinstance(k, TritonKernel)
+        syms = [self.layout.sym_local[s] for s in self.layout.symbols]
+        flag = k.checks and self.sync_checks
+        args = [self.tensor(r) for r in k.roots] + (["_err" if flag else "None"] if k.checks else []) + syms
+        meta = [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"] + ([f"RBLOCK={k.rblock}"] if k.rblock else []) \
+            + (["debug=True"] if launch_debug(k, self.debug, self.sync_checks) else [])
+        if flag:
+            self.emit(f"_err = _error_flag({self.tensor(k.roots[0])}.device)")
+        self.emit(f"_n = {self.py(k.numel)}")
+        self.emit("if _n > 0:")
+        if self.tuned:
+            self.emit(f"_tune_{k.name}({', '.join(['_n', *args])})", 3)
+        else:
+            self.emit(f"{k.name}[(_cdiv(_n, {k.xblock}),)]({', '.join(args + meta)})", 3)
+        if flag:  # reading the flag waits for the kernel
+            self.emit("if _err.item():")
+            self.emit("return _on_error(inputs)", 3)
 
 
 def sync_checks(device: str, options: dict) -> bool:

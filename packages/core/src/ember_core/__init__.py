@@ -40,6 +40,7 @@ from ._options import OptionSpec
 from ._parser import load_text, parse_graph, text_constants
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
 from ._printer import format_graph, format_node
+from ._profiling import GraphCosts, KernelCost, costs_of, profile_range, profiler_active, register_costs
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
 from ._recording import record_events
 from ._result_cache import ResultCache, clear_result_caches, facts_key
@@ -105,4 +106,6 @@ __all__ = [
     "ResultCache", "clear_result_caches", "code_version", "facts_key",
     # the fallbacks a user is warned about
     "FallbackWarning", "WARNED_CAUSES", "warn_fallback",
+    # profiling: the wrappers' check and ranges, each compiled graph's kernel costs
+    "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
 ]

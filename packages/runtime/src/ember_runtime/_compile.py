@@ -11,6 +11,7 @@ from ember_core import BackendFrontend, OptionError, PluginError
 
 from . import _compiled_autograd as compiled_autograd
 from ._pipeline import Pipeline
+from ._profile import mark_compiled
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -46,10 +47,10 @@ def compile(  # noqa: A001 - the name is torch.compile's
     if pipeline.options.get("compiled_autograd"):
         compiled = compiled_autograd.wrap(compiled, options, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(model, torch.nn.Module) and not isinstance(compiled, torch.nn.Module):
-        return CompiledModule(model, compiled)
+        return mark_compiled(CompiledModule(model, compiled))
     if not isinstance(model, torch.nn.Module) and compiled is not model:
         functools.update_wrapper(compiled, model, updated=())
-    return compiled
+    return mark_compiled(compiled)
 
 
 class CompiledModule(torch.nn.Module):

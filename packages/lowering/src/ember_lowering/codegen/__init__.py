@@ -1,6 +1,7 @@
 """The layer every codegen of the loop IR shares: program steps, buffer layout, the generated Python wrapper,
 layout checks and ATen/interpreter fallbacks with their events, lazy binding of builds, the build pool over
-ember-core's verified disk cache, and the measuring of kernel variants under max-autotune (`Tuner`). A codegen
+ember-core's verified disk cache, the measuring of kernel variants under max-autotune (`Tuner`), and what each
+step costs for profilers (`program_costs`, the wrapper's profiled twin). A codegen
 subclasses `PlanCodegen` and says only what is its own: how a kernel prints, how its unit builds and how the
 wrapper calls a segment (see ember-codegen-cpp)."""
 
@@ -19,7 +20,8 @@ from ._fallback import (
 )
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
-from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, identifier, plan_program
+from ._profiling import flop_rules, program_costs
+from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, identifier, kernel_name, plan_program
 from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
 from ._wrapper import WrapperWriter, interpreted_kernel
 
@@ -28,4 +30,6 @@ __all__ = [
     "InterpreterFallback", "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel", "Program", "Segment", "Step",
     "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "identifier", "interpreted_kernel", "non_overlapping",
     "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode",
+    # profiling: each step's bytes and FLOPs (the wrapper's profiled twin names its ranges the same)
+    "flop_rules", "kernel_name", "program_costs",
 ]

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, Stopwatch, cuda_graphed, emit, load_function
+from ember_core import CompiledGraph, Event, Graph, Stopwatch, cuda_graphed, emit, load_function, register_costs
 
 from .._loop_ir import Kernel
 from .._plan_cache import lower_cached
@@ -32,6 +32,7 @@ from ._errors import CannotPrint
 from ._fallback import InterpreterFallback, UseFallback, relayout, report_fallback
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
+from ._profiling import program_costs
 from ._program import PrintedKernel, Program, identifier, plan_program
 from ._wrapper import WrapperWriter
 
@@ -114,6 +115,8 @@ class PlanCodegen:
         for step in program.interpreted:
             report_fallback(self.stage, graph, f"kernel {step.kernel.name} runs in the loop-IR interpreter: "
                                                f"{step.reason}", "kernel")
+        costs = register_costs(graph.name, self.name, plan.device, program_costs(program))
+        env.update(_graph_range=costs.label, _costs=costs)  # the profiled twin's range; alive as long as the wrapper
         fn = self.wrapper_function(graph, wrapper, env, fn_name)
         lazy = self.start_build(graph, program, writer, env) if program.source else None
         shown = self.shown_source(program)
@@ -122,7 +125,8 @@ class PlanCodegen:
                    message=f"graph {graph.name!r}: {len(program.kernels)} {self.language} kernels in "
                            f"{len(program.segments)} segments, {len(plan.externs)} extern calls, "
                            f"{len(program.interpreted)} interpreted kernels",
-                   data={"unit": program.source, "wrapper": wrapper, "seconds": clock.seconds}))
+                   data={"unit": program.source, "wrapper": wrapper, "seconds": clock.seconds,
+                         "range": costs.label}))
         compiled = CompiledGraph(fn, graph, self.name, source)
         if (options or {}).get("mode") in GRAPHED_MODES and torch.device(plan.device).type == "cuda":
             compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed

@@ -5,6 +5,10 @@ makes it one `extern "C"` function, so the wrapper makes one native call per run
 calls). A kernel the codegen cannot print becomes an `InterpretedKernel` step (the loop-IR interpreter runs it, with
 the values it stashed in local buffers recomputed where they are read);
 an `Extern` step calls the ATen op.
+
+Every step has a name, which profiler traces and `ember.profile` show: a kernel is `k<step>_<first node it
+computes>_<kind>_<shape>` (`k0_softmax_reduce_8x32`; a codegen may prefix it, as codegen-triton does with
+`ember_`), an extern call `e<step>_<op>` (`e2_aten.mm.default`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class InterpretedKernel:
 
     kernel: Kernel
     reason: str
+    name: str = ""
 
 
 Step = Segment | InterpretedKernel | Extern
@@ -78,6 +83,8 @@ class Program:
     # kernel name → its variants as (choice, text), the first the heuristics' (a codegen under a max-autotune
     # mode that prints several ways of one kernel fills it in, and measures them on the first call)
     variants: dict[str, list[tuple[tuple[int, ...], str]]] = field(default_factory=dict)
+    # program step index → the name of an extern step (see the module's docstring)
+    extern_names: dict[int, str] = field(default_factory=dict)
 
     @property
     def segments(self) -> list[Segment]:
@@ -91,6 +98,11 @@ class Program:
     def kernels(self) -> list[PrintedKernel]:
         return [k for s in self.segments for k in s.kernels]
 
+    def extern_name(self, index: int) -> str:
+        """The name of the extern call at program step `index`."""
+        step = self.steps[index]
+        return self.extern_names.get(index) or f"e{index}_{step.op}"
+
 
 def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
     """Print every kernel `print_kernel` can; `CannotPrint` only if the plan as a whole cannot run (a layout
@@ -98,20 +110,29 @@ def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
     layout = PlanLayout(plan)
     stashes = {b.name for b in plan.buffers if b.kind == "local"}  # the interpreter gets plan buffers only
     steps: list[Step] = []
+    extern_names: dict[int, str] = {}
     for k, step in enumerate(plan.steps):
         if isinstance(step, Extern):
+            extern_names[len(steps)] = f"e{k}_{step.op}"
             steps.append(step)
             continue
+        name = kernel_name(step, k)
         try:
-            printed = print_kernel(step, layout, f"k{k}_{identifier(step.name)}")
+            printed = print_kernel(step, layout, name)
         except CannotPrint as e:
             log.info("kernel %s of %r runs in the loop-IR interpreter: %s", step.name, plan.name, e)
-            steps.append(InterpretedKernel(recompute_locals(step, stashes), str(e)))
+            steps.append(InterpretedKernel(recompute_locals(step, stashes), str(e), name))
             continue
         if not steps or not isinstance(steps[-1], Segment):
             steps.append(Segment(f"ember_seg{sum(isinstance(s, Segment) for s in steps)}"))
         steps[-1].kernels.append(replace(printed, ir=step))
-    return Program(plan, layout, steps)
+    return Program(plan, layout, steps, extern_names=extern_names)
+
+
+def kernel_name(kernel: Kernel, step: int) -> str:
+    """`k0_softmax_reduce_8x32`: the plan step, the first graph node the kernel computes, its kind and shape."""
+    origin = identifier(kernel.origins[0]).strip("_") if kernel.origins else ""
+    return f"k{step}_{origin}_{identifier(kernel.name)}" if origin else f"k{step}_{identifier(kernel.name)}"
 
 
 def identifier(name: str) -> str:

@@ -18,17 +18,49 @@ segment of its kernels is called (`call_segment`). codegen-cpp's wrapper, for a 
 Everything that does not depend on the call (ops, dtypes, constants' pointers, static sizes) is computed once and
 bound as a global; the `try` costs nothing unless the fallback runs. `_relayout`, `_on_error` and `_fallback`
 are bound by `PlanCodegen` (see `_fallback.py`).
+
+Each wrapper has a profiled twin, `graph_softmax_profiled`, which the wrapper's first line calls instead while a
+profiler records (`ember_core.profiler_active()`, torch's flag, read in tens of nanoseconds: the only cost of
+profiling to a call that is not profiled; `benchmarks/profiling_check.py` measures it). The twin is the same
+program with ranges: one around the call, named by the graph's label (`_graph_range`, `ember:softmax`), and one
+around each kernel and extern call, named after it:
+
+    def graph_softmax_profiled(inputs):
+        with _range(_graph_range):
+            b_x_1, = inputs
+            try:
+                ...
+                with _range('k0_softmax_reduce_s0x7'):
+                    if ember_run_k0_softmax_reduce_s0x7(b_x_1.data_ptr(), b_out.data_ptr(), S_s0):
+                        return _on_error(inputs)
+                return [b_out]
+            except _UseFallback:
+                return _fallback(inputs)
+
+A codegen says how a segment's kernels are called one by one (`call_segment_profiled`); by default the segment
+is one range. codegen-cpp calls each kernel through an entry point of its own in the same library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sympy
 import torch
-from ember_core import Ref, Sym, direct_call, keyword_name, resolve_op, returns_sequence, to_dtype
+from ember_core import (
+    Ref,
+    Sym,
+    direct_call,
+    keyword_name,
+    profile_range,
+    profiler_active,
+    resolve_op,
+    returns_sequence,
+    to_dtype,
+)
 
 from .._indexing import parse_expr
 from .._interpreter import PlanInterpreter
@@ -48,13 +80,18 @@ class WrapperWriter:
         self.constants = constants
         self.fn_name = fn_name
         self.globals: dict[str, Any] = {"_empty_strided": torch.empty_strided, "_as_strided": torch.as_strided,
-                                        "_UseFallback": UseFallback, "_fix_layout": fix_layout}
+                                        "_UseFallback": UseFallback, "_fix_layout": fix_layout,
+                                        "_profiling": profiler_active, "_range": profile_range,
+                                        "_graph_range": f"ember:{fn_name}"}
         names = dict(self.layout.sym_local)
         self.py = IndexPrinter(names)
         self.have: set[str] = set()
         self.allocated: set[str] = set()
         self.lines: list[str] = []
+        self.profiled = False  # writing the profiled twin
+        self.indent = 0  # levels added to every emitted line (inside a range)
         self._consts: dict[int, str] = {}
+        self._interpreters: dict[int, Callable] = {}
         self.kernel_roots = {r for s in program.segments for r in s.roots}
         self.viewed_roots = {self.layout.root(b.name) for b in self.plan.buffers if b.kind == "view"}
 
@@ -73,7 +110,20 @@ class WrapperWriter:
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
     def emit(self, line: str, depth: int = 2) -> None:
-        self.lines.append("    " * depth + line)
+        self.lines.append("    " * (depth + self.indent) + line)
+
+    @contextlib.contextmanager
+    def ranged(self, name: str) -> Iterator[None]:
+        """Lines emitted inside go in a profiler range named `name` in the profiled twin (as they are elsewhere)."""
+        if not self.profiled:
+            yield
+            return
+        self.emit(f"with _range({name!r}):")
+        self.indent += 1
+        try:
+            yield
+        finally:
+            self.indent -= 1
 
     def tensor(self, name: str) -> str:
         """The Python local holding buffer `name`, making a view of its root first when needed."""
@@ -99,14 +149,28 @@ class WrapperWriter:
     # ------------------------------------------------------------------ source
 
     def source(self) -> tuple[str, dict[str, Any]]:
-        plan = self.plan
+        """The wrapper, its profiled twin and `_layouts`, and the globals they need."""
         constants = {n: c for n, c in self.constants.items() if n in self.layout.buffers}
         for name, c in constants.items():
             self.globals[f"_c_{self.layout.local[name]}"] = c
-        head = [f"def {self.fn_name}(inputs):"]
+        fast = self._function(constants, profiled=False)
+        twin = self._function(constants, profiled=True)
+        return "\n".join(fast + [""] + twin + [""] + self._layouts_fn()) + "\n", self.globals
+
+    def _function(self, constants: dict[str, torch.Tensor], profiled: bool) -> list[str]:
+        """The lines of the wrapper, or of its profiled twin (the same steps, each in a range)."""
+        plan = self.plan
+        self.have, self.allocated, self.lines = set(), set(), []
+        self.profiled, self.indent = profiled, int(profiled)
+        pad = "    " * self.indent
+        if profiled:
+            head = [f"def {self.fn_name}_profiled(inputs):", "    with _range(_graph_range):"]
+        else:
+            head = [f"def {self.fn_name}(inputs):", "    if _profiling():",
+                    f"        return {self.fn_name}_profiled(inputs)"]
         targets = self._targets()
         if targets:
-            head.append(f"    {', '.join(targets)}{',' if len(targets) == 1 else ''} = inputs")
+            head.append(f"{pad}    {', '.join(targets)}{',' if len(targets) == 1 else ''} = inputs")
         self.have |= {n for n in plan.inputs if n in self.layout.buffers}
         for name in constants:
             self.emit(f"{self.layout.local[name]} = _c_{self.layout.local[name]}")
@@ -119,15 +183,17 @@ class WrapperWriter:
             elif isinstance(step, InterpretedKernel):
                 self._interpreted(step)
             else:
-                self._extern(step)
+                with self.ranged(self.p.extern_name(k)):
+                    self._extern(step)
             dead = sorted(n for n in self.have if last.get(n, -1) == k)
             if dead:  # free storage as soon as nothing reads it (ATen results keep what they alias alive)
                 self.emit(f"del {', '.join(self.layout.local[n] for n in dead)}")
                 self.have -= set(dead)
         outs = [self.tensor(o) if isinstance(o, str) else self.py(parse_expr(o.expr)) for o in plan.outputs]
         self.emit(f"return [{', '.join(outs)}]")
-        body = head + ["    try:"] + self.lines + ["    except _UseFallback:", "        return _fallback(inputs)"]
-        return "\n".join(body + [""] + self._layouts_fn()) + "\n", self.globals
+        self.profiled, self.indent = False, 0
+        return head + [f"{pad}    try:"] + self.lines + [f"{pad}    except _UseFallback:",
+                                                       f"{pad}        return _fallback(inputs)"]
 
     def _last_uses(self) -> dict[str, int]:
         """The last step that needs each buffer's Python local; absent for inputs, constants and outputs and
@@ -179,7 +245,7 @@ class WrapperWriter:
         return out
 
     def _bind_and_check(self) -> None:
-        self.lines += self._bindings(2)
+        self.lines += self._bindings(2 + self.indent)
         tests = self._range_tests("<")
         for _, b in self.checked_inputs():
             local = self.layout.local[b.name]
@@ -222,21 +288,32 @@ class WrapperWriter:
 
     def _segment(self, seg: Segment) -> None:
         self._allocate(seg.writes)
-        self.call_segment(seg)
+        if self.profiled:
+            self.call_segment_profiled(seg)
+        else:
+            self.call_segment(seg)
 
     def call_segment(self, seg: Segment) -> None:
         """Emit the call of one segment; its outputs are allocated. `self.tensor(root)` gives a root's local,
         `self.layout.sym_local` the symbols' locals; a nonzero error flag should `return _on_error(inputs)`."""
         raise NotImplementedError(f"{type(self).__name__} does not say how to call a segment")
 
+    def call_segment_profiled(self, seg: Segment) -> None:
+        """The same, in the profiled twin: each kernel inside `with self.ranged(kernel.name):`. By default the
+        segment runs as one range named after it."""
+        with self.ranged(seg.name):
+            self.call_segment(seg)
+
     def _interpreted(self, step: InterpretedKernel) -> None:
         touched = list(dict.fromkeys(i.buffer for i in step.kernel.instrs() if i.buffer))
         writes = {self.layout.root(i.buffer) for i in step.kernel.instrs() if i.op.value == "store"}
         self._allocate(writes)
-        fn = interpreted_kernel(self.plan, step, touched, self.layout.symbols)
-        name = self.const(fn, "_interp")
+        if id(step) not in self._interpreters:  # one for the wrapper and its twin
+            self._interpreters[id(step)] = interpreted_kernel(self.plan, step, touched, self.layout.symbols)
+        name = self.const(self._interpreters[id(step)], "_interp")
         args = [self.tensor(b) for b in touched] + [self.layout.sym_local[s] for s in self.layout.symbols]
-        self.emit(f"{name}([{', '.join(args)}])")
+        with self.ranged(step.name or step.kernel.name):
+            self.emit(f"{name}([{', '.join(args)}])")
 
     def _extern(self, ext: Extern) -> None:
         op = resolve_op(ext.op)
