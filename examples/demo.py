@@ -50,18 +50,23 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-def per_call(fn: Callable[[], object], seconds: float) -> float:
-    """Median seconds of one call, over batches of calls that take about `seconds` / 5 each."""
-    start = time.perf_counter()
-    fn()
-    n = max(1, int(seconds / 5 / max(time.perf_counter() - start, 1e-6)))
-    samples = []
-    for _ in range(5):
+def per_call(fns: dict[str, Callable[[], object]], seconds: float, repeats: int = 7) -> dict[str, float]:
+    """Median seconds of one call of each function. The functions take turns inside every repeat (a batch of calls
+    of about `seconds` / repeats each), so a machine that drifts slows all of them alike, not the last one measured."""
+    batch = {}
+    for name, fn in fns.items():
+        fn()  # warm: a compiled function's first call of a new kind compiles
         start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - start) / n)
-    return statistics.median(samples)
+        fn()
+        batch[name] = max(1, int(seconds / repeats / max(time.perf_counter() - start, 1e-6)))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(batch[name]):
+                fn()
+            samples[name].append((time.perf_counter() - start) / batch[name])
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def training_step(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -132,7 +137,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     model, x = Block(), torch.randn(8, 64, 128)
-    budget = 0.3 if args.quick else 1.0
+    budget = 0.6 if args.quick else 3.0
 
     twin = copy.deepcopy(model)
     start = time.perf_counter()
@@ -151,15 +156,14 @@ def main() -> None:
         rows.append(("torch.compile", inductor, time.perf_counter() - start))
     rows.append(("ember.compile", compiled, ember_compile))
 
-    print(f"{'':14} {'compile s':>10} {'inference ms':>13} {'train step ms':>14}")
-    eager_times = None
-    for name, m, compile_s in rows:
-        with torch.no_grad():
-            infer = per_call(lambda m=m: m(x), budget)
-        train = per_call(training_step(m, x), budget)
-        eager_times = eager_times or (infer, train)
-        speed = f"  ({eager_times[0] / infer:.2f}x, {eager_times[1] / train:.2f}x eager)" if name != "eager" else ""
-        print(f"{name:14} {compile_s or 0:>10.2f} {infer * 1e3:>13.3f} {train * 1e3:>14.3f}{speed}")
+    with torch.no_grad():
+        infer = per_call({name: (lambda m=m: m(x)) for name, m, _ in rows}, budget)
+    train = per_call({name: training_step(m, x) for name, m, _ in rows}, budget)
+    print(f"{'':14} {'compile s':>10} {'inference ms':>13} {'train step ms':>14}   (medians, taking turns)")
+    for name, _, compile_s in rows:
+        speed = f"  ({infer['eager'] / infer[name]:.2f}x, {train['eager'] / train[name]:.2f}x eager)" \
+            if name != "eager" else ""
+        print(f"{name:14} {compile_s or 0:>10.2f} {infer[name] * 1e3:>13.3f} {train[name] * 1e3:>14.3f}{speed}")
 
     print("\nwhat each stage did:")
     for line in stages(rec.events):
