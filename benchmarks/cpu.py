@@ -236,13 +236,16 @@ def main() -> None:
         lines += [r.line() for r in rows] + [summary(threads, rows)]
         print(lines[-1], flush=True)
         all_rows += rows
+    extra = " | ember default" if args.mode else ""
     lines += ["", "Cold compile time (first call minus an eager call, fresh caches; median over processes and thread "
-              "counts), seconds:", "", "| workload | inductor | ember | ember / inductor |", "|---|---:|---:|---:|"]
+              "counts), seconds:", "", f"| workload | inductor | ember | ember / inductor{extra} |",
+              "|---|---:|---:|---:|" + ("---:|" if args.mode else "")]
     for w in chosen:
         runs = [r for row in all_rows if row.workload is w for r in row.runs]
-        ind = statistics.median(r["cold"]["inductor"] for r in runs)
-        emb = statistics.median(r["cold"]["ember"] for r in runs)
-        lines.append(f"| {w.name} | {ind:.2f} | {emb:.2f} | {emb / ind:.2f} |")
+        cold = {n: statistics.median(r["cold"][n] for r in runs) for n in runs[0]["cold"]}
+        default = f" | {cold['ember_default']:.2f}" if "ember_default" in cold else ""
+        lines.append(f"| {w.name} | {cold['inductor']:.2f} | {cold['ember']:.2f} | "
+                     f"{cold['ember'] / cold['inductor']:.2f}{default} |")
     text = "\n".join(lines)
     print(text)
     if args.write:

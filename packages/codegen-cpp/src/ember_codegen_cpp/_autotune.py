@@ -96,7 +96,7 @@ class TunedSegment:
             run.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * len(k.roots) + [ctypes.c_int64] * len(syms)
             run.restype = ctypes.c_int
             pointers = [tensors[r].data_ptr() for r in k.roots]
-            best = TUNER.choose(self.keys[k.name], k.name, choices,
+            best = TUNER.measure(self.keys[k.name], k.name, choices,
                                 lambda c, run=run, pointers=pointers, choices=choices:
                                 run(choices.index(c), *pointers, *syms),
                                 [tensors[r] for r in k.roots if r in k.writes])

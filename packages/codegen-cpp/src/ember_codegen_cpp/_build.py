@@ -51,8 +51,8 @@ def compiler_version(cxx: str) -> str:
 
 
 @cache
-def cpu_tag() -> str:
-    """What -march=native depends on: the CPU model and its feature flags."""
+def _cpu_lines() -> str:
+    """The first CPU's model name and feature flags from /proc/cpuinfo ("" where there is none)."""
     text = ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -63,17 +63,18 @@ def cpu_tag() -> str:
                     break
     except OSError:
         pass
-    return hashlib.sha256((platform.machine() + text).encode()).hexdigest()[:16]
+    return text
 
 
 @cache
+def cpu_tag() -> str:
+    """What -march=native depends on: the CPU model and its feature flags."""
+    return hashlib.sha256((platform.machine() + _cpu_lines()).encode()).hexdigest()[:16]
+
+
 def wide_vectors() -> bool:
     """Does this CPU have vectors wider than 256 bits (AVX-512), so that preferring 256 is a variant worth trying?"""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
-    except OSError:
-        return False
+    return any(line.startswith("flags") and " avx512f" in line for line in _cpu_lines().splitlines())
 
 
 def build_key(source: str, flags: tuple[str, ...], cxx: str) -> str:

@@ -50,6 +50,7 @@ from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
 from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
 from ._exprs import ExprPrinter
+from ._prelude import PAR_MIN
 from ._reductions import FOLD, LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
 
 CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
@@ -58,7 +59,6 @@ _SIMD = "#pragma omp simd"
 _PARALLEL = "#pragma omp parallel for schedule(static)"
 _ERR = " reduction(|:ember_err)"
 SERIAL = 1 << 62  # a parallel threshold no loop reaches: the kernel never forks
-PAR_MIN = 16384  # the prelude's default EMBER_PAR_MIN
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ import ctypes
 import ctypes.util
 import functools
 
+# Element-iterations from which a kernel's parallel loop forks (`EMBER_PAR_MIN`; on 2 cores a fork pays off from
+# about 8K elements of a sigmoid, cheap ops need more). A build may override it with -DEMBER_PAR_MIN=...
+PAR_MIN = 16384
+
 # libm functions kernels call: name → arity. Each exists as `name` (double) and `name + "f"` (float).
 LIBM: dict[str, int] = {
     "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1, "sin": 1, "cos": 1, "tan": 1,
@@ -251,13 +255,11 @@ template <typename T> EMBER_INLINE void ember_welford_merge(T& mean, T& m2, T& n
   n = total;
 }
 
-#ifndef EMBER_PAR_MIN
-#define EMBER_PAR_MIN 16384
-#endif
 """
 
 
 @functools.cache
 def prelude() -> str:
     """The prelude text for this machine (which libm functions are vectorized depends on its glibc)."""
-    return "// ember C++ prelude\n" + _HELPERS.lstrip("\n") + "\n" + _declarations(vector_libm()) + "\n"
+    par_min = f"#ifndef EMBER_PAR_MIN\n#define EMBER_PAR_MIN {PAR_MIN}\n#endif\n"
+    return "// ember C++ prelude\n" + _HELPERS.lstrip("\n") + par_min + "\n" + _declarations(vector_libm()) + "\n"

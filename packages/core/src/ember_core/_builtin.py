@@ -14,7 +14,6 @@ from ._pycode import python_function
 from ._schema import Graph
 from ._stages import CompiledGraph
 from .hookspecs import hookimpl
-from .report import ReportWriter
 
 
 class InterpreterCodegen:
@@ -32,7 +31,7 @@ class InterpreterCodegen:
 
 _INTERPRETER = InterpreterCodegen()
 _logger = EventLogger()
-_report = ReportWriter()  # off until EMBER_REPORT names a folder
+_report = None  # the EMBER_REPORT observer: made (and the report's modules imported) once a folder is named
 
 
 def interpreter_codegen() -> InterpreterCodegen:
@@ -49,13 +48,21 @@ def ember_register(registry) -> None:
 
 @hookimpl
 def ember_configure(config: Mapping[str, Any]) -> None:
+    global _report
     _logger.configure(config.get("logs", ""))
-    if config.get("report") != (str(_report.folder) if _report.folder else None):
-        _report.configure(config.get("report"))
+    folder = config.get("report")
+    if _report is None:
+        if folder:
+            from .report import ReportWriter  # noqa: PLC0415 - off by default: ember_core imports without it
+
+            _report = ReportWriter(folder)
+    elif folder != (str(_report.folder) if _report.folder else None):
+        _report.configure(folder)
 
 
 @hookimpl
 def ember_event(event: Event, dump: DumpWriter) -> None:
     _logger(event)
     dump.write_event(event)
-    _report.ember_event(event)
+    if _report is not None:
+        _report.ember_event(event)

@@ -24,7 +24,7 @@ def launcher(seconds: dict, out: torch.Tensor, runs: list):
 def test_the_fastest_candidate_is_kept_stored_and_reused_and_writes_are_restored():
     tuner, key = Tuner("test_tune", "test"), uuid.uuid4().hex
     out, runs = torch.zeros(4), []
-    seconds = {(1,): 0.004, (2,): 0.0005, (3,): 0.003}
+    seconds = {(1,): 0.004, (2,): 0.0025, (3,): 0.003}  # each within 2x of the best before it: all measured
     with record_events() as rec:
         assert tuner.choose(key, "k", list(seconds), launcher(seconds, out, runs), [out]) == (2,)
     assert torch.equal(out, torch.zeros(4))  # every trial undone: the real call then runs once on it
@@ -34,6 +34,22 @@ def test_the_fastest_candidate_is_kept_stored_and_reused_and_writes_are_restored
     runs.clear()
     assert Tuner("test_tune", "test").choose(key, "k", list(seconds), launcher(seconds, out, runs), [out]) == (2,)
     assert runs == []  # from the disk
+
+
+def test_a_candidate_twice_as_slow_as_the_best_so_far_is_launched_once():
+    runs = []
+    seconds = {(1,): 0.001, (2,): 0.02, (3,): 0.0015}
+    launch = launcher(seconds, torch.zeros(1), runs)
+    Tuner("test_tune", "test").measure(uuid.uuid4().hex, "k", list(seconds), launch, [])
+    assert runs.count((2,)) == 1 and runs.count((1,)) == runs.count((3,)) == 3
+
+
+def test_a_long_kernel_is_launched_twice():
+    runs = []
+    seconds = {(1,): 0.015, (2,): 0.016}
+    launch = launcher(seconds, torch.zeros(1), runs)
+    assert Tuner("test_tune", "test").measure(uuid.uuid4().hex, "k", list(seconds), launch, []) == (1,)
+    assert runs == [(1,), (1,), (2,), (2,)]
 
 
 def test_the_heuristics_choice_stays_unless_another_beats_it_by_the_margin():

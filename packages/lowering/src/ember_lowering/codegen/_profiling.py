@@ -18,9 +18,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import sympy
 from ember_core import KernelCost, Ref
 
+from .._indexing import to_expr
+from .._interpreter import size_of
 from .._loop_ir import ITEMSIZE, Buffer, Extern, Kernel, KernelPlan
 from .._scheduler import buffers_read, buffers_written
 from ._program import InterpretedKernel, Program, Segment
@@ -65,10 +66,7 @@ class _Sizes:
         self.hints = {s.name: s.hint for s in plan.symbols}
 
     def value(self, expr: Any) -> int:
-        expr = sympy.sympify(expr)
-        if not expr.free_symbols:
-            return int(expr)
-        return int(expr.xreplace({s: self.hints.get(s.name, 1) for s in expr.free_symbols}))
+        return size_of(expr, self.hints)
 
     def shape(self, arg: Any) -> Shape:
         if not isinstance(arg, Ref):
@@ -78,7 +76,7 @@ class _Sizes:
     def nbytes(self, b: Buffer) -> int:
         """Distinct elements of `b` (its stride-0 dims once) times its dtype's size."""
         sizes = [self.value(d) for d in b.shape]
-        distinct = [n for n, s in zip(sizes, b.stride) if sympy.sympify(s) != 0]
+        distinct = [n for n, s in zip(sizes, b.stride) if to_expr(s) != 0]
         return (math.prod(distinct) if all(sizes) else 0) * ITEMSIZE.get(b.dtype, 4)
 
     def moved(self, step: Kernel | Extern) -> int:

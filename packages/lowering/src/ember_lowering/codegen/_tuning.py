@@ -9,10 +9,11 @@ call it asks its `Tuner` to `choose` one:
   entry that is anything else is ignored and the kernel measured again (parsed, never evaluated; ember-core's
   `DiskCache` has already checked the file's hash, owner and mode);
 - otherwise every candidate runs on the call's own arguments, the best of `repeats` launches is its time, and the
-  fastest is stored. The first candidate is the heuristics' choice, and another must beat it by `margin` (3%) to
-  be kept: a difference inside the noise of a few launches is no reason to leave the heuristics. The buffers the
-  kernel writes are saved first and put back after every launch, so a kernel that updates a buffer in place (an
-  optimizer step) leaves it as one run would.
+  fastest is stored (a candidate twice as slow as the best so far is launched once, a long kernel twice). The
+  first candidate is the heuristics' choice, and another must beat it by `margin` (3%) to be kept: a difference
+  inside the noise of a few launches is no reason to leave the heuristics. The buffers the kernel writes are saved
+  first and put back after every launch, so a kernel that updates a buffer in place (an optimizer step) leaves it
+  as one run would.
 
 A measured choice is sent as a `kernel_tuned` event (shown by `EMBER_LOGS=autotune`) with every candidate's time.
 Which mode tunes is the codegen's business, read from its options (`tuning_mode`); the runtime knows nothing of it.
@@ -31,6 +32,7 @@ from ember_core import DiskCache, Event, emit
 
 TUNED_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 Choice = tuple[int, ...]
+LONG = 0.02  # seconds of launches after which a candidate's time is known well enough (from its second launch on)
 
 
 def tuning_mode(options: Mapping[str, Any] | None) -> bool:
@@ -56,10 +58,15 @@ class Tuner:
         """The stored choice of `key`, else the fastest of `candidates` run through `launch(choice)`; `written`
         are the tensors a launch stores to (restored after each), `args` what to synchronize on."""
         stored = self.stored(key, candidates)
-        if stored is not None:
-            return stored
+        return stored if stored is not None else self.measure(key, kernel, candidates, launch, written, args)
+
+    def measure(self, key: str, kernel: str, candidates: Sequence[Choice], launch: Callable[[Choice], None],
+                written: Sequence[torch.Tensor], args: Sequence[Any] = ()) -> Choice:
+        """`choose` without looking on disk first: every candidate timed, the fastest stored and returned."""
         saved = [t.clone() for t in written]
-        times = {c: self._time(launch, c, written, saved, [*args, *written]) for c in candidates}
+        times: dict[Choice, float] = {}
+        for c in candidates:  # a candidate 2x slower than the best so far stops after its first launch
+            times[c] = self._time(launch, c, written, saved, [*args, *written], 2 * min(times.values(), default=1e9))
         best = min(times, key=times.__getitem__)
         if times[best] > times[candidates[0]] * (1 - self.margin):
             best = candidates[0]
@@ -73,16 +80,21 @@ class Tuner:
         return best
 
     def _time(self, launch: Callable[[Choice], None], choice: Choice, written: Sequence[torch.Tensor],
-              saved: Sequence[torch.Tensor], args: Sequence[Any]) -> float:
-        best = float("inf")
-        for _ in range(self.repeats):
+              saved: Sequence[torch.Tensor], args: Sequence[Any], give_up: float) -> float:
+        """The best of `repeats` launches; of fewer once one takes longer than `give_up` seconds, or once two or
+        more have taken `LONG` seconds together (a long kernel's launches vary little)."""
+        best, spent = float("inf"), 0.0
+        for k in range(self.repeats):
             sync(args)
             start = time.perf_counter()
             launch(choice)
             sync(args)
-            best = min(best, time.perf_counter() - start)
+            took = time.perf_counter() - start
+            best, spent = min(best, took), spent + took
             for t, copy in zip(written, saved):
                 t.copy_(copy)
+            if best > give_up or (k >= 1 and spent > LONG):
+                break
         return best
 
     def stored(self, key: str, candidates: Sequence[Choice]) -> Choice | None:
