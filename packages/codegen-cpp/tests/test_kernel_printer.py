@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from ember_codegen_cpp import KernelPrinter
+from ember_codegen_cpp._build import vector_lanes
 from ember_lowering import lower
 from ember_lowering.codegen import PlanLayout
 from helpers import check, trace
@@ -15,12 +16,16 @@ from helpers import check, trace
 SPECIAL = torch.tensor([0.0, -0.0, 1.5, -2.5, 0.5, 3.0, math.inf, -math.inf, math.nan, 1e-40, -7.0, 65504.0, 70000.0])
 
 
-def test_kernel_is_one_function_with_a_parallel_loop_and_a_simd_loop():
+def test_kernel_is_one_function_with_a_parallel_loop_of_vector_steps_and_a_scalar_tail():
     graph = trace(lambda x: (x.exp() * 2,), torch.randn(64, 32))
     plan = lower(graph, emit_event=False)
-    text = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k0").print().text
+    printed = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k0").print()
+    text, lanes = printed.text, vector_lanes()[0]
     assert text.startswith("static int k0(const float* __restrict b_arg0_1, float* __restrict b_mul")
-    assert "#pragma omp parallel for" in text and "#pragma omp simd" in text
+    assert "#pragma omp parallel for" in text
+    assert f"ember_v += {lanes}) {{" in text and "ember_vexpf(t0_v)" in text  # the vector step
+    assert "ember_expf(t0)" in text  # the scalar tail
+    assert printed.simd == f"explicit {lanes} lanes"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])

@@ -77,6 +77,16 @@ def wide_vectors() -> bool:
     return any(line.startswith("flags") and " avx512f" in line for line in _cpu_lines().splitlines())
 
 
+@cache
+def vector_lanes() -> tuple[int, ...]:
+    """The float32 lane counts kernels' explicit vectors may have, the native one first: 16 and 8 on an AVX-512 CPU
+    (a max-autotune variant keeps to 256-bit registers), 8 on AVX2, else 4 (SSE, NEON)."""
+    flags = next((line.split() for line in _cpu_lines().splitlines() if line.startswith("flags")), [])
+    if "avx512f" in flags:
+        return (16, 8)
+    return (8,) if "avx2" in flags else (4,)
+
+
 def build_key(source: str, flags: tuple[str, ...], cxx: str) -> str:
     parts = [FORMAT, source, " ".join(flags), compiler_version(cxx), cpu_tag()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]

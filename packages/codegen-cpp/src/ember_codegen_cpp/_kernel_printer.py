@@ -50,7 +50,9 @@ from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
 from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
 from ._exprs import ExprPrinter
+from ._build import vector_lanes
 from ._prelude import PAR_MIN
+from ._vector import VectorBody
 from ._reductions import FOLD, LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
 
 CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
@@ -83,6 +85,8 @@ class KernelPrinter:
     def __init__(self, kernel: Kernel, layout: PlanLayout, name: str, variant: Variant = Variant()):
         self.variant = variant
         self.chunk, self.block_size = CHUNK * variant.tile, BLOCK * variant.tile
+        native = vector_lanes()
+        self.lanes = 8 if variant.vector_bits == 256 and 8 in native else native[0]
         used = {i.buffer for i in kernel.instrs()}
         self.locals: dict[str, Buffer] = {n: b for n, b in layout.buffers.items() if b.kind == "local" and n in used}
         self.outer_contiguous = False
@@ -108,6 +112,7 @@ class KernelPrinter:
         self.loop_head: dict[str, str] = {}  # that loop's own declarations: name → line, first in its block
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
+        self.simd = "compiler: omp simd"  # how the loops use SIMD, for the vectorization report
 
     # ------------------------------------------------------------------ entry
 
@@ -126,7 +131,8 @@ class KernelPrinter:
         text = "\n".join([head, "  int ember_err = 0;", *body, "  return ember_err;", "}"])
         if self.uses_err:  # known once the body is printed: add the flag to every loop pragma
             text = text.replace(_SIMD, _SIMD + _ERR).replace(_PARALLEL, _PARALLEL + _ERR)
-        return PrintedKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text)
+        return PrintedKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
+                             simd=self.simd)
 
     def variants(self, wide_vectors: bool) -> list[Variant]:
         """What max-autotune tries for this kernel, the default first: where there is a parallel loop, the other
@@ -185,21 +191,29 @@ class KernelPrinter:
     def _pointwise(self) -> list[str]:
         dims = list(self.k.outer_dims)
         if not dims:
+            self.simd = "scalar: one element"
             return self._block(self.k.body, 1)
         *outer, last = dims
         body = self._block(self.k.body, 3)
         n, chunk = f"n_{last.var}", self.chunk
-        count = " * ".join([f"n_{d.var}" for d in outer] + ["ember_nc"])
-        work = " * ".join(f"n_{d.var}" for d in dims)
+        vector = VectorBody(self, self.lanes)
+        vector_body = vector.lines(list(self.k.body))
+        self.simd = f"explicit {self.lanes} lanes"
+        if vector.lane_ops:
+            self.simd += f", lane by lane: {', '.join(dict.fromkeys(vector.lane_ops))}"
         return [
             f"  const int64_t ember_nc = ({n} + {chunk - 1}) / {chunk};",
-            f"  const int64_t ember_np = {count};",
-            *self._parallel_head("ember_np", f"({work})"),
+            f"  const int64_t ember_np = {count_of(outer, 'ember_nc')};",
+            *self._parallel_head("ember_np", f"({' * '.join(f'n_{d.var}' for d in dims)})"),
             *self._decompose(outer, "ember_p / ember_nc"),
             f"    const int64_t ember_lo = (ember_p % ember_nc) * {chunk};",
             f"    const int64_t ember_hi = ember_lo + {chunk} < {n} ? ember_lo + {chunk} : {n};",
-            f"    {_SIMD}",
-            f"    for (int64_t {last.var} = ember_lo; {last.var} < ember_hi; ++{last.var}) {{",
+            "    int64_t ember_v = ember_lo;",
+            f"    for (; ember_v + {self.lanes} <= ember_hi; ember_v += {self.lanes}) {{",
+            f"      const int64_t {last.var} = ember_v;",
+            *["      " + line for line in vector_body],
+            "    }",
+            f"    for (int64_t {last.var} = ember_v; {last.var} < ember_hi; ++{last.var}) {{",
             *body,
             "    }",
             "  }",
@@ -529,6 +543,11 @@ class KernelPrinter:
             value = f"ember_store_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
         line = f"{ptr}[{flat}] = {value};"
         return [f"if ({self.ref(i.srcs[1])}) {line}" if len(i.srcs) > 1 else line]
+
+
+def count_of(outer: list, chunks: str) -> str:
+    """The parallel loop's trip count: the outer dims' sizes times the chunks of the last."""
+    return " * ".join([f"n_{d.var}" for d in outer] + [chunks])
 
 
 def _latency_bound(loop: Loop, reduces: list[Instr]) -> bool:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import string
+
+from ._build import vector_lanes
 
 # Element-iterations from which a kernel's parallel loop forks (`EMBER_PAR_MIN`; on 2 cores a fork pays off from
 # about 8K elements of a sigmoid, cheap ops need more). A build may override it with -DEMBER_PAR_MIN=...
@@ -258,8 +261,158 @@ template <typename T> EMBER_INLINE void ember_welford_merge(T& mean, T& m2, T& n
 """
 
 
+# The vector layer, once per vector length L (lanes of float32; a kernel's vectors of every dtype have L lanes,
+# so a float64 vector spans two registers). Types are GCC vector extensions (`ember_f32x16`), a cast between two of
+# one size reinterprets the bits, a comparison gives -1/0 lanes of the operands' width. Bool values are int32 lanes
+# of -1 or 0 (`ember_i32xL`) whatever they compare, so one mask type serves every dtype.
+_VECTOR_TYPES = """
+typedef float ember_f32x$L __attribute__((vector_size(4 * $L)));
+typedef double ember_f64x$L __attribute__((vector_size(8 * $L)));
+typedef int64_t ember_i64x$L __attribute__((vector_size(8 * $L)));
+typedef int32_t ember_i32x$L __attribute__((vector_size(4 * $L)));
+typedef int16_t ember_i16x$L __attribute__((vector_size(2 * $L)));
+typedef int8_t ember_i8x$L __attribute__((vector_size($L)));
+typedef uint64_t ember_u64x$L __attribute__((vector_size(8 * $L)));
+typedef uint32_t ember_u32x$L __attribute__((vector_size(4 * $L)));
+typedef uint16_t ember_u16x$L __attribute__((vector_size(2 * $L)));
+typedef uint8_t ember_u8x$L __attribute__((vector_size($L)));
+"""
+
+# What does not depend on the length: templates over any vector type.
+_VECTOR_GENERIC = r"""
+// Unaligned loads and stores (one vmovups), a scalar in every lane, and `m ? a : b` lane by lane for a mask of
+// any width.
+template <typename V, typename T> EMBER_INLINE V ember_vload(const T* p) { V v; __builtin_memcpy(&v, p, sizeof v); return v; }
+template <typename T, typename V> EMBER_INLINE void ember_vstore(T* p, V v) { __builtin_memcpy(p, &v, sizeof v); }
+template <typename V, typename S> EMBER_INLINE V ember_vsplat(S s) {
+  V v;
+  for (unsigned l = 0; l < sizeof(V) / sizeof(v[0]); ++l) v[l] = s;
+  return v;
+}
+template <typename M, typename V> EMBER_INLINE V ember_vsel(M m, V a, V b) {
+  return __builtin_convertvector(m, __typeof__(a < b)) ? a : b;
+}
+// max/min: NaN wins, as the scalar ember_max.
+template <typename V> EMBER_INLINE V ember_vmax(V a, V b) { return ((a > b) | (a != a)) ? a : b; }
+template <typename V> EMBER_INLINE V ember_vmin(V a, V b) { return ((a < b) | (a != a)) ? a : b; }
+"""
+
+_VECTOR_HELPERS = r"""
+EMBER_INLINE ember_f32x$L ember_vabs(ember_f32x$L a) { return (ember_f32x$L)((ember_u32x$L)a & 0x7FFFFFFFu); }
+EMBER_INLINE ember_f64x$L ember_vabs(ember_f64x$L a) {
+  return (ember_f64x$L)((ember_u64x$L)a & 0x7FFFFFFFFFFFFFFFull);
+}
+EMBER_INLINE ember_f32x$L ember_vcopysign(ember_f32x$L a, ember_f32x$L b) {
+  return (ember_f32x$L)(((ember_u32x$L)a & 0x7FFFFFFFu) | ((ember_u32x$L)b & 0x80000000u));
+}
+EMBER_INLINE ember_f64x$L ember_vcopysign(ember_f64x$L a, ember_f64x$L b) {
+  return (ember_f64x$L)(((ember_u64x$L)a & 0x7FFFFFFFFFFFFFFFull) | ((ember_u64x$L)b & 0x8000000000000000ull));
+}
+// One instruction per vector where the ISA has it (vsqrtps, vrndscaleps, vfmadd): gcc turns these lane loops
+// into it, and into a call per lane where it has none.
+#define EMBER_LANEWISE(name, T, V, call) \
+  EMBER_INLINE V name(V a) { V r; for (int l = 0; l < $L; ++l) r[l] = call(a[l]); return r; }
+EMBER_LANEWISE(ember_vsqrt, float, ember_f32x$L, __builtin_sqrtf)
+EMBER_LANEWISE(ember_vsqrt, double, ember_f64x$L, __builtin_sqrt)
+EMBER_LANEWISE(ember_vfloor, float, ember_f32x$L, __builtin_floorf)
+EMBER_LANEWISE(ember_vfloor, double, ember_f64x$L, __builtin_floor)
+EMBER_LANEWISE(ember_vceil, float, ember_f32x$L, __builtin_ceilf)
+EMBER_LANEWISE(ember_vceil, double, ember_f64x$L, __builtin_ceil)
+EMBER_LANEWISE(ember_vrint, float, ember_f32x$L, __builtin_rintf)
+EMBER_LANEWISE(ember_vrint, double, ember_f64x$L, __builtin_rint)
+EMBER_LANEWISE(ember_vtrunc, float, ember_f32x$L, __builtin_truncf)
+EMBER_LANEWISE(ember_vtrunc, double, ember_f64x$L, __builtin_trunc)
+#undef EMBER_LANEWISE
+EMBER_INLINE ember_f32x$L ember_vfma(ember_f32x$L a, ember_f32x$L b, ember_f32x$L c) {
+  ember_f32x$L r; for (int l = 0; l < $L; ++l) r[l] = __builtin_fmaf(a[l], b[l], c[l]); return r;
+}
+
+// bfloat16 and float16 in memory (uint16 lanes) to and from float32 lanes, bit for bit the scalar helpers.
+EMBER_INLINE ember_f32x$L ember_vload_bf16(ember_u16x$L h) {
+  return (ember_f32x$L)(__builtin_convertvector(h, ember_u32x$L) << 16);
+}
+EMBER_INLINE ember_u16x$L ember_vstore_bf16(ember_f32x$L f) {
+  const ember_u32x$L u = (ember_u32x$L)f, r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return __builtin_convertvector(f != f ? (ember_u32x$L){} + 0x7FC0u : r, ember_u16x$L);
+}
+EMBER_INLINE ember_f32x$L ember_vround_bf16(ember_f32x$L f) { return ember_vload_bf16(ember_vstore_bf16(f)); }
+EMBER_INLINE ember_f32x$L ember_vload_f16(ember_u16x$L h) {
+  const ember_u32x$L w = __builtin_convertvector(h, ember_u32x$L) << 16, sign = w & 0x80000000u, two_w = w + w;
+  const ember_f32x$L normalized = (ember_f32x$L)((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const ember_f32x$L denormalized = (ember_f32x$L)((two_w >> 17) | (126u << 23)) - 0.5f;
+  return (ember_f32x$L)(sign | (two_w < (1u << 27) ? (ember_u32x$L)denormalized : (ember_u32x$L)normalized));
+}
+EMBER_INLINE ember_u16x$L ember_vstore_f16(ember_f32x$L f) {
+  ember_f32x$L base = (ember_vabs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  const ember_u32x$L w = (ember_u32x$L)f, shl1_w = w + w, sign = w & 0x80000000u;
+  ember_u32x$L bias = shl1_w & 0xFF000000u;
+  bias = bias < 0x71000000u ? (ember_u32x$L){} + 0x71000000u : bias;
+  base = (ember_f32x$L)((bias >> 1) + 0x07800000u) + base;
+  const ember_u32x$L bits = (ember_u32x$L)base;
+  const ember_u32x$L nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+  return __builtin_convertvector((sign >> 16) | (shl1_w > 0xFF000000u ? (ember_u32x$L){} + 0x7E00u : nonsign),
+                                 ember_u16x$L);
+}
+EMBER_INLINE ember_f32x$L ember_vround_f16(ember_f32x$L f) { return ember_vload_f16(ember_vstore_f16(f)); }
+
+// ember_expf over lanes: the same reduction, polynomial and fma steps, so a vector lane and the scalar tail agree
+// bit for bit.
+EMBER_INLINE ember_f32x$L ember_vexpf(ember_f32x$L x) {
+  const ember_f32x$L zero = {};
+  x = x < -104.0f ? zero - 104.0f : x;
+  x = x > 89.0f ? zero + 89.0f : x;
+  const ember_f32x$L z = ember_vrint(x * 1.44269504088896341f);
+  ember_f32x$L r = ember_vfma(z, zero - 0.693359375f, x);
+  r = ember_vfma(z, zero + 2.12194440e-4f, r);
+  ember_f32x$L p = zero + 1.9875691500E-4f;
+  p = ember_vfma(p, r, zero + 1.3981999507E-3f);
+  p = ember_vfma(p, r, zero + 8.3334519073E-3f);
+  p = ember_vfma(p, r, zero + 4.1665795894E-2f);
+  p = ember_vfma(p, r, zero + 1.6666665459E-1f);
+  p = ember_vfma(p, r, zero + 5.0000001201E-1f);
+  p = ember_vfma(p, r * r, r) + 1.0f;
+  const ember_i32x$L n = __builtin_convertvector(z, ember_i32x$L), n1 = n >> 1, n2 = n - n1;
+  return p * (ember_f32x$L)((ember_u32x$L)(n1 + 127) << 23) * (ember_f32x$L)((ember_u32x$L)(n2 + 127) << 23);
+}
+EMBER_INLINE ember_f32x$L ember_vsigmoidf(ember_f32x$L x) { return 1.0f / (1.0f + ember_vexpf(-x)); }
+"""
+
+# Vector ABI letters of libmvec's x86-64 variants by float32 lanes: SSE4 (4), AVX2 (8), AVX-512 (16).
+_ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
+
+
+def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
+    """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 calls libmvec's variant of
+    that width by its vector-ABI name where glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp), any other
+    runs the scalar function lane by lane."""
+    out = []
+    for name, arity in LIBM.items():
+        params = ", ".join(f"V {a}" for a in "ab"[:arity])
+        for fname, ctype, vt in ((name + "f", "float", "ember_f32x$L"), (name, "double", "ember_f64x$L")):
+            head = f"EMBER_INLINE {vt} ember_v{name}({params.replace('V ', vt + ' ')})"
+            isa = _ISA_BY_LANES.get(lanes)
+            if fname in simd and ctype == "float" and isa:
+                mangled = f"_ZGV{isa}N{lanes}{'v' * arity}_{fname}"
+                out.append(f'extern "C" {vt} {mangled}({", ".join([vt] * arity)});')
+                out.append(f"{head} {{ return {mangled}({', '.join('ab'[:arity])}); }}")
+            else:
+                args = ", ".join(f"{a}[l]" for a in "ab"[:arity])
+                out.append(f"{head} {{ {vt} r; for (int l = 0; l < $L; ++l) r[l] = {fname}({args}); return r; }}")
+    return "\n".join(out)
+
+
+def vector_layer(lanes: int) -> str:
+    """The vector types and functions at `lanes` float32 lanes."""
+    text = _VECTOR_TYPES + _VECTOR_HELPERS + _vector_libm(lanes, vector_libm()) + "\n"
+    return string.Template(text).substitute(L=lanes)
+
+
 @functools.cache
 def prelude() -> str:
-    """The prelude text for this machine (which libm functions are vectorized depends on its glibc)."""
+    """The prelude text for this machine: which libm functions are vectorized depends on its glibc, the vector
+    lengths on its CPU (`vector_lanes`)."""
+    lanes = vector_lanes()
     par_min = f"#ifndef EMBER_PAR_MIN\n#define EMBER_PAR_MIN {PAR_MIN}\n#endif\n"
-    return "// ember C++ prelude\n" + _HELPERS.lstrip("\n") + par_min + "\n" + _declarations(vector_libm()) + "\n"
+    vectors = _VECTOR_GENERIC + "".join(f"\n// ---- vectors of {n} lanes\n" + vector_layer(n) for n in lanes)
+    return ("// ember C++ prelude\n" + _HELPERS.lstrip("\n") + par_min + "\n" + _declarations(vector_libm()) + "\n"
+            + vectors)

@@ -36,6 +36,9 @@ class PrintedKernel:
     writes: frozenset[str]
     text: str
     ir: Kernel | None = field(default=None, compare=False, repr=False, kw_only=True)
+    # How the kernel's loops use SIMD, in the codegen's words, for the vectorization report ("explicit 16 lanes",
+    # "compiler: omp simd", "scalar: ..."); empty where the codegen does not say.
+    simd: str = field(default="", compare=False, kw_only=True)
 
 
 @dataclass

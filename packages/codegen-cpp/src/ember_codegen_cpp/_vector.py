@@ -1,0 +1,262 @@
+"""A pointwise kernel's inner loop over explicit vectors, so no kernel depends on gcc's auto-vectorizer.
+
+The last i-dim runs in steps of `lanes` elements (16 float32 on AVX-512, 8 on AVX2) and every SSA value `t5` is a
+vector `t5_v` of the prelude's vector layer (`ember_f32x16`; a bool is an int32 lane of -1 or 0); the elements that
+fill no whole vector run through the scalar loop as before. An instruction is printed one of three ways:
+
+- as a vector expression (`(t3_v * t4_v)`, `ember_vexpf(t3_v)`, a libmvec call, a select);
+- a load or store: one unaligned vector move where the address steps by one element with the loop var, a scalar
+  load put in every lane where it does not move;
+- lane by lane where there is no vector form (integer division, gathers through an index read from memory,
+  masked loads): the scalar printer's own lines in a loop over the lanes, between reading the operands' lanes and
+  writing the results' (consecutive such instructions share one loop). The kernel is still explicit vector code;
+  `VectorBody.lane_ops` names these for the vectorization report.
+
+Values computed the same way in vector lanes and in the scalar tail agree bit for bit (`ember_vexpf` is the scalar
+`ember_expf` over lanes); libm functions use libmvec's variant in lanes and glibc's scalar function in the tail, both
+within a few ulp.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import sympy
+from ember_core import as_sympy
+from ember_lowering import Instr, Op, flat_index
+
+from ._cpp_rules import CTYPE, FLOATS, INTS, literal
+
+if TYPE_CHECKING:
+    from ._kernel_printer import KernelPrinter
+
+# Vector element type per dtype (values; float16 and bfloat16 compute in float32) and per dtype in memory.
+_VALUE = {"float32": "f32", "float16": "f32", "bfloat16": "f32", "float64": "f64", "int64": "i64", "int32": "i32",
+          "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i32"}
+_MEMORY = {**_VALUE, "float16": "u16", "bfloat16": "u16", "bool": "u8"}
+_UNSIGNED = {"i64": "u64", "i32": "u32", "i16": "u16", "i8": "u8", "u8": "u8"}
+_WIDE = {"f64", "i64", "u64"}  # 64-bit lanes: a mask of theirs narrows to int32 lanes
+_NARROW = {"i16", "i8", "u8", "u16"}
+
+_ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
+_CMP = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+_BOOL = {Op.AND: "&", Op.OR: "|", Op.XOR: "^", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^",
+         Op.ADD: "|", Op.MUL: "&", Op.SUB: "^", Op.MAXIMUM: "|", Op.MINIMUM: "&", Op.NE: "^"}
+_ROUNDING = {Op.FLOOR: "ember_vfloor", Op.CEIL: "ember_vceil", Op.ROUND: "ember_vrint", Op.TRUNC: "ember_vtrunc"}
+_LIBM = {Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN,
+         Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERF, Op.ERFC, Op.LGAMMA, Op.ATAN2}
+
+
+class VectorBody:
+    """Prints the body of one vector step of a pointwise kernel whose scalar body `printer` has printed already
+    (so it knows every value's dtype and the roots)."""
+
+    def __init__(self, printer: KernelPrinter, lanes: int):
+        self.p, self.lanes = printer, lanes
+        self.last = printer.k.outer_dims[-1].var
+        self.lane_ops: list[str] = []  # ops printed lane by lane, for the report
+
+    def vtype(self, dtype: str, memory: bool = False) -> str:
+        return f"ember_{(_MEMORY if memory else _VALUE)[dtype]}x{self.lanes}"
+
+    def lines(self, instrs: list[Instr]) -> list[str]:
+        out: list[str] = []
+        group: list[Instr] = []
+        for i in instrs:
+            vec = self._vector(i)
+            if vec is None:
+                group.append(i)
+                continue
+            if group:
+                out += self._lanewise(group)
+                group = []
+            out += vec
+        if group:
+            out += self._lanewise(group)
+        return out
+
+    # ------------------------------------------------------------------ lane by lane
+
+    def _lanewise(self, group: list[Instr]) -> list[str]:
+        """The scalar printer's lines for `group`, once per lane: operands read from their vectors' lanes, results
+        written to theirs."""
+        self.lane_ops += [i.op.value for i in group]
+        defined = {o for i in group for o in i.outs if i.op is not Op.STORE}
+        used = []
+        for i in group:
+            names = list(i.srcs) + [s.name for e in i.index for s in as_sympy(e).free_symbols]
+            used += [n for n in names if n in self.p.dtypes and n not in defined and n not in used]
+        decls = [f"{self.vtype(self.p.dtypes[o])} {o}_v;" for i in group if i.op is not Op.STORE for o in i.outs]
+        reads = []
+        for n in used:
+            t = self.p.dtypes[n]
+            reads.append(f"const bool {n} = {n}_v[ember_l] != 0;" if t == "bool" else
+                         f"const {CTYPE[t]} {n} = {n}_v[ember_l];")
+        body = [line for i in group for line in self.p._instr(i, None)]
+        writes = [f"{o}_v[ember_l] = {o} ? -1 : 0;" if self.p.dtypes[o] == "bool" else f"{o}_v[ember_l] = {o};"
+                  for o in sorted(defined, key=lambda o: [x for i in group for x in i.outs].index(o))]
+        return [*decls, "#pragma omp simd", f"for (int64_t ember_l = 0; ember_l < {self.lanes}; ++ember_l) {{",
+                f"  const int64_t {self.last} = ember_v + ember_l;",
+                *["  " + x for x in reads + body + writes], "}"]
+
+    # ------------------------------------------------------------------ vector forms
+
+    def _vector(self, i: Instr) -> list[str] | None:
+        if i.op is Op.LOAD:
+            return self._load(i)
+        if i.op is Op.STORE:
+            return self._store(i)
+        if i.op is Op.CONST:
+            value = ("-1" if i.value else "0") if i.dtype == "bool" else literal(i.value, i.dtype)
+            return [f"const {self.vtype(i.dtype)} {i.out}_v = ember_vsplat<{self.vtype(i.dtype)}>({value});"]
+        if len(i.outs) != 1:
+            return None
+        src = [self.p.dtypes[s] for s in i.srcs]
+        expr = self._expression(i.op, [f"{s}_v" for s in i.srcs], src, i.dtype)
+        if expr is None:
+            return None
+        return [f"const {self.vtype(i.dtype)} {i.out}_v = {expr};"]
+
+    def _mask(self, expr: str, dtype: str) -> str:
+        """A comparison of `dtype` lanes as the int32 mask bools are held in."""
+        kind = _VALUE[dtype]
+        if kind in _WIDE or kind in _NARROW:
+            return f"__builtin_convertvector({expr}, ember_i32x{self.lanes})"
+        return expr
+
+    def _expression(self, op: Op, a: list[str], src: list[str], dtype: str) -> str | None:
+        kind = src[0] if src else dtype
+        if op is Op.WHERE:
+            return f"ember_vsel({a[0]}, {a[1]}, {a[2]})"
+        if op is Op.CAST:
+            return self._cast(a[0], src[0], dtype)
+        if op in _CMP:
+            if kind == "bool":
+                return f"({a[0]} {_CMP[op]} {a[1]})" if op in (Op.EQ, Op.NE) else None
+            return self._mask(f"({a[0]} {_CMP[op]} {a[1]})", kind)
+        if kind == "bool":
+            if op is Op.NOT or op is Op.BITNOT:
+                return f"(~{a[0]})"
+            return f"({a[0]} {_BOOL[op]} {a[1]})" if op in _BOOL and len(a) == 2 else None
+        if kind in FLOATS:
+            return self._float(op, a, kind)
+        if kind in INTS:
+            return self._int(op, a, kind)
+        return None
+
+    def _float(self, op: Op, a: list[str], kind: str) -> str | None:
+        f32 = kind != "float64"
+        one = "1.0f" if f32 else "1.0"
+        if op in _ARITH:
+            return f"({a[0]} {_ARITH[op]} {a[1]})"
+        simple = {
+            Op.NEG: f"(-{a[0]})", Op.ABS: f"ember_vabs({a[0]})", Op.DIV: f"({a[0]} / {a[1]})" if len(a) > 1 else None,
+            Op.RECIPROCAL: f"({one} / {a[0]})", Op.SQRT: f"ember_vsqrt({a[0]})",
+            Op.RSQRT: f"({one} / ember_vsqrt({a[0]}))", Op.MAXIMUM: f"ember_vmax({a[0]}, {a[-1]})",
+            Op.MINIMUM: f"ember_vmin({a[0]}, {a[-1]})", Op.COPYSIGN: f"ember_vcopysign({a[0]}, {a[-1]})",
+            Op.ISNAN: self._mask(f"({a[0]} != {a[0]})", kind),
+            Op.ISINF: self._mask(f"(ember_vabs({a[0]}) == {literal(float('inf'), kind)})", kind),
+            Op.SIGNBIT: self._mask(f"((ember_{'i32' if f32 else 'i64'}x{self.lanes}){a[0]} < 0)", kind),
+        }
+        if op in simple:
+            return simple[op]
+        if op in _ROUNDING:
+            return f"{_ROUNDING[op]}({a[0]})"
+        if op is Op.EXP:
+            return f"ember_vexpf({a[0]})" if f32 else f"ember_vexp({a[0]})"
+        if op is Op.SIGMOID:
+            return f"ember_vsigmoidf({a[0]})" if f32 else f"(1.0 / (1.0 + ember_vexp(-{a[0]})))"
+        if op is Op.POW:
+            return f"ember_vpow({a[0]}, {a[1]})"
+        if op in _LIBM:
+            return f"ember_v{op.value}({', '.join(a)})"
+        return None
+
+    def _int(self, op: Op, a: list[str], kind: str) -> str | None:
+        t = self.vtype(kind)
+        u = f"ember_{_UNSIGNED[_VALUE[kind]]}x{self.lanes}"
+        if op in _ARITH:  # wraps, as torch's integer arithmetic does: in unsigned lanes
+            return f"(({t})(({u}){a[0]} {_ARITH[op]} ({u}){a[1]}))"
+        if op is Op.NEG:
+            return f"(({t})(-({u}){a[0]}))"
+        if op in (Op.BITAND, Op.BITOR, Op.BITXOR):
+            return f"({a[0]} {_BOOL[op]} {a[1]})"
+        if op is Op.BITNOT:
+            return f"(~{a[0]})"
+        if op is Op.MAXIMUM:
+            return f"ember_vmax({a[0]}, {a[1]})"
+        if op is Op.MINIMUM:
+            return f"ember_vmin({a[0]}, {a[1]})"
+        return None
+
+    def _cast(self, a: str, src: str, dst: str) -> str | None:
+        """`cast` of `_cpp_rules` over lanes."""
+        if src == dst or (src in ("float16", "bfloat16") and dst == "float32"):
+            return a
+        if dst == "bool":
+            return a if src == "bool" else self._mask(f"({a} != 0)", src)
+        value = f"({a} & 1)" if src == "bool" else a
+        if dst in ("float16", "bfloat16"):
+            f32 = value if src in ("float32", "float16", "bfloat16") else \
+                f"__builtin_convertvector({value}, ember_f32x{self.lanes})"
+            return f"ember_vround_{'f16' if dst == 'float16' else 'bf16'}({f32})"
+        if dst in ("int8", "uint8", "int16") and src in FLOATS:
+            value = f"__builtin_convertvector({value}, ember_i32x{self.lanes})"
+        return f"__builtin_convertvector({value}, {self.vtype(dst)})"
+
+    # ------------------------------------------------------------------ memory
+
+    def _step(self, i: Instr) -> int | None:
+        """How far (in elements) the address moves per step of the last i-dim: 0 or 1 for what this prints as one
+        vector access, None for anything else (another stride, an index read from memory, a floor or mod)."""
+        b = self.p.layout.buffers[i.buffer]
+        flat = sympy.expand(flat_index(i.index, b.stride, self.p.layout.rel_offset(i.buffer), self.p.ranges))
+        names = {s.name for s in flat.free_symbols}
+        if names & set(self.p.dtypes):
+            return None
+        v = next((s for s in flat.free_symbols if s.name == self.last), None)
+        if v is None:
+            return 0
+        coeff = flat.coeff(v, 1)
+        rest = sympy.expand(flat - coeff * v)
+        if v in rest.free_symbols or coeff != 1:
+            return None
+        return 1
+
+    def _load(self, i: Instr) -> list[str] | None:
+        if i.srcs or i.buffer in self.p.locals:  # masked: lanes that must not read
+            return None
+        step = self._step(i)
+        if step is None:
+            return None
+        dtype = self.p.layout.buffers[i.buffer].dtype
+        t = self.vtype(i.dtype)
+        if step == 0:
+            return [*self.p._instr(i, None), f"const {t} {i.out}_v = ember_vsplat<{t}>({i.out});"]
+        if dtype != i.dtype and not (dtype in ("float16", "bfloat16") and i.dtype in FLOATS - {"float64"}):
+            return None
+        ptr, flat = self.p._address(i)
+        raw = f"ember_vload<{self.vtype(dtype, memory=True)}>({ptr} + {flat})"
+        if dtype == "bfloat16":
+            raw = f"ember_vload_bf16({raw})"
+        elif dtype == "float16":
+            raw = f"ember_vload_f16({raw})"
+        elif dtype == "bool":
+            raw = self._mask(f"({raw} != 0)", "uint8")
+        return [f"const {t} {i.out}_v = {raw};"]
+
+    def _store(self, i: Instr) -> list[str] | None:
+        if len(i.srcs) > 1 or i.buffer in self.p.locals or self._step(i) != 1:
+            return None
+        dtype, src = self.p.layout.buffers[i.buffer].dtype, self.p.dtypes[i.srcs[0]]
+        value = f"{i.srcs[0]}_v"
+        if (dtype == "bool") != (src == "bool") or _VALUE[dtype] != _VALUE[src]:
+            return None  # a store that converts
+        if dtype == "bfloat16":
+            value = f"ember_vstore_bf16({value})"
+        elif dtype == "float16":
+            value = f"ember_vstore_f16({value})"
+        elif dtype == "bool":
+            value = f"__builtin_convertvector({value} & 1, ember_u8x{self.lanes})"
+        ptr, flat = self.p._address(i)
+        return [f"ember_vstore({ptr} + {flat}, {value});"]
