@@ -126,7 +126,7 @@ class PlanCodegen:
                            f"{len(program.segments)} segments, {len(plan.externs)} extern calls, "
                            f"{len(program.interpreted)} interpreted kernels",
                    data={"unit": program.source, "wrapper": wrapper, "seconds": clock.seconds,
-                         "range": costs.label}))
+                         "range": costs.label, "simd": {k.name: k.simd for k in program.kernels if k.simd}}))
         compiled = CompiledGraph(fn, graph, self.name, source)
         if (options or {}).get("mode") in GRAPHED_MODES and torch.device(plan.device).type == "cuda":
             compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed
