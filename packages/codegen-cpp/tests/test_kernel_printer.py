@@ -183,8 +183,10 @@ def test_a_stash_of_the_plan_is_a_stack_array_of_the_row():
     assert [b.name for b in plan.buffers if b.kind == "local"] == ["stash0"]
     head, *body = text.splitlines()
     assert "stash" not in head and "    float b_stash0[64];" in body
+    # written and read once in the vector step, once in the scalar tail
+    assert text.count("ember_vstore(&b_stash0[r0], ") == 1 and text.count(">(&b_stash0[r0]);") == 1
     assert text.count("b_stash0[r0] = ") == 1 and text.count("= b_stash0[r0];") == 1
-    assert text.count("ember_expf") == 1
+    assert text.count("ember_expf") == 1 and text.count("ember_vexpf") == 1
 
 
 def test_a_stash_is_recomputed_when_the_lanes_are_outer_iterations():
@@ -209,3 +211,13 @@ def test_coalesced_kernels_match_eager():
     x = torch.randn(3, 4, 6, 10)
     check(lambda x: (x.mean((2, 3)), x.amax((0, 2, 3)), x.permute(0, 2, 3, 1) * 2, x.argmin(-1), x.flatten(1).sum(1)),
           x)
+
+
+def test_pow_by_the_exponents_torch_special_cases_matches_eager_and_calls_no_pow():
+    x = torch.cat([torch.randn(300) * 10, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan")])])
+    exps = (1, 2, 3, 0.5, -0.5, -1, -2)
+    check(lambda x: tuple(x.pow(e) for e in exps) + (x.pow(2.5),), x)
+    _, texts = _printed(lambda x: tuple(x.pow(e) for e in exps), x)
+    assert not any(call in t for t in texts for call in ("powf(", "ember_vpow("))
+    n = torch.arange(-20, 20)
+    check(lambda n: (n.pow(1), n.pow(2), n.pow(3)), n)

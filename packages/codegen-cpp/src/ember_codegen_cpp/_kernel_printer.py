@@ -112,7 +112,8 @@ class KernelPrinter:
         self.loop_head: dict[str, str] = {}  # that loop's own declarations: name → line, first in its block
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
-        self.simd = "compiler: omp simd"  # how the loops use SIMD, for the vectorization report
+        self.compiler_loops = 0  # loops left to gcc's vectorizer (`omp simd`), for the vectorization report
+        self.lane_ops: list[str] = []  # ops of explicit vector loops printed lane by lane, for the report
 
     # ------------------------------------------------------------------ entry
 
@@ -132,7 +133,16 @@ class KernelPrinter:
         if self.uses_err:  # known once the body is printed: add the flag to every loop pragma
             text = text.replace(_SIMD, _SIMD + _ERR).replace(_PARALLEL, _PARALLEL + _ERR)
         return PrintedKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
-                             simd=self.simd)
+                             simd=self._simd())
+
+    def _simd(self) -> str:
+        """How the kernel uses SIMD, for the vectorization report."""
+        if not self.k.dims:
+            return "scalar: one element"
+        if self.compiler_loops:
+            return f"compiler: {self.compiler_loops} omp simd loops"
+        lane_ops = f", lane by lane: {', '.join(dict.fromkeys(self.lane_ops))}" if self.lane_ops else ""
+        return f"explicit {self.lanes} lanes{lane_ops}"
 
     def variants(self, wide_vectors: bool) -> list[Variant]:
         """What max-autotune tries for this kernel, the default first: where there is a parallel loop, the other
@@ -191,16 +201,13 @@ class KernelPrinter:
     def _pointwise(self) -> list[str]:
         dims = list(self.k.outer_dims)
         if not dims:
-            self.simd = "scalar: one element"
             return self._block(self.k.body, 1)
         *outer, last = dims
         body = self._block(self.k.body, 3)
         n, chunk = f"n_{last.var}", self.chunk
-        vector = VectorBody(self, self.lanes)
+        vector = VectorBody(self, self.lanes, last.var)
         vector_body = vector.lines(list(self.k.body))
-        self.simd = f"explicit {self.lanes} lanes"
-        if vector.lane_ops:
-            self.simd += f", lane by lane: {', '.join(dict.fromkeys(vector.lane_ops))}"
+        self.lane_ops += vector.lane_ops
         return [
             f"  const int64_t ember_nc = ({n} + {chunk - 1}) / {chunk};",
             f"  const int64_t ember_np = {count_of(outer, 'ember_nc')};",
@@ -330,9 +337,6 @@ class KernelPrinter:
         return out
 
     def _loop(self, loop: Loop, depth: int) -> list[str]:
-        reduces = [i for i in loop.body if i.op in REDUCTIONS]
-        if all(SimdAccumulator.handles(i) for i in reduces) and not _latency_bound(loop, reduces):
-            return self._simd_loop(loop, depth)
         return self._lane_loop(loop, depth)
 
     def _simd_loop(self, loop: Loop, depth: int) -> list[str]:
@@ -382,12 +386,14 @@ class KernelPrinter:
         accs = [Accumulator(i, self._src_dtype(i), k) for i in loop.body if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
         self.loop_values, self.loop_head = set(), {}
-        lanes = [line for i in loop.body for line in self._instr(i, "ember_l" if accs else None)]
         # The tail's element r goes to lane r % LANES, as in the lane loop: a short row (n < LANES, every element
         # in the tail) then still sums in LANES partial sums, not one chain (kron's gradient, 200 elements in rows
         # of 20, was 5x further from the exact sum than eager's).
         tail_lane = f"(ember_rb & {LANES - 1})"
-        tail = [line for i in loop.body for line in self._instr(i, tail_lane, tail=True)] if accs else []
+        tail = [line for i in loop.body for line in self._instr(i, tail_lane if accs else None, tail=True)]
+        vector = VectorBody(self, self.lanes, last.var, reduce_lane="(ember_j + ember_l)")
+        vector_body = vector.lines(list(loop.body))
+        self.lane_ops += vector.lane_ops
         self.loop_values = None
         pad = "  " * depth
         out = [pad + line for a in accs for line in a.init()]
@@ -400,12 +406,13 @@ class KernelPrinter:
                    for t in welford]
         flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
         n = f"n_{last.var}"
+        width = LANES if accs else self.lanes  # elements per step: the accumulators' lanes, or one vector
         step = [
             *counts,
-            _SIMD,
-            f"for (int64_t ember_l = 0; ember_l < {LANES}; ++ember_l) {{",
-            f"  const int64_t {last.var} = ember_rb + ember_l;",
-            *["  " + line for line in lanes],
+            f"for (int64_t ember_j = 0; ember_j < {width}; ember_j += {self.lanes}) {{",
+            "  const int64_t ember_v = ember_rb + ember_j;",
+            f"  const int64_t {last.var} = ember_v;",
+            *["  " + line for line in vector_body],
             "}",
         ]
         out.append(inner + "int64_t ember_rb = 0;")
@@ -420,7 +427,7 @@ class KernelPrinter:
                     *[inner + "  " + line for line in flush],
                     inner + "}"]
         else:
-            out += [inner + f"for (; ember_rb + {LANES} <= {n}; ember_rb += {LANES}) {{",
+            out += [inner + f"for (; ember_rb + {width} <= {n}; ember_rb += {width}) {{",
                     *[inner + "  " + line for line in step],
                     inner + "}"]
         out += [

@@ -92,6 +92,28 @@ class Accumulator:
         cur = f"{a}[{lane}]"
         return [f"{cur} = {combine(self.i.op, self.i.dtype, cur, v)};"]
 
+    def vector_update(self, v: str, at: str, vt: str) -> list[str] | None:
+        """`update` for the lanes `at`.. of the accumulator at once, `v` a vector of type `vt`; None where only the
+        lane-by-lane update exists (argmax/argmin, any/all)."""
+        a, op = self.acc, self.i.op
+        if self.welford:
+            inv = inverse_count(self.loop, self.i.dtype)
+            return ["{", f"  const {vt} ember_m = ember_vload<{vt}>({a}m + {at}), ember_d = {v} - ember_m;",
+                    f"  const {vt} ember_m2 = ember_m + ember_d * {inv};",
+                    f"  ember_vstore({a}m + {at}, ember_m2);",
+                    f"  ember_vstore({a}s + {at}, ember_vload<{vt}>({a}s + {at}) + ember_d * ({v} - ember_m2));", "}"]
+        if op not in (Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN):
+            return None
+        cur = f"ember_vload<{vt}>({a} + {at})"
+        if op is Op.REDUCE_MAX or op is Op.REDUCE_MIN:
+            new = f"ember_v{'max' if op is Op.REDUCE_MAX else 'min'}({cur}, {v})"
+        elif self.i.dtype in FLOATS:
+            new = f"({cur} {'+' if op is Op.REDUCE_SUM else '*'} {v})"
+        else:  # integer sums and products wrap: in unsigned lanes
+            u = vt.replace("_i", "_u")
+            new = f"(({vt})(({u}){cur} {'+' if op is Op.REDUCE_SUM else '*'} ({u}){v}))"
+        return [f"ember_vstore({a} + {at}, {new});"]
+
     def merge(self) -> list[str]:
         a, t, i = self.acc, CTYPE[self.i.dtype], self.i
         each = f"for (int ember_l = 1; ember_l < {LANES}; ++ember_l)"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import sympy
 from ember_core import as_sympy
-from ember_lowering import Instr, Op, flat_index
+from ember_lowering import REDUCTIONS, Instr, Op, flat_index
 
 from ._cpp_rules import CTYPE, FLOATS, INTS, literal
 
@@ -38,6 +38,7 @@ _UNSIGNED = {"i64": "u64", "i32": "u32", "i16": "u16", "i8": "u8", "u8": "u8"}
 _WIDE = {"f64", "i64", "u64"}  # 64-bit lanes: a mask of theirs narrows to int32 lanes
 _NARROW = {"i16", "i8", "u8", "u16"}
 
+_ACCUMULATES = {"float32", "float64", "int64", "int32"}  # accumulator dtypes updated as vectors (others by lanes)
 _ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
 _CMP = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 _BOOL = {Op.AND: "&", Op.OR: "|", Op.XOR: "^", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^",
@@ -51,10 +52,18 @@ class VectorBody:
     """Prints the body of one vector step of a pointwise kernel whose scalar body `printer` has printed already
     (so it knows every value's dtype and the roots)."""
 
-    def __init__(self, printer: KernelPrinter, lanes: int):
-        self.p, self.lanes = printer, lanes
-        self.last = printer.k.outer_dims[-1].var
+    def __init__(self, printer: KernelPrinter, lanes: int, last: str, reduce_lane: str | None = None):
+        self.p, self.lanes, self.last = printer, lanes, last
+        self.reduce_lane = reduce_lane  # a reduction's lane loop: the accumulator lane of vector lane ember_l
         self.lane_ops: list[str] = []  # ops printed lane by lane, for the report
+        self.defined: set[str] = set()  # values held in vectors; any other (a row's value) is a scalar
+
+    def ref(self, name: str) -> str:
+        """Value `name` as a vector: its own, or a scalar of the row put in every lane."""
+        if name in self.defined:
+            return f"{name}_v"
+        t = self.vtype(self.p.dtypes[name])
+        return f"ember_vsplat<{t}>({self.p.ref(name)}{' ? -1 : 0' if self.p.dtypes[name] == 'bool' else ''})"
 
     def vtype(self, dtype: str, memory: bool = False) -> str:
         return f"ember_{(_MEMORY if memory else _VALUE)[dtype]}x{self.lanes}"
@@ -66,11 +75,13 @@ class VectorBody:
             vec = self._vector(i)
             if vec is None:
                 group.append(i)
+                self.defined.update(o for o in i.outs if i.op is not Op.STORE and i.op not in REDUCTIONS)
                 continue
             if group:
                 out += self._lanewise(group)
                 group = []
             out += vec
+            self.defined.update(o for o in i.outs if i.op is not Op.STORE and i.op not in REDUCTIONS)
         if group:
             out += self._lanewise(group)
         return out
@@ -81,20 +92,21 @@ class VectorBody:
         """The scalar printer's lines for `group`, once per lane: operands read from their vectors' lanes, results
         written to theirs."""
         self.lane_ops += [i.op.value for i in group]
-        defined = {o for i in group for o in i.outs if i.op is not Op.STORE}
+        results = [o for i in group if i.op is not Op.STORE and i.op not in REDUCTIONS for o in i.outs]
         used = []
         for i in group:
             names = list(i.srcs) + [s.name for e in i.index for s in as_sympy(e).free_symbols]
-            used += [n for n in names if n in self.p.dtypes and n not in defined and n not in used]
-        decls = [f"{self.vtype(self.p.dtypes[o])} {o}_v;" for i in group if i.op is not Op.STORE for o in i.outs]
+            used += [n for n in names if n in self.defined and n not in results and n not in used]
+        decls = [f"{self.vtype(self.p.dtypes[o])} {o}_v;" for o in results]
         reads = []
         for n in used:
             t = self.p.dtypes[n]
             reads.append(f"const bool {n} = {n}_v[ember_l] != 0;" if t == "bool" else
                          f"const {CTYPE[t]} {n} = {n}_v[ember_l];")
-        body = [line for i in group for line in self.p._instr(i, None)]
+        body = [line for i in group
+                for line in self.p._instr(i, self.reduce_lane if i.op in REDUCTIONS else None)]
         writes = [f"{o}_v[ember_l] = {o} ? -1 : 0;" if self.p.dtypes[o] == "bool" else f"{o}_v[ember_l] = {o};"
-                  for o in sorted(defined, key=lambda o: [x for i in group for x in i.outs].index(o))]
+                  for o in results]
         return [*decls, "#pragma omp simd", f"for (int64_t ember_l = 0; ember_l < {self.lanes}; ++ember_l) {{",
                 f"  const int64_t {self.last} = ember_v + ember_l;",
                 *["  " + x for x in reads + body + writes], "}"]
@@ -109,10 +121,19 @@ class VectorBody:
         if i.op is Op.CONST:
             value = ("-1" if i.value else "0") if i.dtype == "bool" else literal(i.value, i.dtype)
             return [f"const {self.vtype(i.dtype)} {i.out}_v = ember_vsplat<{self.vtype(i.dtype)}>({value});"]
+        if i.op in REDUCTIONS:
+            acc = self.p.accs[i.out]
+            src = self.p.dtypes[i.srcs[0]]
+            if _VALUE[src] != _VALUE[i.dtype] or i.dtype not in _ACCUMULATES:
+                return None
+            return acc.vector_update(self.ref(i.srcs[0]), "ember_j", self.vtype(i.dtype))
         if len(i.outs) != 1:
             return None
         src = [self.p.dtypes[s] for s in i.srcs]
-        expr = self._expression(i.op, [f"{s}_v" for s in i.srcs], src, i.dtype)
+        if i.op is Op.DIV and src[0] in FLOATS and self.p.loop_values is not None and i.srcs[1] not in self.defined:
+            # by the row's value: times its reciprocal, as the scalar tail (`KernelPrinter._compute`)
+            return [f"const {self.vtype(i.dtype)} {i.out}_v = {self.ref(i.srcs[0])} * ember_rcp_{i.srcs[1]};"]
+        expr = self._expression(i.op, [self.ref(s) for s in i.srcs], src, i.dtype)
         if expr is None:
             return None
         return [f"const {self.vtype(i.dtype)} {i.out}_v = {expr};"]
@@ -210,7 +231,8 @@ class VectorBody:
         """How far (in elements) the address moves per step of the last i-dim: 0 or 1 for what this prints as one
         vector access, None for anything else (another stride, an index read from memory, a floor or mod)."""
         b = self.p.layout.buffers[i.buffer]
-        flat = sympy.expand(flat_index(i.index, b.stride, self.p.layout.rel_offset(i.buffer), self.p.ranges))
+        offset = 0 if i.buffer in self.p.locals else self.p.layout.rel_offset(i.buffer)
+        flat = sympy.expand(flat_index(i.index, b.stride, offset, self.p.ranges))
         names = {s.name for s in flat.free_symbols}
         if names & set(self.p.dtypes):
             return None
@@ -224,7 +246,7 @@ class VectorBody:
         return 1
 
     def _load(self, i: Instr) -> list[str] | None:
-        if i.srcs or i.buffer in self.p.locals:  # masked: lanes that must not read
+        if i.srcs:  # masked: lanes that must not read
             return None
         step = self._step(i)
         if step is None:
@@ -235,8 +257,7 @@ class VectorBody:
             return [*self.p._instr(i, None), f"const {t} {i.out}_v = ember_vsplat<{t}>({i.out});"]
         if dtype != i.dtype and not (dtype in ("float16", "bfloat16") and i.dtype in FLOATS - {"float64"}):
             return None
-        ptr, flat = self.p._address(i)
-        raw = f"ember_vload<{self.vtype(dtype, memory=True)}>({ptr} + {flat})"
+        raw = f"ember_vload<{self.vtype(dtype, memory=True)}>({self._address(i)})"
         if dtype == "bfloat16":
             raw = f"ember_vload_bf16({raw})"
         elif dtype == "float16":
@@ -246,10 +267,10 @@ class VectorBody:
         return [f"const {t} {i.out}_v = {raw};"]
 
     def _store(self, i: Instr) -> list[str] | None:
-        if len(i.srcs) > 1 or i.buffer in self.p.locals or self._step(i) != 1:
+        if len(i.srcs) > 1 or self._step(i) != 1:
             return None
         dtype, src = self.p.layout.buffers[i.buffer].dtype, self.p.dtypes[i.srcs[0]]
-        value = f"{i.srcs[0]}_v"
+        value = self.ref(i.srcs[0])
         if (dtype == "bool") != (src == "bool") or _VALUE[dtype] != _VALUE[src]:
             return None  # a store that converts
         if dtype == "bfloat16":
@@ -258,5 +279,11 @@ class VectorBody:
             value = f"ember_vstore_f16({value})"
         elif dtype == "bool":
             value = f"__builtin_convertvector({value} & 1, ember_u8x{self.lanes})"
+        return [f"ember_vstore({self._address(i)}, {value});"]
+
+    def _address(self, i: Instr) -> str:
+        """The address of a vector access's first element (a local: the row's stack array)."""
+        if i.buffer in self.p.locals:
+            return "&" + self.p._local(i)
         ptr, flat = self.p._address(i)
-        return [f"ember_vstore({ptr} + {flat}, {value});"]
+        return f"{ptr} + {flat}"

@@ -17,6 +17,7 @@ from ember_core import Node, Ref, dtype_name, to_dtype
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ._builder import KernelBuilder, Val
+from ._loop_ir import FLOAT_DTYPES
 from ._context import LoweringContext, TensorRef
 from ._errors import Unsupported
 from ._loop_ir import Op, opmath
@@ -113,9 +114,23 @@ def _div(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
 
 
 def _pow(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
-    exponent = a.get("exponent")
-    return x * x if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent == 2 \
-        else b.emit(Op.POW, x, y)
+    """A constant exponent torch's own CPU kernel special-cases is computed as torch does (x * x for 2, a copy
+    for 1, sqrt for 0.5 ...): the same roundings, and no call to pow in the loop."""
+    e = a.get("exponent")
+    if not isinstance(e, (int, float)) or isinstance(e, bool):
+        return b.emit(Op.POW, x, y)
+    if e == 1:
+        return x
+    if e == 2:
+        return x * x
+    if e == 3:
+        return x * x * x
+    if x.dtype in FLOAT_DTYPES:
+        special = {0.5: lambda: b.emit(Op.SQRT, x), -0.5: lambda: b.emit(Op.RSQRT, x),
+                   -1: lambda: b.emit(Op.RECIPROCAL, x), -2: lambda: 1.0 / (x * x)}
+        if e in special:
+            return special[e]()
+    return b.emit(Op.POW, x, y)
 
 
 def _clamp(b: KernelBuilder, x: Val, lo: Val | None, hi: Val | None, a: dict) -> Val:
