@@ -36,7 +36,6 @@ import sympy
 from ember_core import as_sympy
 from ember_lowering import (
     REDUCTIONS,
-    TRANSCENDENTAL,
     Buffer,
     Instr,
     Kernel,
@@ -48,12 +47,12 @@ from ember_lowering import (
 )
 from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
+from ._build import vector_lanes
 from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
 from ._exprs import ExprPrinter
-from ._build import vector_lanes
 from ._prelude import PAR_MIN
+from ._reductions import FOLD, LANES, Accumulator, inverse_count, welford_count
 from ._vector import VectorBody
-from ._reductions import FOLD, LANES, Accumulator, SimdAccumulator, inverse_count, welford_count
 
 CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
 BLOCK = 128  # i-points per parallel work item of an outer-contiguous reduction (its lanes)
@@ -276,6 +275,7 @@ class KernelPrinter:
     def _block_loop(self, lines: list[str], pad: str) -> list[str]:
         """lines run for each i-point of the block (outer-contiguous kernels)."""
         last = self.k.outer_dims[-1].var
+        self.compiler_loops += 1
         return [pad + _SIMD, pad + "for (int64_t ember_j = 0; ember_j < ember_bn; ++ember_j) {",
                 pad + f"  const int64_t {last} = ember_lo + ember_j;", *[pad + "  " + x for x in lines], pad + "}"]
 
@@ -323,7 +323,7 @@ class KernelPrinter:
                 if run:
                     out += self._block_loop(run, "  " * depth)
                     run = []
-                out += self._outer_loop(s, depth) if self.block else self._loop(s, depth)
+                out += self._outer_loop(s, depth) if self.block else self._lane_loop(s, depth)
             elif self.block and s.op is Op.CONST:  # the same for every i-point: one scalar
                 self.block = False
                 out += [("  " * depth) + line for line in self._instr(s, None)]
@@ -334,49 +334,6 @@ class KernelPrinter:
                 out += [("  " * depth) + line for line in self._instr(s, None)]
         if run:
             out += self._block_loop(run, "  " * depth)
-        return out
-
-    def _loop(self, loop: Loop, depth: int) -> list[str]:
-        return self._lane_loop(loop, depth)
-
-    def _simd_loop(self, loop: Loop, depth: int) -> list[str]:
-        """r-dims serially, the last in chunks of `omp simd` with the reductions as simd reduction variables."""
-        *serial, last = self.k.reduce_dims
-        self.loop_id += 1
-        k = self.loop_id
-        accs = [SimdAccumulator(i, k) for i in loop.body if i.op in REDUCTIONS]
-        self.accs = {a.i.out: a for a in accs}
-        self.loop_values, self.loop_head = set(), {}
-        body = [line for i in loop.body for line in self._instr(i, "simd")]
-        self.loop_values = None
-        pad = "  " * depth
-        out = [pad + line for a in accs for line in a.decl()]
-        cascade = any(a.cascade for a in accs)
-        pad, inner = _open_block(out, pad, serial, [f"int64_t ember_steps{k} = 0;"] if cascade else [],
-                                 list(self.loop_head.values()))
-        n, ch = f"n_{last.var}", SimdAccumulator.CHUNK
-        chunked = bool(accs)
-        if chunked:
-            out += [inner + f"for (int64_t ember_rb = 0; ember_rb < {n}; ember_rb += {ch}) {{",
-                    inner + f"  const int64_t ember_re = ember_rb + {ch} < {n} ? ember_rb + {ch} : {n};"]
-            inner += "  "
-            out += [inner + line for a in accs for line in a.chunk_begin()]
-            if cascade:
-                out.append(inner + f"++ember_steps{k};")
-        lo, hi = ("ember_rb", "ember_re") if chunked else ("0", n)
-        out += [inner + _SIMD + "".join(a.clause() for a in accs),
-                inner + f"for (int64_t {last.var} = {lo}; {last.var} < {hi}; ++{last.var}) {{",
-                *[inner + "  " + line for line in body],
-                inner + "}"]
-        if chunked:
-            out += [inner + line for a in accs for line in a.chunk_end(f"ember_steps{k}")]
-            inner = inner[:-2]
-            out.append(inner + "}")
-        out += [pad + "  " * j + "}" for j in reversed(range(len(serial)))]
-        out.append(pad[:-2] + "}")
-        for a in accs:
-            self.dtypes[a.i.out] = a.i.dtype
-            out += [pad[:-2] + line for line in a.result()]
         return out
 
     def _lane_loop(self, loop: Loop, depth: int) -> list[str]:
@@ -555,20 +512,6 @@ class KernelPrinter:
 def count_of(outer: list, chunks: str) -> str:
     """The parallel loop's trip count: the outer dims' sizes times the chunks of the last."""
     return " * ".join([f"n_{d.var}" for d in outer] + [chunks])
-
-
-def _latency_bound(loop: Loop, reduces: list[Instr]) -> bool:
-    """Would one vector register of partial sums make this loop wait on its own additions? A floating sum over a
-    cheap body (RMSNorm's sum of squares: a load and a multiply per element) issues an add every cycle into one
-    chain of 3-4 cycle latency; `LANES` lane accumulators are 2-4 independent chains (RMSNorm 4096x1024, one
-    thread, in a C harness: 0.70-0.75 ms against 1.05-1.09 ms with the simd reduction). A transcendental body
-    (softmax's exp) hides the latency, and there the simd reduction measured faster."""
-    if not reduces or not all(i.op is Op.REDUCE_SUM and i.dtype in FLOATS for i in reduces):
-        return False
-    return not any(i.op in _HIDES_LATENCY for i in loop.body)
-
-
-_HIDES_LATENCY = TRANSCENDENTAL - {Op.SQRT, Op.RSQRT}  # library calls; sqrt and rsqrt are one vector instruction
 
 
 def _outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:

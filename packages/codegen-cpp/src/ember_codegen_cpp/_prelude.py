@@ -282,7 +282,11 @@ typedef uint8_t ember_u8x$L __attribute__((vector_size($L)));
 _VECTOR_GENERIC = r"""
 // Unaligned loads and stores (one vmovups), a scalar in every lane, and `m ? a : b` lane by lane for a mask of
 // any width.
-template <typename V, typename T> EMBER_INLINE V ember_vload(const T* p) { V v; __builtin_memcpy(&v, p, sizeof v); return v; }
+template <typename V, typename T> EMBER_INLINE V ember_vload(const T* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
 template <typename T, typename V> EMBER_INLINE void ember_vstore(T* p, V v) { __builtin_memcpy(p, &v, sizeof v); }
 template <typename V, typename S> EMBER_INLINE V ember_vsplat(S s) {
   V v;

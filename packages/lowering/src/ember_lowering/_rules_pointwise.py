@@ -17,10 +17,9 @@ from ember_core import Node, Ref, dtype_name, to_dtype
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ._builder import KernelBuilder, Val
-from ._loop_ir import FLOAT_DTYPES
 from ._context import LoweringContext, TensorRef
 from ._errors import Unsupported
-from ._loop_ir import Op, opmath
+from ._loop_ir import FLOAT_DTYPES, Op, opmath
 
 Fn = Callable[..., Any]
 
