@@ -139,7 +139,7 @@ class KernelPrinter:
         if not self.k.dims:
             return "scalar: one element"
         if self.compiler_loops:
-            return f"compiler: {self.compiler_loops} omp simd loops"
+            return f"compiler: {self.compiler_loops} omp simd loops over outer i-points"
         lane_ops = f", lane by lane: {', '.join(dict.fromkeys(self.lane_ops))}" if self.lane_ops else ""
         return f"explicit {self.lanes} lanes{lane_ops}"
 

@@ -293,6 +293,11 @@ template <typename V, typename S> EMBER_INLINE V ember_vsplat(S s) {
   for (unsigned l = 0; l < sizeof(V) / sizeof(v[0]); ++l) v[l] = s;
   return v;
 }
+template <typename V> EMBER_INLINE V ember_viota() {  // 0, 1, 2, ... in the lanes
+  V v;
+  for (unsigned l = 0; l < sizeof(V) / sizeof(v[0]); ++l) v[l] = l;
+  return v;
+}
 template <typename M, typename V> EMBER_INLINE V ember_vsel(M m, V a, V b) {
   return __builtin_convertvector(m, __typeof__(a < b)) ? a : b;
 }

@@ -121,6 +121,8 @@ class VectorBody:
         if i.op is Op.CONST:
             value = ("-1" if i.value else "0") if i.dtype == "bool" else literal(i.value, i.dtype)
             return [f"const {self.vtype(i.dtype)} {i.out}_v = ember_vsplat<{self.vtype(i.dtype)}>({value});"]
+        if i.op is Op.INDEX:
+            return self._iota(i)
         if i.op in REDUCTIONS:
             acc = self.p.accs[i.out]
             src = self.p.dtypes[i.srcs[0]]
@@ -137,6 +139,20 @@ class VectorBody:
         if expr is None:
             return None
         return [f"const {self.vtype(i.dtype)} {i.out}_v = {expr};"]
+
+    def _iota(self, i: Instr) -> list[str] | None:
+        """An index value affine in the last i-dim: its value at the step's first element plus the lane number
+        times the coefficient, in int64 lanes, converted as the scalar line converts."""
+        e = sympy.expand(as_sympy(i.index[0]))
+        if {s.name for s in e.free_symbols} & set(self.p.dtypes) or i.dtype == "bool":
+            return None
+        v = next((s for s in e.free_symbols if s.name == self.last), None)
+        coeff = e.coeff(v, 1) if v is not None else sympy.Integer(0)
+        if not coeff.is_Integer or (v is not None and v in sympy.expand(e - coeff * v).free_symbols):
+            return None
+        t = f"ember_i64x{self.lanes}"
+        value = f"(ember_vsplat<{t}>((int64_t)({self.p.expr(e)})) + {int(coeff)}LL * ember_viota<{t}>())"
+        return [f"const {self.vtype(i.dtype)} {i.out}_v = {self._cast(value, 'int64', i.dtype)};"]
 
     def _mask(self, expr: str, dtype: str) -> str:
         """A comparison of `dtype` lanes as the int32 mask bools are held in."""
