@@ -1,8 +1,7 @@
 """The vectorization report: how every kernel of the conformance battery and its training cases uses SIMD.
 
-Every kernel is explicit vector code (`PrintedKernel.simd` starts with "explicit"), some of its ops lane by lane
-(gathers, integer division, argmax), except kernels of one element and reductions whose lanes are outer i-points
-(a column sum: gcc vectorizes their `omp simd` loops over a block of i-points). Run with `-s` to see the table.
+Every kernel but those of one element is explicit vector code (`PrintedKernel.simd` starts with "explicit"), some
+of its ops lane by lane (gathers, integer division, argmax). Run with `-s` to see the table.
 """
 
 from __future__ import annotations
@@ -25,14 +24,13 @@ def battery_kernels() -> list[tuple[str, str, str]]:
             for k in build_program(lower(graph, emit_event=False)).kernels]
 
 
-def test_every_kernel_is_explicit_vector_code_but_one_element_and_outer_lane_reductions():
+def test_every_kernel_is_explicit_vector_code_but_those_of_one_element():
     rows = battery_kernels()
     kinds = collections.Counter(simd.split(" ")[0] for _, _, simd in rows)
     print(f"\n{len(rows)} kernels: {dict(kinds)}")
     for graph, kernel, simd in rows:
         if not simd.startswith("explicit") or "lane by lane" in simd:
             print(f"  {graph:28} {kernel:36} {simd}")
-    others = [(g, k, s) for g, k, s in rows
-              if not s.startswith("explicit") and s != "scalar: one element" and not s.endswith("outer i-points")]
+    others = [(g, k, s) for g, k, s in rows if not s.startswith("explicit") and s != "scalar: one element"]
     assert not others, f"kernels not vectorized explicitly: {others}"
-    assert kinds["explicit"] >= 0.75 * len(rows), kinds
+    assert kinds["explicit"] >= 0.9 * len(rows), kinds

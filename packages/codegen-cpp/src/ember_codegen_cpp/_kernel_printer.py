@@ -111,7 +111,6 @@ class KernelPrinter:
         self.loop_head: dict[str, str] = {}  # that loop's own declarations: name → line, first in its block
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
-        self.compiler_loops = 0  # loops left to gcc's vectorizer (`omp simd`), for the vectorization report
         self.lane_ops: list[str] = []  # ops of explicit vector loops printed lane by lane, for the report
 
     # ------------------------------------------------------------------ entry
@@ -138,8 +137,6 @@ class KernelPrinter:
         """How the kernel uses SIMD, for the vectorization report."""
         if not self.k.dims:
             return "scalar: one element"
-        if self.compiler_loops:
-            return f"compiler: {self.compiler_loops} omp simd loops over outer i-points"
         lane_ops = f", lane by lane: {', '.join(dict.fromkeys(self.lane_ops))}" if self.lane_ops else ""
         return f"explicit {self.lanes} lanes{lane_ops}"
 
@@ -272,12 +269,26 @@ class KernelPrinter:
             "  }",
         ]
 
-    def _block_loop(self, lines: list[str], pad: str) -> list[str]:
-        """lines run for each i-point of the block (outer-contiguous kernels)."""
+    def _block_loop(self, lines: list[str], pad: str, instrs: list[Instr] | None = None) -> list[str]:
+        """lines run for each i-point of the block (outer-contiguous kernels): in vector steps over the block
+        when `instrs` (what `lines` print) is given, the rest (and plain result lines) as scalar code."""
         last = self.k.outer_dims[-1].var
-        self.compiler_loops += 1
-        return [pad + _SIMD, pad + "for (int64_t ember_j = 0; ember_j < ember_bn; ++ember_j) {",
-                pad + f"  const int64_t {last} = ember_lo + ember_j;", *[pad + "  " + x for x in lines], pad + "}"]
+        out = []
+        if instrs is not None:
+            vector = VectorBody(self, self.lanes, last, reduce_lane="ember_j", block=True)
+            body = vector.lines(instrs)
+            self.lane_ops += vector.lane_ops
+            inner = pad + "  "
+            out = [inner + "int64_t ember_jv = 0;",
+                   inner + f"for (; ember_jv + {self.lanes} <= ember_bn; ember_jv += {self.lanes}) {{",
+                   inner + "  const int64_t ember_j = ember_jv, ember_v = ember_lo + ember_jv;",
+                   inner + f"  const int64_t {last} = ember_v;",
+                   *[inner + "  " + x for x in body], inner + "}"]
+        start = "ember_jv" if instrs is not None else "0"
+        return [pad + "{", *out,
+                pad + f"  for (int64_t ember_j = {start}; ember_j < ember_bn; ++ember_j) {{",
+                pad + f"    const int64_t {last} = ember_lo + ember_j;", *[pad + "    " + x for x in lines],
+                pad + "  }", pad + "}"]
 
     def _outer_loop(self, loop: Loop, depth: int) -> list[str]:
         self.loop_id += 1
@@ -286,7 +297,7 @@ class KernelPrinter:
         self.accs = {a.i.out: a for a in accs}
         self.loop_values = set()
         body = [line for i in loop.body for line in self._instr(i, "ember_j" if accs else None)]
-        self.loop_values = None
+        instrs = list(loop.body)
         pad = "  " * depth
         out = [pad + line for a in accs for line in a.init()]
         if any(a.cascade for a in accs):
@@ -302,7 +313,8 @@ class KernelPrinter:
             out.append(inner + f"++{welford_count(k)};")
             out += [inner + f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
                     for t in welford]
-        out += self._block_loop(body, inner)
+        out += self._block_loop(body, inner, instrs)
+        self.loop_values = None
         flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
         if flush:
             out += [inner + f"++ember_steps{k};", *[inner + line for line in flush]]
@@ -318,11 +330,12 @@ class KernelPrinter:
     def _block(self, stmts, depth: int) -> list[str]:
         out: list[str] = []
         run: list[str] = []  # outer statements of a block kernel, run together over the block's i-points
+        run_instrs: list[Instr] = []
         for s in stmts:
             if isinstance(s, Loop):
                 if run:
-                    out += self._block_loop(run, "  " * depth)
-                    run = []
+                    out += self._block_loop(run, "  " * depth, run_instrs)
+                    run, run_instrs = [], []
                 out += self._outer_loop(s, depth) if self.block else self._lane_loop(s, depth)
             elif self.block and s.op is Op.CONST:  # the same for every i-point: one scalar
                 self.block = False
@@ -330,10 +343,11 @@ class KernelPrinter:
                 self.block = True
             elif self.block:
                 run += self._instr(s, None)
+                run_instrs.append(s)
             else:
                 out += [("  " * depth) + line for line in self._instr(s, None)]
         if run:
-            out += self._block_loop(run, "  " * depth)
+            out += self._block_loop(run, "  " * depth, run_instrs)
         return out
 
     def _lane_loop(self, loop: Loop, depth: int) -> list[str]:

@@ -52,9 +52,14 @@ class VectorBody:
     """Prints the body of one vector step of a pointwise kernel whose scalar body `printer` has printed already
     (so it knows every value's dtype and the roots)."""
 
-    def __init__(self, printer: KernelPrinter, lanes: int, last: str, reduce_lane: str | None = None):
+    def __init__(self, printer: KernelPrinter, lanes: int, last: str, reduce_lane: str | None = None,
+                 block: bool = False):
         self.p, self.lanes, self.last = printer, lanes, last
         self.reduce_lane = reduce_lane  # a reduction's lane loop: the accumulator lane of vector lane ember_l
+        # Lanes are i-points of an outer-contiguous reduction's block: a value of the block's statements lives in
+        # a block array (`ember_b_t3[ember_j]`), read and written a vector at a time; ember_j is the step's first
+        # i-point (and in a lane loop, the lane's).
+        self.block = block
         self.lane_ops: list[str] = []  # ops printed lane by lane, for the report
         self.defined: set[str] = set()  # values held in vectors; any other (a row's value) is a scalar
 
@@ -63,6 +68,8 @@ class VectorBody:
         if name in self.defined:
             return f"{name}_v"
         t = self.vtype(self.p.dtypes[name])
+        if self._in_block_array(name):
+            return f"ember_vload<{t}>(ember_b_{name} + ember_j)"
         return f"ember_vsplat<{t}>({self.p.ref(name)}{' ? -1 : 0' if self.p.dtypes[name] == 'bool' else ''})"
 
     def vtype(self, dtype: str, memory: bool = False) -> str:
@@ -81,10 +88,15 @@ class VectorBody:
                 out += self._lanewise(group)
                 group = []
             out += vec
-            self.defined.update(o for o in i.outs if i.op is not Op.STORE and i.op not in REDUCTIONS)
+            outs = [o for o in i.outs if i.op is not Op.STORE and i.op not in REDUCTIONS]
+            out += [f"ember_vstore(ember_b_{o} + ember_j, {o}_v);" for o in outs if self._in_block_array(o)]
+            self.defined.update(outs)
         if group:
             out += self._lanewise(group)
         return out
+
+    def _in_block_array(self, name: str) -> bool:
+        return self.block and self.p.names.get(name, "").startswith("ember_b_")
 
     # ------------------------------------------------------------------ lane by lane
 
@@ -108,6 +120,7 @@ class VectorBody:
         writes = [f"{o}_v[ember_l] = {o} ? -1 : 0;" if self.p.dtypes[o] == "bool" else f"{o}_v[ember_l] = {o};"
                   for o in results]
         return [*decls, "#pragma omp simd", f"for (int64_t ember_l = 0; ember_l < {self.lanes}; ++ember_l) {{",
+                *(["  const int64_t ember_j = ember_jv + ember_l;"] if self.block else []),
                 f"  const int64_t {self.last} = ember_v + ember_l;",
                 *["  " + x for x in reads + body + writes], "}"]
 
@@ -132,7 +145,8 @@ class VectorBody:
         if len(i.outs) != 1:
             return None
         src = [self.p.dtypes[s] for s in i.srcs]
-        if i.op is Op.DIV and src[0] in FLOATS and self.p.loop_values is not None and i.srcs[1] not in self.defined:
+        if i.op is Op.DIV and src[0] in FLOATS and self.p.loop_values is not None and i.srcs[1] not in self.defined \
+                and not self.block:
             # by the row's value: times its reciprocal, as the scalar tail (`KernelPrinter._compute`)
             return [f"const {self.vtype(i.dtype)} {i.out}_v = {self.ref(i.srcs[0])} * ember_rcp_{i.srcs[1]};"]
         expr = self._expression(i.op, [self.ref(s) for s in i.srcs], src, i.dtype)
