@@ -1,16 +1,18 @@
-"""One loop-IR kernel as one C++ function: an OpenMP-parallel outer loop and a vectorizable inner loop.
+"""One loop-IR kernel as one C++ function: an OpenMP-parallel outer loop and inner loops over explicit vectors.
 
     static int k0_pointwise_6x8(const float* __restrict b_x, float* __restrict b_out, int64_t S_s0)
 
-returns the kernel's error flag (an integer division by zero, an index out of bounds). Two shapes of loop nest:
+returns the kernel's error flag (an integer division by zero, an index out of bounds). Three shapes of loop nest,
+each inner loop printed twice: in vector steps (`_vector.py`: `lanes` elements at a time) and as scalar code for
+the elements that fill no whole step:
 
 - pointwise (no r-dims): the i-dims but the last, times chunks of the last, are one flat parallel loop; the
-  last i-dim is the `omp simd` loop, over contiguous memory when the layout is row-major.
+  last i-dim runs in vector steps, over contiguous memory when the layout is row-major.
 - reduction: all i-points are one flat parallel loop; each `Loop` block runs the r-dims, the rest serially and
-  the last either as an `omp simd` loop with the reductions as simd reduction variables (sum/max/min/... over
-  bodies costly enough to hide the add latency, such as softmax's exp) or in `LANES` lanes (`omp simd` over lane
-  arrays, see `_reductions.py`: Welford, argmax, and floating sums over cheap bodies); the tail that fills no
-  full set of lanes runs as scalar code.
+  the last in steps of `LANES` elements, each reduction keeping `LANES` partial results (two or more vectors:
+  independent add chains; see `_reductions.py`).
+- outer-contiguous reduction (a column sum): lanes are `BLOCK` consecutive i-points; the r-dims run serially
+  around vector steps over the block, whose values live in block arrays.
 
 Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
 torch's own softmax does). Names follow one rule: an SSA value (unique in its kernel) and a name carrying the
