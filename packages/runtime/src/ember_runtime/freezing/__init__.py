@@ -1,0 +1,86 @@
+"""Freezing: an inference graph's parameters and buffers become constants, and the work on them is done once.
+
+    result = freeze(graph, inputs)          # inputs: the call's real tensors, in the graph's input order
+    result.graph                            # takes only the inputs `result.kept` names
+    result.graph(...)  ==  graph(inputs)    # same outputs, given [inputs[k] for k in result.kept]
+
+The passes, in order, each a module of its own here (graph in, graph out; usable alone):
+1. `freeze-params` (`freeze_params.py`): parameter and buffer inputs the graph neither writes nor hands out become
+   constants holding the call's tensors (`detach()`: the same storage, no copy).
+2. `fold-constants` (`fold_constants.py`): nodes that read only constants run once with eager ATen (a transposed
+   weight, `weight * scale`, a dtype cast) and become constants.
+3. `fold-batch-norm` (`fold_batch_norm.py`): eval-mode batch norm folded into the convolution or linear before it.
+4. `prepack-weights` (`prepack_weights.py`, CPU with oneDNN): convolutions and linear layers call
+   `mkldnn._convolution_pointwise` (weight pre-packed) / `mkldnn._linear_pointwise`, the activation after them fused.
+Dead nodes and constants are dropped at the end.
+
+A frozen graph is only right while the frozen tensors keep their values: `FreezeResult.guard(inputs)` says whether
+a call's tensors are still the frozen ones (same objects, same version counter, same storage). ember-runtime checks
+it on every call and refreezes when it fails (`_frozen_graph.py`). It depends on ember-core and torch only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ember_core import Graph
+
+from ._edit import drop_dead
+from .fold_batch_norm import fold_batch_norm
+from .fold_constants import fold_constants
+from .freeze_params import freezable, freeze_params
+from .prepack_weights import epilogue_rules, prepack_weights
+
+__all__ = ["FreezeResult", "epilogue_rules", "fold_batch_norm", "fold_constants", "freezable", "freeze",
+           "freeze_params", "prepack_weights"]
+
+
+@dataclass(frozen=True)
+class FreezeResult:
+    """A frozen graph, which inputs of the original it still takes, what was frozen, and counts of each pass."""
+
+    graph: Graph
+    kept: tuple[int, ...]
+    # (input index, the tensor frozen, its _version then, its data_ptr then), checked by `guard`
+    frozen: tuple[tuple[int, torch.Tensor, int, int], ...]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def guard(self, inputs: Sequence[Any]) -> bool:
+        """Whether every frozen input of this call is the tensor frozen, unchanged since."""
+        for k, t, version, ptr in self.frozen:
+            x = inputs[k]
+            if x is not t or x._version != version or x.data_ptr() != ptr:
+                return False
+        return True
+
+    def changed(self, inputs: Sequence[Any]) -> str | None:
+        """Why `guard` fails, naming the first input that changed (for events); None when it holds."""
+        for k, t, version, ptr in self.frozen:
+            x = inputs[k]
+            if x is not t:
+                return f"input {k} is another tensor"
+            if x._version != version:
+                return f"input {k} was written in place (version {version} -> {x._version})"
+            if x.data_ptr() != ptr:
+                return f"input {k} has new storage"
+        return None
+
+
+def freeze(graph: Graph, inputs: Sequence[Any], *, prepack: bool = True) -> FreezeResult:
+    """Run the freezing passes on `graph` with the call's `inputs` (see the module's docstring)."""
+    which = freezable(graph, inputs)
+    frozen = tuple((k, inputs[k], inputs[k]._version, inputs[k].data_ptr()) for k in which)
+    out = freeze_params(graph, inputs, which)
+    out, folded = fold_constants(out)
+    out, bns = fold_batch_norm(out)
+    packed, fused = 0, 0
+    if prepack:
+        out, packed, fused = prepack_weights(out)
+    out = drop_dead(out)
+    kept = tuple(k for k in range(len(graph.inputs)) if k not in set(which))
+    counts = {"frozen": len(which), "folded_constants": folded, "folded_batch_norms": bns,
+              "prepacked_weights": packed, "fused_epilogues": fused}
+    return FreezeResult(out, kept, frozen, counts)

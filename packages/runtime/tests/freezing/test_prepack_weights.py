@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _freezing_graphs import ops, run_frozen, traced
+from ember_runtime.freezing import freeze
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+
+ACTIVATIONS = {
+    "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    "relu6": F.relu6, "leaky_relu": lambda t: F.leaky_relu(t, 0.2),
+}
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_convolution_with_activation_is_one_onednn_call(act):
+    def f(x, w, b):
+        return ACTIVATIONS[act](F.conv2d(x, w, b, stride=2, padding=1))
+
+    args = [torch.randn(2, 4, 9, 9), torch.randn(8, 4, 3, 3), torch.randn(8)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    assert ops(result.graph) == ["mkldnn._convolution_pointwise.default"]
+    assert result.counts["fused_epilogues"] == 1
+    assert result.graph.constants[result.graph.nodes[0].args[1].name].tensor.is_mkldnn
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
+def test_linear_with_activation_is_one_onednn_call(act):
+    def f(x, w, b):
+        return ACTIVATIONS[act](F.linear(x, w, b))
+
+    args = [torch.randn(3, 16), torch.randn(8, 16), torch.randn(8)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    assert ops(result.graph) == ["mkldnn._linear_pointwise.default"]
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_output_layout_is_onednns():
+    def f(x, w):
+        return F.conv2d(x, w).sum(1)
+
+    args = [torch.randn(1, 4, 5, 5), torch.randn(6, 4, 1, 1)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    conv = result.graph.nodes[0]
+    assert conv.op == "mkldnn._convolution_pointwise.default"
+    assert result.graph.values[conv.outputs[0]].stride == (150, 1, 30, 6)  # channels last, as its meta kernel says
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_other_dtypes_and_grouped_activations_stay():
+    def f(x, w):
+        y = F.conv2d(x, w)
+        return torch.relu(y), y
+
+    args = [torch.randn(1, 4, 5, 5, dtype=torch.float64), torch.randn(6, 4, 1, 1, dtype=torch.float64)]
+    assert ops(freeze(traced(f, *args, params=(1,)), args).graph)[0] == "aten.convolution.default"
+    args = [a.float() for a in args]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    assert result.counts["fused_epilogues"] == 0  # y is read twice: the relu stays apart
+    torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)
