@@ -62,3 +62,31 @@ def test_other_dtypes_and_grouped_activations_stay():
     result = freeze(traced(f, *args, params=(1,)), args)
     assert result.counts["fused_epilogues"] == 0  # y is read twice: the relu stays apart
     torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["silu", "hardswish", "hardsigmoid"])
+def test_decomposed_activations_are_fused(act):
+    decomposed = {"silu": lambda y: y * torch.sigmoid(y),
+                  "hardswish": lambda y: y * torch.clamp(torch.clamp(y + 3, 0), None, 6) / 6,
+                  "hardsigmoid": lambda y: torch.clamp(torch.clamp(y + 3, 0), None, 6) / 6}[act]
+
+    def f(x, w):
+        return decomposed(F.conv2d(x, w))
+
+    args = [torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    assert ops(result.graph) == ["mkldnn._convolution_pointwise.default"]
+    assert result.graph.nodes[0].args[7] == {"silu": "swish"}.get(act, act)
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_a_step_read_elsewhere_stops_the_chain():
+    def f(x, w):
+        y = F.conv2d(x, w)
+        s = torch.sigmoid(y)
+        return y * s, s
+
+    args = [torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    assert result.counts["fused_epilogues"] == 0
+    torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)

@@ -39,12 +39,9 @@ def fresh_name(graph: Graph, base: str, taken: set[str]) -> str:
     return name
 
 
-def add_constant(constants: dict[str, Constant], values: dict, name: str, tensor: torch.Tensor, like) -> Ref:
-    """Store `tensor` as constant `name` with metadata `like` (a Value) fitted to it; a reference to it."""
+def add_constant(constants: dict[str, Constant], name: str, tensor: torch.Tensor) -> Ref:
+    """Store `tensor` as constant `name` (a constant's metadata is its tensor's: it has no entry in `values`)."""
     constants[name] = Constant(name, tensor)
-    stride = (1,) * tensor.dim() if tensor.is_mkldnn else tuple(tensor.stride())
-    values[name] = like.replace(shape=tuple(tensor.shape), stride=stride, dtype=like.dtype, requires_grad=False,
-                                base=None, storage_offset=0)
     return Ref(name)
 
 
@@ -57,7 +54,7 @@ def drop_dead(graph: Graph) -> Graph:
             kept.append(node)
             live.update(node_refs(node))
     kept.reverse()
-    defined = set(graph.input_names) | {c for c in graph.constants if c in live}
+    defined = set(graph.input_names)
     defined.update(o for n in kept for o in n.outputs)
     return graph.replace(nodes=tuple(kept), constants={k: c for k, c in graph.constants.items() if k in live},
                          values={k: v for k, v in graph.values.items() if k in defined})

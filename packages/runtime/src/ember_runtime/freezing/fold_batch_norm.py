@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ember_core import Constant, Graph, Node, Ref, resolve_op
+from ember_core import Constant, Graph, Node, Ref, rename_reads, resolve_op
 
 from ._edit import add_constant, constant_of, fresh_name, output_names, readers
 
@@ -22,6 +22,7 @@ PASS_ID = "fold-batch-norm"
 BATCH_NORMS = ("aten._native_batch_norm_legit_no_training.default", "aten.native_batch_norm.default")
 CONVOLUTION = "aten.convolution.default"
 LINEARS = ("aten.addmm.default", "aten.mm.default")
+SIZE_OPS = ("aten.sym_size.int", "aten.sym_numel.default")
 
 
 def _bound(node: Node) -> dict[str, Any]:
@@ -86,9 +87,8 @@ def _fold_one(graph: Graph, bn: Node, producer: Node, constants: dict[str, Const
     weight, bias, args = folded
     out = bn.outputs[0]
     w_at, b_at = (1, 2) if is_conv else (2, 0)
-    like = values[args[w_at].name]
-    args[w_at] = add_constant(constants, values, fresh_name(graph, f"{out}_weight", taken), weight, like)
-    args[b_at] = add_constant(constants, values, fresh_name(graph, f"{out}_bias", taken), bias, like)
+    args[w_at] = add_constant(constants, fresh_name(graph, f"{out}_weight", taken), weight)
+    args[b_at] = add_constant(constants, fresh_name(graph, f"{out}_bias", taken), bias)
     values[out] = values[producer.outputs[0]]  # the layout the producer gives
     op = producer.op if is_conv else "aten.addmm.default"
     return producer.replace(op=op, outputs=(out,), args=tuple(args))
@@ -103,7 +103,10 @@ def fold_batch_norm(graph: Graph) -> tuple[Graph, int]:
     folded = 0
     for i, bn in enumerate(graph.nodes):
         x = bn.args[0] if bn.op in BATCH_NORMS and bn.args else None
-        if not isinstance(x, Ref) or x.name not in made_by or x.name in outputs or read[x.name] != [i]:
+        if not isinstance(x, Ref) or x.name not in made_by or x.name in outputs:
+            continue
+        sizes = [j for j in read[x.name] if graph.nodes[j].op in SIZE_OPS]  # the same sizes as the result's
+        if [j for j in read[x.name] if j not in sizes] != [i]:
             continue
         if any(read.get(o) or o in outputs for o in bn.outputs[1:]):
             continue
@@ -114,6 +117,8 @@ def fold_batch_norm(graph: Graph) -> tuple[Graph, int]:
         new = _fold_one(graph.replace(constants=constants), bn, producer, constants, values, taken)
         if new is not None:
             nodes[j], nodes[i] = new, None
+            for k in sizes:
+                nodes[k] = rename_reads(nodes[k], {x.name: new.outputs[0]})
             folded += 1
     kept = tuple(n for n in nodes if n is not None)
     return graph.replace(nodes=kept, constants=constants, values=values), folded

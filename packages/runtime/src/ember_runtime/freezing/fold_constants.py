@@ -78,6 +78,5 @@ def fold_constants(graph: Graph) -> tuple[Graph, int]:
         folded += 1
         for name, t in zip(node.outputs, results):
             constants[name] = Constant(name, t)
-            values[name] = values[name].replace(shape=tuple(t.shape), stride=tuple(t.stride()), base=None,
-                                                storage_offset=0, requires_grad=False)
+            values.pop(name, None)
     return graph.replace(nodes=tuple(nodes), constants=constants, values=values), folded

@@ -49,7 +49,7 @@ def freeze_params(graph: Graph, inputs: Sequence[Any], which: Sequence[int]) -> 
     for k, inp in enumerate(graph.inputs):
         if k in which:
             constants[inp.name] = Constant(inp.name, inputs[k].detach())
-            values[inp.name] = values[inp.name].replace(requires_grad=False)
+            del values[inp.name]  # a constant's metadata is its tensor's
         else:
             renumber[k] = len(kept)
             kept.append(inp)

@@ -5,7 +5,7 @@
 - `aten.addmm` / `aten.mm` with a constant `(in, out)` weight (float32, 2-d input) → `mkldnn._linear_pointwise`
   with the `(out, in)` weight made contiguous once;
 - an activation that alone reads the result (relu, gelu, silu, hardswish, hardsigmoid, sigmoid, tanh, hardtanh,
-  leaky_relu) is fused into the op's epilogue.
+  leaky_relu; as one node or as capture decomposes it, `_epilogues.py`) is fused into the op's epilogue.
 
 Both ops have meta kernels, so the new nodes run under FakeTensorMode, which gives their outputs' layout (oneDNN's
 convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. Left alone:
@@ -21,38 +21,12 @@ from ember_core import Graph, Node, Ref, graph_device
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._edit import add_constant, constant_of, fresh_name, output_names, readers
+from ._epilogues import match_epilogue
 
 PASS_ID = "prepack-weights"
 CONVOLUTION = "aten.convolution.default"
 CONV_POINTWISE = "mkldnn._convolution_pointwise.default"
 LINEAR_POINTWISE = "mkldnn._linear_pointwise.default"
-
-
-def _gelu(node: Node) -> tuple[str, list, str] | None:
-    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
-    return ("gelu", [], approximate) if approximate in ("none", "tanh") else None
-
-
-def _scalars(attr: str, count: int):
-    def rule(node: Node) -> tuple[str, list, str] | None:
-        given = list(node.args[1:1 + count])
-        if len(given) < count or node.kwargs or not all(isinstance(s, (int, float)) for s in given):
-            return None  # a default left out of the node, or a symbolic value
-        return attr, [float(s) for s in given], ""
-    return rule
-
-
-def _plain(attr: str):
-    return lambda node: (attr, [], "") if len(node.args) == 1 and not node.kwargs else None
-
-
-# op → rule giving oneDNN's (attr, scalars, algorithm) for the node, or None when it cannot be fused
-epilogue_rules = {
-    "aten.relu.default": _plain("relu"), "aten.sigmoid.default": _plain("sigmoid"), "aten.tanh.default": _plain("tanh"),
-    "aten.silu.default": _plain("swish"), "aten.hardswish.default": _plain("hardswish"),
-    "aten.hardsigmoid.default": _plain("hardsigmoid"), "aten.gelu.default": _gelu,
-    "aten.hardtanh.default": _scalars("hardtanh", 2), "aten.leaky_relu.default": _scalars("leaky_relu", 1),
-}
 
 
 def available(graph: Graph) -> bool:
@@ -69,7 +43,7 @@ def _ints(x: Any) -> bool:
     return isinstance(x, (list, tuple)) and all(isinstance(i, int) for i in x)
 
 
-def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict, values: dict) -> list | None:
+def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> list | None:
     """`_convolution_pointwise`'s arguments up to `groups`, with the packed weight stored; or None."""
     if node.kwargs or len(node.args) != 9:
         return None
@@ -85,11 +59,11 @@ def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict, value
     packed = torch.ops.mkldnn._reorder_convolution_weight(w, list(padding), list(stride), list(dilation), groups,
                                                          shape)
     name = fresh_name(graph, f"{w_ref.name}_packed", taken)
-    return [x, add_constant(constants, values, name, packed, values[w_ref.name]), b_ref, list(padding), list(stride),
-            list(dilation), groups]
+    return [x, add_constant(constants, name, packed), b_ref, tuple(padding),
+            tuple(stride), tuple(dilation), groups]
 
 
-def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict, values: dict) -> list | None:
+def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> list | None:
     """`_linear_pointwise`'s arguments up to the bias, with the `(out, in)` weight stored; or None."""
     args = list(node.args)
     if node.kwargs or len(args) != (3 if node.op == "aten.addmm.default" else 2):
@@ -101,7 +75,7 @@ def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict, val
     if b_ref is not None and (b is None or b.dim() != 1 or b.dtype != torch.float32 or b.shape[0] != w.shape[1]):
         return None
     name = fresh_name(graph, f"{w_ref.name}_t", taken)
-    return [x, add_constant(constants, values, name, w.t().contiguous(), values[w_ref.name]), b_ref]
+    return [x, add_constant(constants, name, w.t().contiguous()), b_ref]
 
 
 def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ...]:
@@ -115,30 +89,26 @@ def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ..
         v = graph.values[a.name]
         return torch.empty_strided(v.shape, v.stride, dtype=torch.float32)
     with FakeTensorMode():
-        out = getattr(torch.ops.mkldnn, op.split(".")[1]).default(*[fake(a) for a in args])
+        out = getattr(torch.ops.mkldnn, op.split(".")[1]).default(*[list(a) if isinstance(a, tuple) else fake(a)
+                                                                    for a in args])
     return tuple(out.stride())
 
 
-def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple) -> tuple[Node, int | None] | None:
-    """The fused node replacing node i, and the index of the activation it absorbed (or None)."""
+def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple) -> tuple[Node, tuple[int, ...]] | None:
+    """The fused node replacing node i, and the indices of the activation's nodes it absorbed."""
     taken, constants, values = state
     node = graph.nodes[i]
     is_conv = node.op == CONVOLUTION
-    result = node.outputs[0]
-    act = None
-    users = read.get(result, [])
-    if len(users) == 1 and result not in outputs:
-        rule = epilogue_rules.get(graph.nodes[users[0]].op)
-        act = rule(graph.nodes[users[0]]) if rule else None
-    attr, scalars, algorithm = act or ("none", [], "")
-    final = graph.nodes[users[0]].outputs[0] if act else result
-    args = (_conv_args if is_conv else _linear_args)(graph, node, taken, constants, values)
+    act = match_epilogue(graph, node.outputs[0], read, outputs)
+    args = (_conv_args if is_conv else _linear_args)(graph, node, taken, constants)
     if args is None:
         return None
+    attr, scalars, algorithm = (act.attr, act.scalars, act.algorithm) if act else ("none", (), "")
+    final = act.final if act else node.outputs[0]
     op = CONV_POINTWISE if is_conv else LINEAR_POINTWISE
     args += [attr, scalars, algorithm or None] if is_conv else [attr, scalars, algorithm]
     values[final] = values[final].replace(stride=_layout(op, graph, args, constants))
-    return Node((final,), op, tuple(args), {}, dict(node.meta)), users[0] if act else None
+    return Node((final,), op, tuple(args), {}, dict(node.meta)), act.absorbed if act else ()
 
 
 def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
@@ -159,9 +129,9 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
             continue
         nodes[i], absorbed = done
         packed += 1
-        if absorbed is not None:
-            nodes[absorbed] = None
-            fused += 1
+        fused += bool(absorbed)
+        for j in absorbed:
+            nodes[j] = None
     kept = tuple(n for n in nodes if n is not None)
     return graph.replace(nodes=kept, constants=constants, values=values), packed, fused
 

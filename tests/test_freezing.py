@@ -1,0 +1,146 @@
+"""Freezing (option `freezing`) against eager: inference graphs with parameters folded in, refrozen when they
+change, never touching training."""
+
+from __future__ import annotations
+
+import copy
+
+import ember
+import pytest
+import torch
+from ember_core.testing import FallbackRecorder
+from torch import nn
+
+ONEDNN = torch.backends.mkldnn.is_available()
+
+
+def conv_bn_relu(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU())
+
+
+class ResidualBlock(nn.Module):
+    """ResNet's basic block, with a strided 1x1 projection."""
+
+    def __init__(self, c_in: int = 8, c_out: int = 16):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c_in, c_out, 3, 2, 1, bias=False), nn.BatchNorm2d(c_out)
+        self.conv2, self.bn2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out)
+        self.down = nn.Sequential(nn.Conv2d(c_in, c_out, 1, 2, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.down(x))
+
+
+def _randomize_batch_norms(model: nn.Module) -> nn.Module:
+    """Statistics and affine parameters away from their initial 0/1, so a folding error shows."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.running_mean.uniform_(-1, 1), m.running_var.uniform_(0.5, 2)
+                m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-0.5, 0.5)
+    return model
+
+
+def _inference(model: nn.Module) -> nn.Module:
+    return _randomize_batch_norms(model).eval().requires_grad_(False)
+
+
+def _run_frozen(model, x, frontend, **compile_kwargs):
+    """The compiled model's output under no_grad against eager's; the `graph_frozen` events."""
+    compiled = ember.compile(model, options={"frontend": frontend}, **compile_kwargs)
+    with torch.no_grad(), ember.record_events() as rec, FallbackRecorder() as fallbacks:
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    fallbacks.check(allowed=())
+    return compiled, rec.kinds("graph_frozen")
+
+
+def test_conv_bn_relu_net_folds_and_fuses(frontend):
+    model = _inference(nn.Sequential(conv_bn_relu(3, 8), conv_bn_relu(8, 8, 2), nn.AdaptiveAvgPool2d(1),
+                                     nn.Flatten(), nn.Linear(8, 4)))
+    _, [event] = _run_frozen(model, torch.randn(2, 3, 16, 16), frontend)
+    assert event.data["folded_batch_norms"] == 2
+    if ONEDNN:
+        assert event.data["prepacked_weights"] == 3 and event.data["fused_epilogues"] == 2
+    assert not any(i.kind in ("param", "buffer") for i in event.graph.inputs)
+
+
+def test_linear_gelu_mlp(frontend):
+    model = _inference(nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16), nn.GELU(approximate="tanh")))
+    _, [event] = _run_frozen(model, torch.randn(4, 16), frontend)
+    assert event.data["folded_constants"] == 2  # the transposed weights
+    if ONEDNN:
+        assert [n.op for n in event.graph.nodes] == ["mkldnn._linear_pointwise.default"] * 2
+
+
+def test_residual_block(frontend):
+    _, [event] = _run_frozen(_inference(ResidualBlock()), torch.randn(2, 8, 12, 12), frontend)
+    assert event.data["folded_batch_norms"] == 3
+
+
+def test_parameters_changed_after_compile_are_seen(frontend):
+    model = _inference(ResidualBlock())
+    other = _inference(ResidualBlock())
+    x = torch.randn(2, 8, 12, 12)
+    compiled, _ = _run_frozen(model, x, frontend)
+    with torch.no_grad(), ember.record_events() as rec:
+        model.load_state_dict(other.state_dict())
+        torch.testing.assert_close(compiled(x), other(x), rtol=1e-4, atol=1e-4)
+        model.conv2.weight.add_(0.25)  # in place under no_grad
+        model.bn1.running_var.mul_(2)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    reasons = [e.data["reason"] for e in rec.kinds("graph_frozen")]
+    assert len(reasons) == 2 and all("written in place" in r for r in reasons), reasons
+
+
+def test_freezing_off(frontend):
+    model = _inference(ResidualBlock())
+    compiled = ember.compile(model, options={"frontend": frontend, "freezing": False})
+    x = torch.randn(2, 8, 12, 12)
+    with torch.no_grad(), ember.record_events() as rec:
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert rec.kinds("graph_frozen") == []
+
+
+def test_parameters_that_require_grad_are_frozen_only_when_asked(frontend):
+    model = _randomize_batch_norms(ResidualBlock()).eval()  # requires grad, used under no_grad
+    x = torch.randn(2, 8, 12, 12)
+    assert _run_frozen(model, x, frontend)[1] == []
+    compiled = ember.compile(model, options={"frontend": frontend, "freezing": True})
+    with torch.no_grad(), ember.record_events() as rec:
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert len(rec.kinds("graph_frozen")) == 1
+
+
+def test_training_is_never_frozen(frontend):
+    model = _randomize_batch_norms(ResidualBlock()).train()
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(model, options={"frontend": frontend, "freezing": True})
+    x = torch.randn(2, 8, 12, 12)
+    with ember.record_events() as rec:
+        compiled(x).sum().backward()
+    twin(x).sum().backward()
+    assert rec.kinds("graph_frozen") == []
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(model.bn1.running_mean, twin.bn1.running_mean)
+
+
+def test_inference_mode_and_dynamic_batch(frontend):
+    model = _inference(nn.Sequential(conv_bn_relu(3, 8), nn.Flatten(), nn.Linear(8 * 8 * 8, 4), nn.ReLU()))
+    compiled = ember.compile(model, dynamic=True, options={"frontend": frontend})
+    with torch.inference_mode(), ember.record_events() as rec:
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 3, 8, 8)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    events = rec.kinds("graph_frozen")
+    assert events and all(e.data["folded_batch_norms"] == 1 for e in events)
+
+
+@pytest.mark.parametrize("act", [nn.SiLU, nn.Hardswish, nn.ReLU6, nn.Sigmoid])
+def test_activations_fused_into_convolution(frontend, act):
+    model = _inference(nn.Sequential(nn.Conv2d(4, 8, 3), nn.BatchNorm2d(8), act(), nn.Conv2d(8, 4, 1), act()))
+    _, [event] = _run_frozen(model, torch.randn(1, 4, 10, 10), frontend)
+    if ONEDNN:
+        assert event.data["fused_epilogues"] == 2
