@@ -10,9 +10,8 @@ import sys
 import time
 from contextlib import contextmanager
 
-import torch
-
 import ember
+import torch
 
 prepack = importlib.import_module("ember_runtime.freezing.prepack_weights")  # the module, not its function
 

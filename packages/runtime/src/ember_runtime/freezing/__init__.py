@@ -29,14 +29,14 @@ import torch
 from ember_core import Graph
 
 from ._edit import drop_dead
+from ._epilogues import epilogue_chains, epilogue_rules
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .freeze_params import freezable, freeze_params
-from ._epilogues import epilogue_chains, epilogue_rules
 from .prepack_weights import prepack_weights
 
-__all__ = ["FreezeResult", "epilogue_chains", "epilogue_rules", "fold_batch_norm", "fold_constants", "freezable", "freeze",
-           "freeze_params", "prepack_weights"]
+__all__ = ["FreezeResult", "epilogue_chains", "epilogue_rules", "fold_batch_norm", "fold_constants", "freezable",
+           "freeze", "freeze_params", "prepack_weights"]
 
 
 @dataclass(frozen=True)

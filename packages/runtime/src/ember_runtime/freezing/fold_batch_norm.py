@@ -4,8 +4,9 @@
     s = gamma / sqrt(var + eps)
 
 A batch norm folds when it is `aten._native_batch_norm_legit_no_training` (what capture makes of `BatchNorm*d` in
-eval mode) or `aten.native_batch_norm` with training False, only its normalized output is read, its producer's result is read by it alone, and every tensor of the
-two (weight, bias, statistics) is a constant. Producers: a non-transposed `aten.convolution`, and `aten.addmm` /
+eval mode) or `aten.native_batch_norm` with training False, only its normalized output is read, its producer's
+result is read by it alone (size queries aside), and every tensor of the two (weight, bias, statistics) is a
+constant. Producers: a non-transposed `aten.convolution`, and `aten.addmm` /
 `aten.mm` with a constant `(in, out)` weight (a linear layer whose `permute` of the weight was folded) on 2-d input.
 The new weight and bias are computed once, in float32, and cast back to the weight's dtype."""
 

@@ -14,14 +14,14 @@ from ember_core import (
     Constant,
     Graph,
     Node,
+    Ref,
+    Sym,
     has_effect,
     is_custom_function,
     is_random,
+    map_args,
     node_callable,
     node_refs,
-    Ref,
-    Sym,
-    map_args,
 )
 
 from ._edit import output_names

@@ -10,7 +10,8 @@
 Both ops have meta kernels, so the new nodes run under FakeTensorMode, which gives their outputs' layout (oneDNN's
 convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. Left alone:
 symbolic sizes, other dtypes and devices, and every node when oneDNN is not available. The new layout is safe for
-the nodes after: lowering's views are index maps over logical indices, whatever the strides. `benchmarks/freezing_ops.py` measures what each rewrite gains."""
+the nodes after: lowering's views are index maps over logical indices, whatever the strides.
+`benchmarks/freezing_ops.py` measures what each rewrite gains."""
 
 from __future__ import annotations
 
