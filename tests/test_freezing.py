@@ -144,3 +144,22 @@ def test_activations_fused_into_convolution(frontend, act):
     _, [event] = _run_frozen(model, torch.randn(1, 4, 10, 10), frontend)
     if ONEDNN:
         assert event.data["fused_epilogues"] == 2
+
+
+def test_running_statistics_updated_in_train_mode_are_seen(frontend):
+    """A training-mode batch norm writes its statistics without bumping their version counter."""
+    model = _inference(ResidualBlock())
+    x = torch.randn(2, 8, 12, 12)
+    compiled, _ = _run_frozen(model, x, frontend)
+    with torch.no_grad():
+        model.train()
+        model(x * 3 + 1)  # eager, as a recalibration would
+        model.eval()
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_frozen_on_cuda(frontend):
+    model = _inference(ResidualBlock()).cuda()
+    _, [event] = _run_frozen(model, torch.randn(2, 8, 12, 12, device="cuda"), frontend)
+    assert event.data["folded_batch_norms"] == 3 and event.data["prepacked_weights"] == 0

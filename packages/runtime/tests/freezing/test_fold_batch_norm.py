@@ -50,3 +50,20 @@ def test_convolution_read_twice_keeps_its_batch_norm():
     result = freeze(traced(f, *args, params=tuple(range(1, 7))), args, prepack=False)
     assert result.counts["folded_batch_norms"] == 0
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_size_queries_of_the_convolution_read_the_folded_result():
+    """Under dynamic shapes capture asks the convolution's sizes (`aten.sym_size`); they are the batch norm's too."""
+    from ember_core import Node, Ref
+
+    args = [torch.randn(2, 3, 6, 6), torch.randn(8, 3, 3, 3), torch.randn(8), *_bn_stats(8)]
+    graph = traced(conv_bn, *args, params=tuple(range(1, 7)))
+    conv = graph.nodes[0].outputs[0]
+    size = Node(("h",), "aten.sym_size.int", (Ref(conv), 2))
+    graph = graph.replace(nodes=(graph.nodes[0], size, *graph.nodes[1:]),
+                          values={**graph.values, "h": graph.values[conv].replace(type="sym", dtype="int64",
+                                                                                  shape=(), stride=())})
+    result = freeze(graph, args, prepack=False)
+    assert result.counts["folded_batch_norms"] == 1
+    assert result.graph.nodes[1].args[0] == Ref(result.graph.nodes[0].outputs[0])
+    torch.testing.assert_close(run_frozen(result, args)[0], conv_bn(*args), rtol=1e-4, atol=1e-4)

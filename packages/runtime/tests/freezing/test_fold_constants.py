@@ -11,8 +11,7 @@ def scaled_linear(x, w, s):
 
 def test_weight_only_work_is_folded_once():
     x, w, s = torch.randn(2, 3), torch.randn(5, 3), torch.randn(5)
-    result = freeze(scaled_linear, [x, w, s]) if False else freeze(traced(scaled_linear, x, w, s, params=(1, 2)),
-                                                                   [x, w, s], prepack=False)
+    result = freeze(traced(scaled_linear, x, w, s, params=(1, 2)), [x, w, s], prepack=False)
     assert result.counts["folded_constants"] >= 2
     assert ops(result.graph) == ["aten.mm.default"]
     torch.testing.assert_close(run_frozen(result, [x, w, s])[0], scaled_linear(x, w, s))

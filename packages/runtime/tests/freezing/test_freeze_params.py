@@ -39,3 +39,14 @@ def test_guard_fails_on_in_place_write_and_new_tensor():
     w.add_(1)
     assert not result.guard([x, w, b])
     assert "written in place" in result.changed([x, w, b])
+
+
+def test_guard_compares_buffers_by_value():
+    """A buffer written without a version bump (as batch norm's running statistics are) still fails the guard."""
+    w, x = torch.randn(3), torch.randn(3)
+    graph = traced(lambda x, w: x + w, x, w)
+    graph = graph.replace(inputs=(graph.inputs[0], graph.inputs[1].__class__(graph.inputs[1].name, "buffer")))
+    result = freeze(graph, [x, w])
+    assert result.guard([x, w])
+    w.data.add_(1)  # .data: no version bump
+    assert not result.guard([x, w]) and "new values" in result.changed([x, w])

@@ -15,7 +15,10 @@ The passes, in order, each a module of its own here (graph in, graph out; usable
 Dead nodes and constants are dropped at the end.
 
 A frozen graph is only right while the frozen tensors keep their values: `FreezeResult.guard(inputs)` says whether
-a call's tensors are still the frozen ones (same objects, same version counter, same storage). ember-runtime checks
+a call's tensors are still the frozen ones (same objects, same version counter, same storage) and, for buffers,
+still hold the same values: a training-mode batch norm updates its running statistics in place without bumping
+their version counter (eager's kernel and ember's compiled graphs alike), so buffers (up to `WATCHED_NUMEL`
+elements in all, batch norm statistics and the like) are compared by value, a few microseconds a call. ember-runtime checks
 it on every call and refreezes when it fails (`_frozen_graph.py`). It depends on ember-core and torch only.
 """
 
@@ -35,8 +38,41 @@ from .fold_constants import fold_constants
 from .freeze_params import freezable, freeze_params
 from .prepack_weights import prepack_weights
 
-__all__ = ["FreezeResult", "epilogue_chains", "epilogue_rules", "fold_batch_norm", "fold_constants", "freezable",
+__all__ = ["BufferWatch", "FreezeResult", "WATCHED_NUMEL", "epilogue_chains", "epilogue_rules", "fold_batch_norm", "fold_constants", "freezable",
            "freeze", "freeze_params", "prepack_weights"]
+
+
+WATCHED_NUMEL = 1 << 20  # elements of frozen buffers compared by value on each call, at most
+
+
+@dataclass(frozen=True)
+class BufferWatch:
+    """Frozen buffers of one dtype and device, compared by value: their flat values, concatenated."""
+
+    indices: tuple[int, ...]
+    snapshot: torch.Tensor
+
+    @staticmethod
+    def of(inputs: Sequence[Any], indices: Sequence[int]) -> BufferWatch:
+        return BufferWatch(tuple(indices), _flat(inputs, indices).clone())
+
+    def holds(self, inputs: Sequence[Any]) -> bool:
+        return bool(torch.equal(_flat(inputs, self.indices), self.snapshot))
+
+
+def _flat(inputs: Sequence[Any], indices: Sequence[int]) -> torch.Tensor:
+    return torch.cat([inputs[k].detach().reshape(-1) for k in indices])
+
+
+def _watches(graph: Graph, inputs: Sequence[Any], which: Sequence[int]) -> tuple[BufferWatch, ...]:
+    groups: dict[tuple, list[int]] = {}
+    budget = WATCHED_NUMEL
+    for k in which:
+        t = inputs[k]
+        if graph.inputs[k].kind == "buffer" and t.numel() <= budget and not t.is_mkldnn:
+            budget -= t.numel()
+            groups.setdefault((t.dtype, t.device), []).append(k)
+    return tuple(BufferWatch.of(inputs, ks) for ks in groups.values())
 
 
 @dataclass(frozen=True)
@@ -48,6 +84,7 @@ class FreezeResult:
     # (input index, the tensor frozen, its _version then, its data_ptr then), checked by `guard`
     frozen: tuple[tuple[int, torch.Tensor, int, int], ...]
     counts: dict[str, int] = field(default_factory=dict)
+    watches: tuple[BufferWatch, ...] = ()  # buffers compared by value too
 
     def guard(self, inputs: Sequence[Any]) -> bool:
         """Whether every frozen input of this call is the tensor frozen, unchanged since."""
@@ -55,7 +92,7 @@ class FreezeResult:
             x = inputs[k]
             if x is not t or x._version != version or x.data_ptr() != ptr:
                 return False
-        return True
+        return all(w.holds(inputs) for w in self.watches)
 
     def changed(self, inputs: Sequence[Any]) -> str | None:
         """Why `guard` fails, naming the first input that changed (for events); None when it holds."""
@@ -67,6 +104,9 @@ class FreezeResult:
                 return f"input {k} was written in place (version {version} -> {x._version})"
             if x.data_ptr() != ptr:
                 return f"input {k} has new storage"
+        for w in self.watches:
+            if not w.holds(inputs):
+                return f"a buffer of inputs {list(w.indices)} holds new values"
         return None
 
 
@@ -84,4 +124,4 @@ def freeze(graph: Graph, inputs: Sequence[Any], *, prepack: bool = True) -> Free
     kept = tuple(k for k in range(len(graph.inputs)) if k not in set(which))
     counts = {"frozen": len(which), "folded_constants": folded, "folded_batch_norms": bns,
               "prepacked_weights": packed, "fused_epilogues": fused}
-    return FreezeResult(out, kept, frozen, counts)
+    return FreezeResult(out, kept, frozen, counts, _watches(graph, inputs, which))
