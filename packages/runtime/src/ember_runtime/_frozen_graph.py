@@ -4,10 +4,11 @@ the frozen tensors honest on every later one.
 Frontends hand `compile_graph` fake example inputs, so the real parameters are first seen by the compiled callable:
 `FrozenGraph` freezes (`ember_runtime.freezing.freeze`) and compiles on its first call. Each call then checks the
 frozen inputs (`FreezeResult.guard`: the same tensor objects, the same `_version`, the same storage, and buffers
-the same values); a parameter written in place (`load_state_dict`, `p.add_()` under no_grad, an optimizer step) or
-replaced (`p.data = ...`, a new module's tensors), or running statistics a training-mode forward updated, fail it, and the graph is frozen again from the call's tensors (event `graph_frozen`,
-reason naming the input). After `MAX_REFREEZES` refreezes the graph runs unfrozen from then on (a `fallback` event,
-cause `freezing`): freezing costs more than it gives to parameters that change at every call.
+the same values). A parameter written in place (`load_state_dict`, `p.add_()` under no_grad, an optimizer step)
+or replaced (`p.data = ...`, a new module's tensors), or running statistics a training-mode forward updated, fail
+it, and the graph is frozen again from the call's tensors (event `graph_frozen`, reason naming the input). After
+`MAX_REFREEZES` refreezes the graph runs unfrozen from then on (a `fallback` event, cause `freezing`): freezing
+costs more than it gives to parameters that change at every call.
 
 Not seen: writes to a parameter that bypass its version counter (`p.data.copy_(...)`): compile again after those
 (`torch._dynamo.reset()` and a new `ember.compile`), or turn freezing off."""

@@ -18,8 +18,9 @@ A frozen graph is only right while the frozen tensors keep their values: `Freeze
 a call's tensors are still the frozen ones (same objects, same version counter, same storage) and, for buffers,
 still hold the same values: a training-mode batch norm updates its running statistics in place without bumping
 their version counter (eager's kernel and ember's compiled graphs alike), so buffers (up to `WATCHED_NUMEL`
-elements in all, batch norm statistics and the like) are compared by value, a few microseconds a call. ember-runtime checks
-it on every call and refreezes when it fails (`_frozen_graph.py`). It depends on ember-core and torch only.
+elements in all, batch norm statistics and the like) are compared by value, a few microseconds a call.
+ember-runtime checks it on every call and refreezes when it fails (`_frozen_graph.py`). This package depends on
+ember-core and torch only.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from .fold_constants import fold_constants
 from .freeze_params import freezable, freeze_params
 from .prepack_weights import prepack_weights
 
-__all__ = ["BufferWatch", "FreezeResult", "WATCHED_NUMEL", "epilogue_chains", "epilogue_rules", "fold_batch_norm", "fold_constants", "freezable",
-           "freeze", "freeze_params", "prepack_weights"]
+__all__ = ["WATCHED_NUMEL", "BufferWatch", "FreezeResult", "epilogue_chains", "epilogue_rules", "fold_batch_norm",
+           "fold_constants", "freezable", "freeze", "freeze_params", "prepack_weights"]
 
 
 WATCHED_NUMEL = 1 << 20  # elements of frozen buffers compared by value on each call, at most
