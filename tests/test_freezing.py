@@ -163,3 +163,17 @@ def test_frozen_on_cuda(frontend):
     model = _inference(ResidualBlock()).cuda()
     _, [event] = _run_frozen(model, torch.randn(2, 8, 12, 12, device="cuda"), frontend)
     assert event.data["folded_batch_norms"] == 3 and event.data["prepacked_weights"] == 0
+
+
+def test_two_models_with_equal_weights_do_not_share_frozen_constants(frontend):
+    """A cached build would close over the first model's tensors: a write to them must not reach the second."""
+    first = _inference(ResidualBlock())
+    second = copy.deepcopy(first)
+    x = torch.randn(2, 8, 12, 12)
+    compiled_first, _ = _run_frozen(first, x, frontend)
+    with torch.no_grad():
+        first.bn2.bias.add_(1.0)
+        first.down[0].weight.mul_(2.0)
+        torch.testing.assert_close(compiled_first(x), first(x), rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()
+    _run_frozen(second, x, frontend)

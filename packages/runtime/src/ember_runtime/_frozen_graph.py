@@ -51,33 +51,42 @@ class FrozenGraph:
 
     def __init__(self, pipeline: Pipeline, graph: Graph, example_inputs: Sequence[Any]):
         self.pipeline, self.graph, self.example_inputs = pipeline, graph, list(example_inputs)
-        self.result: FreezeResult | None = None
-        self.compiled: Any = None
+        self.state: tuple[FreezeResult, Any] | None = None  # the freeze and its compiled graph, set together
         self.refreezes = 0
         self._unfrozen: Any = None
 
+    @property
+    def result(self) -> FreezeResult | None:
+        return self.state[0] if self.state is not None else None
+
     def __call__(self, inputs: Sequence[Any]) -> list:
-        result = self.result
-        if result is None or not result.guard(inputs):
+        state = self.state
+        if state is None or not state[0].guard(inputs):
             if self._unfrozen is not None:
                 return self._unfrozen(inputs)
-            result = self._freeze(inputs)
-            if result is None:
+            state = self._freeze(inputs)
+            if state is None:
                 return self._unfrozen(inputs)
-        return self.compiled([inputs[k] for k in result.kept])
+        result, compiled = state
+        return compiled([inputs[k] for k in result.kept])
 
-    def _freeze(self, inputs: Sequence[Any]) -> FreezeResult | None:
-        """Freeze and compile from this call's tensors; None (after a fallback event) once it refroze too often."""
-        reason = "first call" if self.result is None else self.result.changed(inputs)
-        if self.result is not None:
-            self.refreezes += 1
+    def _freeze(self, inputs: Sequence[Any]) -> tuple[FreezeResult, Any] | None:
+        """Freeze and compile from this call's tensors; None (after a fallback event) once it refroze too often.
+
+        The frozen graph bypasses the in-memory graph cache: a cached build would keep the tensors it closes over
+        alive after the model is gone, and share them with another frozen graph of equal values, which a write to
+        the parameters (refreezing this one) would silently change under it. Builds still come from the disk
+        cache: the generated source does not hold the constants' values."""
+        previous = self.result
+        reason = "first call" if previous is None else previous.changed(inputs)
+        self.refreezes += previous is not None
         manager, graph = self.pipeline.manager, self.graph
-        if self.refreezes > MAX_REFREEZES or not freezable(graph, inputs):
-            why = (f"frozen tensors changed {self.refreezes} times (last: {reason})" if freezable(graph, inputs)
-                   else "no input can be frozen")
+        can = bool(freezable(graph, inputs))
+        if self.refreezes > MAX_REFREEZES or not can:
+            why = f"frozen tensors changed {self.refreezes} times (last: {reason})" if can else "no input can be frozen"
             manager.emit(Event("fallback", "freezing", f"graph {graph.name!r} runs unfrozen: {why}", graph=graph,
                                data={"reason": why, "cause": "freezing"}))
-            self.result = self.compiled = None
+            self.state = None
             self._unfrozen = self.pipeline.codegen_graph(graph, self.example_inputs)
             return None
         with Stopwatch() as clock:
@@ -86,7 +95,5 @@ class FrozenGraph:
         manager.emit(Event("graph_frozen", "freezing", f"graph {graph.name!r} frozen ({reason}): {counts}",
                            graph=result.graph, data={**result.counts, "reason": reason, "seconds": clock.seconds}))
         examples = [self.example_inputs[k] for k in result.kept]
-        # a refrozen graph skips the in-memory cache: it would keep every earlier version's constants alive
-        self.compiled = self.pipeline.codegen_graph(result.graph, examples, cache=self.refreezes == 0)
-        self.result = result
-        return result
+        self.state = (result, self.pipeline.codegen_graph(result.graph, examples, cache=False))
+        return self.state
