@@ -57,11 +57,10 @@ def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> li
     if not (_ints(stride) and _ints(padding) and _ints(dilation) and isinstance(groups, int)):
         return None
     shape = list(graph.values[x.name].shape)
-    packed = torch.ops.mkldnn._reorder_convolution_weight(w, list(padding), list(stride), list(dilation), groups,
-                                                         shape)
+    packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), list(padding), list(stride), list(dilation),
+                                                         groups, shape)
     name = fresh_name(graph, f"{w_ref.name}_packed", taken)
-    return [x, add_constant(constants, name, packed), b_ref, tuple(padding),
-            tuple(stride), tuple(dilation), groups]
+    return [x, add_constant(constants, name, packed), b_ref, tuple(padding), tuple(stride), tuple(dilation), groups]
 
 
 def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> list | None:
