@@ -1,6 +1,7 @@
 """Inference with freezing: eager, ember unfrozen, ember frozen without and with oneDNN prepacking, on a
 conv-bn-relu stack, an MLP and (when timm imports) resnet18. Run: `python benchmarks/freezing.py [threads]`
-(default 2 threads). Medians of timed calls, the variants taking turns in each repeat."""
+(default 2 threads). Medians and minimums of timed calls, the variants taking turns in each repeat (on a shared
+machine the minimum is the better estimate)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def variants(model: torch.nn.Module, x: torch.Tensor) -> dict:
     return out
 
 
-def measure(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int = 20) -> None:
+def measure(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int = 30) -> None:
     model.eval()
     with torch.no_grad():
         fns = variants(model, x)
@@ -72,22 +73,24 @@ def measure(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int = 2
                 t0 = time.perf_counter()
                 f(x)
                 times[k].append(time.perf_counter() - t0)
-    base = statistics.median(times["eager"])
+    base, base_min = statistics.median(times["eager"]), min(times["eager"])
     for k, ts in times.items():
         med = statistics.median(ts)
-        print(f"| {name} | {k} | {med * 1e3:.2f} | {base / med:.2f}x |", flush=True)
+        print(f"| {name} | {k} | {med * 1e3:.2f} | {min(ts) * 1e3:.2f} | {base / med:.2f}x "
+              f"| {base_min / min(ts):.2f}x |", flush=True)
 
 
 def main() -> None:
     torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print("| model | variant | ms (median) | speed-up over eager |\n|---|---|---|---|")
+    print("| model | variant | ms (median) | ms (min) | speed-up (medians) | speed-up (mins) |")
+    print("|---|---|---|---|---|---|")
     measure("conv-bn-relu x4, 1x64x56x56", conv_bn_relu(), torch.randn(1, 64, 56, 56))
     measure("MLP 768-3072-768, batch 8", mlp(), torch.randn(8, 768))
     model = resnet18()
     if model is not None:
-        measure("resnet18, 1x3x224x224", model, torch.randn(1, 3, 224, 224), repeats=10)
+        measure("resnet18, 1x3x224x224", model, torch.randn(1, 3, 224, 224), repeats=20)
 
 
 if __name__ == "__main__":

@@ -47,11 +47,17 @@ def _inference(model: nn.Module) -> nn.Module:
 
 
 def _run_frozen(model, x, frontend, **compile_kwargs):
-    """The compiled model's output under no_grad against eager's; the `graph_frozen` events."""
+    """The compiled model's output under no_grad against eager's; the `graph_frozen` events. A frozen graph runs
+    in the device's codegen, its oneDNN ops as extern calls, with no fallback."""
     compiled = ember.compile(model, options={"frontend": frontend}, **compile_kwargs)
     with torch.no_grad(), ember.record_events() as rec, FallbackRecorder() as fallbacks:
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
     fallbacks.check(allowed=())
+    if rec.kinds("graph_frozen"):
+        assert "interpreter" not in {e.get("codegen") for e in rec.kinds("graph_compiled")}
+        plans = "".join(e.source or "" for e in rec.kinds("kernels_planned"))  # none when the plan cache has it
+        ops = {n.op for e in rec.kinds("graph_frozen") for n in e.graph.nodes if n.op.startswith("mkldnn.")}
+        assert not plans or all(f"= {op}(" in plans for op in ops), plans
     return compiled, rec.kinds("graph_frozen")
 
 
