@@ -90,3 +90,17 @@ def test_a_step_read_elsewhere_stops_the_chain():
     result = freeze(traced(f, *args, params=(1,)), args)
     assert result.counts["fused_epilogues"] == 0
     torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)
+
+
+def test_activations_after_the_convolution_stay_channels_last():
+    """So that the next convolution reads its input without a reorder; a graph output keeps its layout."""
+    def f(x, w1, w2):
+        y = torch.relu(F.conv2d(x, w1, padding=1) + x)
+        return F.conv2d(y, w2, padding=1) * 2
+
+    args = [torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3), torch.randn(4, 4, 3, 3)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    strides = {n.op: result.graph.values[n.outputs[0]].stride for n in result.graph.nodes}
+    assert strides["aten.relu.default"] == (144, 1, 24, 4)
+    assert strides["aten.mul.Tensor"] == (144, 36, 6, 1)
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)

@@ -8,9 +8,11 @@
   leaky_relu; as one node or as capture decomposes it, `_epilogues.py`) is fused into the op's epilogue.
 
 Both ops have meta kernels, so the new nodes run under FakeTensorMode, which gives their outputs' layout (oneDNN's
-convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. Left alone:
-symbolic sizes, other dtypes and devices, and every node when oneDNN is not available. The new layout is safe for
-the nodes after: lowering's views are index maps over logical indices, whatever the strides.
+convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. Pointwise
+ops and pooling after them take that layout as eager would (`follow_layouts`), so the next convolution gets
+channels-last input, which oneDNN reads without a reorder; graph outputs keep their layout. The new layouts are safe
+for the nodes after: lowering's views are index maps over logical indices, whatever the strides. Left alone:
+symbolic sizes, other dtypes and devices, and every node when oneDNN is not available.
 `benchmarks/freezing_ops.py` measures what each rewrite gains."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ember_core import Graph, Node, Ref, graph_device
+from ember_core import Graph, GraphError, Node, Ref, graph_device, node_refs, resolve_op, to_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._edit import add_constant, constant_of, fresh_name, output_names, readers
@@ -78,20 +80,69 @@ def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> 
     return [x, add_constant(constants, name, w.t().contiguous()), b_ref]
 
 
-def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ...]:
-    """The strides of the op's result, from its meta kernel."""
+def _fake_args(graph: Graph, args: Any, constants: dict) -> list:
+    """Fake tensors for the node's arguments, laid out as the graph declares (constants as their tensors)."""
     def fake(a: Any) -> Any:
+        if isinstance(a, tuple):
+            return [fake(x) for x in a]
         if not isinstance(a, Ref):
             return a
         if a.name in constants:
             t = constants[a.name].tensor
             return torch.empty(tuple(t.shape), dtype=t.dtype)
         v = graph.values[a.name]
-        return torch.empty_strided(v.shape, v.stride, dtype=torch.float32)
+        return torch.empty_strided(v.shape, v.stride, dtype=to_dtype(v.dtype)) if v.type == "tensor" else a
+    return [fake(a) for a in args]
+
+
+def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ...]:
+    """The strides of the op's result, from its meta kernel."""
     with FakeTensorMode():
-        out = getattr(torch.ops.mkldnn, op.split(".")[1]).default(*[list(a) if isinstance(a, tuple) else fake(a)
-                                                                    for a in args])
+        out = resolve_op(op)(*_fake_args(graph, args, constants))
     return tuple(out.stride())
+
+
+# Ops whose result takes its input's layout in eager (besides pointwise ops), and lowering's or ATen's alike
+LAYOUT_FOLLOWERS = ("aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default")
+
+
+def _follows_layout(node: Node) -> bool:
+    if node.op in LAYOUT_FOLLOWERS:
+        return True
+    try:
+        return torch.Tag.pointwise in resolve_op(node.op).tags
+    except (GraphError, AttributeError):
+        return False
+
+
+def _static(graph: Graph, name: str) -> bool:
+    v = graph.values.get(name)
+    return v is not None and v.type == "tensor" and all(isinstance(d, int) for d in (*v.shape, *v.stride))
+
+
+def follow_layouts(graph: Graph, changed: set[str]) -> Graph:
+    """Values computed elementwise (or pooled) from the `changed` values laid out as eager would lay them out: a
+    channels-last convolution result keeps the activations after it channels-last, so the next convolution reads
+    them without a reorder and an extern pooling's result matches its declared layout. Graph outputs keep theirs."""
+    values, outputs = dict(graph.values), output_names(graph)
+    for node in graph.nodes:
+        reads = [r for r in node_refs(node) if r in changed]
+        if not reads or not _follows_layout(node) or not all(_static(graph, o) for o in node.outputs):
+            continue
+        if any(o in outputs for o in node.outputs) or not all(_static(graph, r) for r in node_refs(node)
+                                                              if r in graph.values):
+            continue
+        g = graph.replace(values=values)
+        with FakeTensorMode():
+            result = resolve_op(node.op)(*_fake_args(g, node.args, graph.constants),
+                                         **dict(zip(node.kwargs, _fake_args(g, tuple(node.kwargs.values()),
+                                                                            graph.constants))))
+        results = result if isinstance(result, (tuple, list)) else [result]
+        for name, t in zip(node.outputs, results):
+            if isinstance(t, torch.Tensor) and tuple(t.stride()) != values[name].stride:
+                values[name] = values[name].replace(stride=tuple(t.stride()))
+                changed.add(name)
+    return graph.replace(values=values)
 
 
 def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple) -> tuple[Node, tuple[int, ...]] | None:
@@ -133,5 +184,7 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
         for j in absorbed:
             nodes[j] = None
     kept = tuple(n for n in nodes if n is not None)
-    return graph.replace(nodes=kept, constants=constants, values=values), packed, fused
+    relaid = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
+    out = graph.replace(nodes=kept, constants=constants, values=values)
+    return follow_layouts(out, relaid) if relaid else out, packed, fused
 
