@@ -4,6 +4,7 @@ change, never touching training."""
 from __future__ import annotations
 
 import copy
+import importlib
 
 import ember
 import pytest
@@ -12,6 +13,14 @@ from ember_core.testing import FallbackRecorder
 from torch import nn
 
 ONEDNN = torch.backends.mkldnn.is_available()
+
+
+@pytest.fixture(autouse=True)
+def any_size(monkeypatch):
+    """The tests' small convolutions and linear layers go to oneDNN too (`MIN_MACS` keeps real models' small ones
+    on ATen, which is faster for them)."""
+    prepack = importlib.import_module("ember_runtime.freezing.prepack_weights")
+    monkeypatch.setattr(prepack, "MIN_MACS", dict.fromkeys(prepack.MIN_MACS, 0))
 
 
 def conv_bn_relu(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:

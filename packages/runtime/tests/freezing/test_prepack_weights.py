@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,6 +9,14 @@ from _freezing_graphs import ops, run_frozen, traced
 from ember_runtime.freezing import freeze
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+prepack = importlib.import_module("ember_runtime.freezing.prepack_weights")  # the module, not its function
+
+
+@pytest.fixture(autouse=True)
+def any_size(request, monkeypatch):
+    """These tests' small ops are rewritten too (but in the test of the size limit itself)."""
+    if "size" not in request.node.name:
+        monkeypatch.setattr(prepack, "MIN_MACS", dict.fromkeys(prepack.MIN_MACS, 0))
 
 ACTIVATIONS = {
     "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
@@ -104,3 +114,13 @@ def test_activations_after_the_convolution_stay_channels_last():
     assert strides["aten.relu.default"] == (144, 1, 24, 4)
     assert strides["aten.mul.Tensor"] == (144, 36, 6, 1)
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_ops_below_the_size_limit_stay_aten():
+    def f(x, w1, w2):
+        return F.linear(torch.relu(F.conv2d(x, w1)).flatten(1), w2)
+
+    args = [torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(5, 144)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    assert result.counts["prepacked_weights"] == 0
+    assert "aten.convolution.default" in ops(result.graph)

@@ -12,11 +12,13 @@ convolution writes channels-last). Lowering calls them as extern ATen kernels, l
 ops and pooling after them take that layout as eager would (`follow_layouts`), so the next convolution gets
 channels-last input, which oneDNN reads without a reorder; graph outputs keep their layout. The new layouts are safe
 for the nodes after: lowering's views are index maps over logical indices, whatever the strides. Left alone:
-symbolic sizes, other dtypes and devices, and every node when oneDNN is not available.
+symbolic sizes, other dtypes and devices, ops smaller than `MIN_MACS` (the fused ops' fixed cost outweighs what
+they save), and every node when oneDNN is not available.
 `benchmarks/freezing_ops.py` measures what each rewrite gains."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -30,6 +32,10 @@ PASS_ID = "prepack-weights"
 CONVOLUTION = "aten.convolution.default"
 CONV_POINTWISE = "mkldnn._convolution_pointwise.default"
 LINEAR_POINTWISE = "mkldnn._linear_pointwise.default"
+# Multiply-adds per call below which ATen's own op is faster: oneDNN's fused ops cost 10-20 us more per call
+# (`benchmarks/freezing_ops.py`; one thread: a 3->8 channel 3x3 convolution on 32x32 takes 19 us in eager, 42 us
+# fused; a 4x16x64 linear 3 us against 15 us; they break even near these sizes).
+MIN_MACS = {CONVOLUTION: 2_000_000, "aten.addmm.default": 4_000_000, "aten.mm.default": 4_000_000}
 
 
 def available(graph: Graph) -> bool:
@@ -59,6 +65,9 @@ def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> li
     if not (_ints(stride) and _ints(padding) and _ints(dilation) and isinstance(groups, int)):
         return None
     shape = list(graph.values[x.name].shape)
+    out = graph.values[node.outputs[0]].shape
+    if not all(isinstance(d, int) for d in out) or math.prod(out) * w[0].numel() < MIN_MACS[CONVOLUTION]:
+        return None
     packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), list(padding), list(stride), list(dilation),
                                                          groups, shape)
     name = fresh_name(graph, f"{w_ref.name}_packed", taken)
@@ -75,6 +84,8 @@ def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> 
     if w is None or w.dtype != torch.float32 or w.dim() != 2 or not _static_f32(graph, x, 2):
         return None
     if b_ref is not None and (b is None or b.dim() != 1 or b.dtype != torch.float32 or b.shape[0] != w.shape[1]):
+        return None
+    if graph.values[x.name].shape[0] * w.numel() < MIN_MACS[node.op]:
         return None
     name = fresh_name(graph, f"{w_ref.name}_t", taken)
     return [x, add_constant(constants, name, w.t().contiguous()), b_ref]
