@@ -3,7 +3,7 @@
 - `aten.convolution` (2-d, not transposed, float32) → `mkldnn._convolution_pointwise` with the weight reordered once
   into oneDNN's blocked layout (`mkldnn._reorder_convolution_weight`, for the traced input size);
 - `aten.addmm` / `aten.mm` with a constant `(in, out)` weight (float32, 2-d input) → `mkldnn._linear_pointwise`
-  with the `(out, in)` weight made contiguous once;
+  with the `(out, in)` weight reordered once (`mkldnn._reorder_linear_weight`, for the traced batch size);
 - an activation that alone reads the result (relu, gelu, silu, hardswish, hardsigmoid, sigmoid, tanh, hardtanh,
   leaky_relu; as one node or as capture decomposes it, `_epilogues.py`) is fused into the op's epilogue.
 
@@ -75,7 +75,7 @@ def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> li
 
 
 def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> list | None:
-    """`_linear_pointwise`'s arguments up to the bias, with the `(out, in)` weight stored; or None."""
+    """`_linear_pointwise`'s arguments up to the bias, with the `(out, in)` weight packed and stored; or None."""
     args = list(node.args)
     if node.kwargs or len(args) != (3 if node.op == "aten.addmm.default" else 2):
         return None
@@ -87,8 +87,9 @@ def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> 
         return None
     if graph.values[x.name].shape[0] * w.numel() < MIN_MACS[node.op]:
         return None
-    name = fresh_name(graph, f"{w_ref.name}_t", taken)
-    return [x, add_constant(constants, name, w.t().contiguous()), b_ref]
+    batch = graph.values[x.name].shape[0]
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), batch)
+    return [x, add_constant(constants, fresh_name(graph, f"{w_ref.name}_packed", taken), packed), b_ref]
 
 
 def _fake_args(graph: Graph, args: Any, constants: dict) -> list:
