@@ -153,7 +153,7 @@ def test_inference_mode_and_dynamic_batch(frontend):
     assert events and all(e.data["folded_batch_norms"] == 1 for e in events)
 
 
-@pytest.mark.parametrize("act", [nn.SiLU, nn.Hardswish, nn.ReLU6, nn.Sigmoid])
+@pytest.mark.parametrize("act", [nn.SiLU, nn.Hardswish, nn.ReLU6, nn.Sigmoid, nn.LeakyReLU, nn.GELU])
 def test_activations_fused_into_convolution(frontend, act):
     model = _inference(nn.Sequential(nn.Conv2d(4, 8, 3), nn.BatchNorm2d(8), act(), nn.Conv2d(8, 4, 1), act()))
     _, [event] = _run_frozen(model, torch.randn(1, 4, 10, 10), frontend)
