@@ -138,7 +138,8 @@ FALLBACK_CAUSES: dict[str, str] = {
                   "one by one (a CPU input, random ops, every recording's outputs still held, a failed recording)",
     "autograd": "a gradient that compiled kernels cannot give runs through ATen under eager autograd (double "
                 "backward, a joint graph that cannot be traced faithfully)",
-    "freezing": "a frozen graph whose parameters keep changing (refrozen too often) runs unfrozen from then on",
+    "freezing": "a graph freezing was on for runs unfrozen from then on: its parameters kept changing (refrozen too "
+                "often), or a freezing pass raised",
 }
 
 # kind → the EMBER_LOGS artifact that shows it. A kind outside this table is shown under its own name.

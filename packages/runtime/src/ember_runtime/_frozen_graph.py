@@ -8,7 +8,7 @@ the same values). A parameter written in place (`load_state_dict`, `p.add_()` un
 or replaced (`p.data = ...`, a new module's tensors), or running statistics a training-mode forward updated, fail
 it, and the graph is frozen again from the call's tensors (event `graph_frozen`, reason naming the input). After
 `MAX_REFREEZES` refreezes the graph runs unfrozen from then on (a `fallback` event, cause `freezing`): freezing
-costs more than it gives to parameters that change at every call.
+costs more than it gives to parameters that change at every call. A freezing pass that raises does the same.
 
 Not seen: writes to a parameter that bypass its version counter (`p.data.copy_(...)`): compile again after those
 (`torch._dynamo.reset()` and a new `ember.compile`), or turn freezing off."""
@@ -71,7 +71,8 @@ class FrozenGraph:
         return compiled([inputs[k] for k in result.kept])
 
     def _freeze(self, inputs: Sequence[Any]) -> tuple[FreezeResult, Any] | None:
-        """Freeze and compile from this call's tensors; None (after a fallback event) once it refroze too often.
+        """Freeze and compile from this call's tensors; None (after a fallback event) once it refroze too often,
+        or when freezing raised.
 
         The frozen graph bypasses the in-memory graph cache: a cached build would keep the tensors it closes over
         alive after the model is gone, and share them with another frozen graph of equal values, which a write to
@@ -80,20 +81,28 @@ class FrozenGraph:
         previous = self.result
         reason = "first call" if previous is None else previous.changed(inputs)
         self.refreezes += previous is not None
-        manager, graph = self.pipeline.manager, self.graph
+        graph = self.graph
         can = bool(freezable(graph, inputs))
         if self.refreezes > MAX_REFREEZES or not can:
-            why = f"frozen tensors changed {self.refreezes} times (last: {reason})" if can else "no input can be frozen"
-            manager.emit(Event("fallback", "freezing", f"graph {graph.name!r} runs unfrozen: {why}", graph=graph,
-                               data={"reason": why, "cause": "freezing"}))
-            self.state = None
-            self._unfrozen = self.pipeline.codegen_graph(graph, self.example_inputs)
-            return None
-        with Stopwatch() as clock:
-            result = freeze(graph, inputs)
+            return self._give_up(f"frozen tensors changed {self.refreezes} times (last: {reason})" if can
+                                 else "no input can be frozen")
+        try:
+            with Stopwatch() as clock:
+                result = freeze(graph, inputs)
+        except Exception as e:  # noqa: BLE001 - a pass's bug costs speed, never the call
+            return self._give_up(f"freezing raised {type(e).__name__}: {e}")
         counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in result.counts.items())
-        manager.emit(Event("graph_frozen", "freezing", f"graph {graph.name!r} frozen ({reason}): {counts}",
-                           graph=result.graph, data={**result.counts, "reason": reason, "seconds": clock.seconds}))
+        self.pipeline.manager.emit(Event(
+            "graph_frozen", "freezing", f"graph {graph.name!r} frozen ({reason}): {counts}", graph=result.graph,
+            data={**result.counts, "reason": reason, "seconds": clock.seconds}))
         examples = [self.example_inputs[k] for k in result.kept]
         self.state = (result, self.pipeline.codegen_graph(result.graph, examples, cache=False))
         return self.state
+
+    def _give_up(self, why: str) -> None:
+        """From now on the graph runs unfrozen (a `fallback` event, cause `freezing`)."""
+        graph = self.graph
+        self.pipeline.manager.emit(Event("fallback", "freezing", f"graph {graph.name!r} runs unfrozen: {why}",
+                                         graph=graph, data={"reason": why, "cause": "freezing"}))
+        self.state = None
+        self._unfrozen = self.pipeline.codegen_graph(graph, self.example_inputs)

@@ -107,3 +107,18 @@ def test_parameters_changing_at_every_call_end_up_unfrozen():
             torch.testing.assert_close(f(x, w, b), layer(x, w, b))
     assert len(rec.kinds("graph_frozen")) == MAX_REFREEZES + 1
     assert [e.data["cause"] for e in rec.kinds("fallback")] == ["freezing"]
+
+
+def test_a_freezing_pass_that_raises_leaves_the_graph_unfrozen(monkeypatch):
+    import ember_runtime._frozen_graph as frozen_graph
+
+    def broken(graph, inputs):
+        raise RuntimeError("pass bug")
+
+    monkeypatch.setattr(frozen_graph, "freeze", broken)
+    w, b = _params()
+    x = torch.randn(3, 4)
+    with torch.no_grad(), record_events() as rec:
+        torch.testing.assert_close(compile(layer, options={"frontend": "params"})(x, w, b), layer(x, w, b))
+    [fallback] = rec.kinds("fallback")
+    assert fallback.data["cause"] == "freezing" and "pass bug" in fallback.data["reason"]
