@@ -42,7 +42,7 @@ def test_bool_is_not_an_int_option():
 
 def test_core_declares_only_the_options_core_and_the_runtime_read():
     assert set(SPECS) == {"frontend", "passes", "autograd", "partition", "codegen.cpu", "codegen.cuda", "cache", "dump",
-                          "compiled_autograd"}
+                          "compiled_autograd", "freezing"}
 
 
 def test_several_types_are_listed():

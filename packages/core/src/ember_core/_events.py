@@ -85,6 +85,9 @@ _KINDS = (
     EventKind("graph_break", "graphs", "a frontend split a function at a graph break (capture)"),
     EventKind("pass_applied", "graphs", "a graph pass changed a graph (runtime, stage `passes`); data: pass, "
               "plugin, point, nodes_before, nodes_after"),
+    EventKind("graph_frozen", "graphs", "freezing made an inference graph's parameters and buffers constants and "
+              "folded them (runtime, stage `freezing`); data: frozen, folded_constants, folded_batch_norms, "
+              "prepacked_weights, fused_epilogues, reason (`first call`, or the input whose tensor changed), seconds"),
     EventKind("graph_compiled", "graphs", "a codegen compiled a graph (runtime, stage `codegen`)", GraphCompiled),
     EventKind("joint_traced", "joint", "autograd traced a joint forward+backward graph (runtime, stage `autograd`)",
               JointTraced),
@@ -135,6 +138,8 @@ FALLBACK_CAUSES: dict[str, str] = {
                   "one by one (a CPU input, random ops, every recording's outputs still held, a failed recording)",
     "autograd": "a gradient that compiled kernels cannot give runs through ATen under eager autograd (double "
                 "backward, a joint graph that cannot be traced faithfully)",
+    "freezing": "a graph freezing was on for runs unfrozen from then on: its parameters kept changing (refrozen too "
+                "often), or a freezing pass raised",
 }
 
 # kind → the EMBER_LOGS artifact that shows it. A kind outside this table is shown under its own name.

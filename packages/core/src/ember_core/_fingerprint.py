@@ -81,7 +81,8 @@ def fingerprint(graph: Graph, *, names: bool = False) -> str:
     data = graph_to_json(g.replace(constants={}))
     h = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
     for name, c in g.constants.items():
-        t = c.tensor.detach().cpu().contiguous()
+        t = c.tensor.detach().cpu()
+        t = (t.to_dense() if t.is_mkldnn else t).contiguous()  # a pre-packed (oneDNN) weight: by its values
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
         h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b"")
     return h.hexdigest()[:32]

@@ -168,6 +168,8 @@ def _value_to_json(v: Value) -> dict:
 
 def _constant_to_json(c: Constant, side_dir: Path | None) -> dict:
     t = c.tensor.detach().cpu()
+    if t.is_mkldnn:  # a weight pre-packed by freezing: written as plain data (the op reading it takes either)
+        t = t.to_dense()
     out: dict[str, Any] = {"dtype": dtype_name(t.dtype), "shape": list(t.shape)}
     if t.numel() <= INLINE_CONSTANT_NUMEL or side_dir is None:
         flat = t.reshape(-1)

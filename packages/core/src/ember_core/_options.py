@@ -39,6 +39,12 @@ CORE_OPTIONS: tuple[OptionSpec, ...] = (
                "reuse a compiled graph when the same graph is compiled again with the same options, and a "
                "partition or kernel plan an earlier process stored in the disk caches (EMBER_CACHE_DIR)"),
     OptionSpec("dump", str, None, "folder to write every stage's graph and source to (as EMBER_DUMP)"),
+    OptionSpec("freezing", bool, None,
+               "inference graphs read parameters and buffers as constants: weight-only work folded once, batch norm "
+               "folded into the convolution or linear before it, CPU weights pre-packed for oneDNN with the "
+               "activation fused; a parameter changed in place or replaced is seen at the next call and refrozen. "
+               "Default (None): on under torch.no_grad() / inference mode when no parameter or buffer the graph "
+               "reads requires grad; True: on for every graph that needs no grad; False: off"),
     OptionSpec("compiled_autograd", bool, False,
                "capture every backward the compiled function runs whole, hooks included, and compile it with ember "
                "(ember.compiled_autograd)"),

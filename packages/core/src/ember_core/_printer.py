@@ -178,7 +178,8 @@ def constant_data(tensor: torch.Tensor) -> str:
     """The flat data of a small constant, `[1.0, 2.0]`; `[...]` when it is large or of a dtype text cannot hold."""
     if tensor.numel() > INLINE_CONSTANT_NUMEL or tensor.dtype not in PRINTABLE_DTYPES:
         return "[...]"
-    flat = tensor.detach().cpu().reshape(-1)
+    flat = tensor.detach().cpu()
+    flat = (flat.to_dense() if flat.is_mkldnn else flat).reshape(-1)
     if flat.dtype in (torch.float16, torch.bfloat16):
         flat = flat.float()
     return "[" + ", ".join(format_arg(x) for x in flat.tolist()) + "]"

@@ -111,7 +111,7 @@ class Constant:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Constant):
             return NotImplemented
-        a, b = self.tensor, other.tensor
+        a, b = (t.to_dense() if t.is_mkldnn else t for t in (self.tensor, other.tensor))  # a pre-packed weight
         return (
             self.name == other.name
             and a.dtype == b.dtype

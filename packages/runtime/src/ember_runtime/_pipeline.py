@@ -26,6 +26,7 @@ from ember_core import (
     interpreter_codegen,
 )
 
+from ._frozen_graph import FrozenGraph, freezing_wanted
 from ._graph_cache import GraphCache
 from ._partition_cache import PARTITIONS, encode_partition, partition_facts, read_partition
 
@@ -108,6 +109,8 @@ class Pipeline:
         then the device's codegen. Returns a callable from the graph's inputs (a list) to its outputs (a list)."""
         graph = self.run_passes(graph, "post_capture")
         if not self.needs_grad(graph, example_inputs):
+            if freezing_wanted(self.options.get("freezing"), graph, example_inputs):
+                return FrozenGraph(self, graph, example_inputs)  # frozen and compiled on its first call
             return self.codegen_graph(graph, example_inputs)
         autograd = self.autograd()
         if autograd is None:
@@ -181,10 +184,11 @@ class Pipeline:
             return None
         return partition_facts(graph, example_inputs, self._options_key, [*stages, *self.passes("post_partition")])
 
-    def codegen_graph(self, graph: Graph, example_inputs: Sequence[Any] | None) -> CompiledGraph:
-        """The device's codegen for one graph, through the cache."""
+    def codegen_graph(self, graph: Graph, example_inputs: Sequence[Any] | None, *, cache: bool = True
+                      ) -> CompiledGraph:
+        """The device's codegen for one graph, through the in-memory cache (unless `cache` is False)."""
         codegen = self.codegen(torch.device(graph_device(graph)).type)
-        key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] else None
+        key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] and cache else None
         hit = _cache.get(key) if key is not None else None
         if hit is not None:
             self._cache_event("graph_cache_hit", f"reusing its {codegen.name} build in memory", graph, key)

@@ -1,0 +1,202 @@
+"""Pass `prepack-weights`: CPU convolutions and linear layers with constant weights call oneDNN's fused ops.
+
+- `aten.convolution` (2-d, not transposed, float32) → `mkldnn._convolution_pointwise` with the weight reordered once
+  into oneDNN's blocked layout (`mkldnn._reorder_convolution_weight`, for the traced input size);
+- `aten.addmm` / `aten.mm` with a constant `(in, out)` weight (float32, 2-d input) → `mkldnn._linear_pointwise`
+  with the `(out, in)` weight reordered once (`mkldnn._reorder_linear_weight`, for the traced batch size);
+- an activation that alone reads the result (relu, gelu, silu, hardswish, hardsigmoid, sigmoid, tanh, hardtanh,
+  leaky_relu; as one node or as capture decomposes it, `_epilogues.py`) is fused into the op's epilogue.
+
+Both ops have meta kernels, so the new nodes run under FakeTensorMode, which gives their outputs' layout (oneDNN's
+convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. Pointwise
+ops and pooling after them take that layout as eager would (`follow_layouts`), so the next convolution gets
+channels-last input, which oneDNN reads without a reorder; graph outputs keep their layout. The new layouts are safe
+for the nodes after: lowering's views are index maps over logical indices, whatever the strides. Left alone:
+symbolic sizes, other dtypes and devices, ops smaller than `MIN_MACS` (the fused ops' fixed cost outweighs what
+they save), and every node when oneDNN is not available.
+`benchmarks/freezing_ops.py` measures what each rewrite gains."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from ember_core import Graph, GraphError, Node, Ref, graph_device, node_refs, resolve_op, to_dtype
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ._edit import add_constant, constant_of, fresh_name, output_names, readers
+from ._epilogues import match_epilogue
+
+PASS_ID = "prepack-weights"
+CONVOLUTION = "aten.convolution.default"
+CONV_POINTWISE = "mkldnn._convolution_pointwise.default"
+LINEAR_POINTWISE = "mkldnn._linear_pointwise.default"
+# Multiply-adds per call below which ATen's own op is faster: oneDNN's fused ops cost 10-20 us more per call
+# (`benchmarks/freezing_ops.py`; one thread: a 3->8 channel 3x3 convolution on 32x32 takes 19 us in eager, 42 us
+# fused; a 4x16x64 linear 3 us against 15 us; they break even near these sizes).
+MIN_MACS = {CONVOLUTION: 2_000_000, "aten.addmm.default": 4_000_000, "aten.mm.default": 4_000_000}
+
+
+def available(graph: Graph) -> bool:
+    return torch.backends.mkldnn.is_available() and torch.device(graph_device(graph)).type == "cpu"
+
+
+def _static_f32(graph: Graph, arg: Any, dims: int) -> bool:
+    v = graph.values.get(arg.name) if isinstance(arg, Ref) else None
+    return (v is not None and v.type == "tensor" and v.dtype == "float32" and len(v.shape) == dims
+            and all(isinstance(d, int) for d in (*v.shape, *v.stride)))
+
+
+def _ints(x: Any) -> bool:
+    return isinstance(x, (list, tuple)) and all(isinstance(i, int) for i in x)
+
+
+def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> list | None:
+    """`_convolution_pointwise`'s arguments up to `groups`, with the packed weight stored; or None."""
+    if node.kwargs or len(node.args) != 9:
+        return None
+    x, w_ref, b_ref, stride, padding, dilation, transposed, _, groups = node.args
+    w, b = constant_of(graph, w_ref), constant_of(graph, b_ref)
+    if w is None or w.dtype != torch.float32 or w.dim() != 4 or w.is_mkldnn or transposed is not False:
+        return None
+    if (b_ref is not None and (b is None or b.dtype != torch.float32)) or not _static_f32(graph, x, 4):
+        return None
+    if not (_ints(stride) and _ints(padding) and _ints(dilation) and isinstance(groups, int)):
+        return None
+    shape = list(graph.values[x.name].shape)
+    out = graph.values[node.outputs[0]].shape
+    if not all(isinstance(d, int) for d in out) or math.prod(out) * w[0].numel() < MIN_MACS[CONVOLUTION]:
+        return None
+    packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), list(padding), list(stride), list(dilation),
+                                                         groups, shape)
+    name = fresh_name(graph, f"{w_ref.name}_packed", taken)
+    return [x, add_constant(constants, name, packed), b_ref, tuple(padding), tuple(stride), tuple(dilation), groups]
+
+
+def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> list | None:
+    """`_linear_pointwise`'s arguments up to the bias, with the `(out, in)` weight packed and stored; or None."""
+    args = list(node.args)
+    if node.kwargs or len(args) != (3 if node.op == "aten.addmm.default" else 2):
+        return None
+    b_ref, x, w_ref = args if len(args) == 3 else (None, *args)
+    w, b = constant_of(graph, w_ref), constant_of(graph, b_ref)
+    if w is None or w.dtype != torch.float32 or w.dim() != 2 or not _static_f32(graph, x, 2):
+        return None
+    if b_ref is not None and (b is None or b.dim() != 1 or b.dtype != torch.float32 or b.shape[0] != w.shape[1]):
+        return None
+    if graph.values[x.name].shape[0] * w.numel() < MIN_MACS[node.op]:
+        return None
+    batch = graph.values[x.name].shape[0]
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), batch)
+    return [x, add_constant(constants, fresh_name(graph, f"{w_ref.name}_packed", taken), packed), b_ref]
+
+
+def _fake_args(graph: Graph, args: Any, constants: dict) -> list:
+    """Fake tensors for the node's arguments, laid out as the graph declares (constants as their tensors)."""
+    def fake(a: Any) -> Any:
+        if isinstance(a, tuple):
+            return [fake(x) for x in a]
+        if not isinstance(a, Ref):
+            return a
+        if a.name in constants:
+            t = constants[a.name].tensor
+            return torch.empty(tuple(t.shape), dtype=t.dtype)
+        v = graph.values[a.name]
+        return torch.empty_strided(v.shape, v.stride, dtype=to_dtype(v.dtype)) if v.type == "tensor" else a
+    return [fake(a) for a in args]
+
+
+def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ...]:
+    """The strides of the op's result, from its meta kernel."""
+    with FakeTensorMode():
+        out = resolve_op(op)(*_fake_args(graph, args, constants))
+    return tuple(out.stride())
+
+
+# Ops whose result takes its input's layout in eager (besides pointwise ops), and lowering's or ATen's alike
+LAYOUT_FOLLOWERS = ("aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default")
+
+
+def _follows_layout(node: Node) -> bool:
+    if node.op in LAYOUT_FOLLOWERS:
+        return True
+    try:
+        return torch.Tag.pointwise in resolve_op(node.op).tags
+    except (GraphError, AttributeError):
+        return False
+
+
+def _static(graph: Graph, name: str) -> bool:
+    v = graph.values.get(name)
+    return v is not None and v.type == "tensor" and all(isinstance(d, int) for d in (*v.shape, *v.stride))
+
+
+def follow_layouts(graph: Graph, changed: set[str]) -> Graph:
+    """Values computed elementwise (or pooled) from the `changed` values laid out as eager would lay them out: a
+    channels-last convolution result keeps the activations after it channels-last, so the next convolution reads
+    them without a reorder and an extern pooling's result matches its declared layout. Graph outputs keep theirs."""
+    values, outputs = dict(graph.values), output_names(graph)
+    for node in graph.nodes:
+        reads = [r for r in node_refs(node) if r in changed]
+        if not reads or not _follows_layout(node) or not all(_static(graph, o) for o in node.outputs):
+            continue
+        if any(o in outputs for o in node.outputs) or not all(_static(graph, r) for r in node_refs(node)
+                                                              if r in graph.values):
+            continue
+        g = graph.replace(values=values)
+        with FakeTensorMode():
+            result = resolve_op(node.op)(*_fake_args(g, node.args, graph.constants),
+                                         **dict(zip(node.kwargs, _fake_args(g, tuple(node.kwargs.values()),
+                                                                            graph.constants))))
+        results = result if isinstance(result, (tuple, list)) else [result]
+        for name, t in zip(node.outputs, results):
+            if isinstance(t, torch.Tensor) and tuple(t.stride()) != values[name].stride:
+                values[name] = values[name].replace(stride=tuple(t.stride()))
+                changed.add(name)
+    return graph.replace(values=values)
+
+
+def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple) -> tuple[Node, tuple[int, ...]] | None:
+    """The fused node replacing node i, and the indices of the activation's nodes it absorbed."""
+    taken, constants, values = state
+    node = graph.nodes[i]
+    is_conv = node.op == CONVOLUTION
+    act = match_epilogue(graph, node.outputs[0], read, outputs)
+    args = (_conv_args if is_conv else _linear_args)(graph, node, taken, constants)
+    if args is None:
+        return None
+    attr, scalars, algorithm = (act.attr, act.scalars, act.algorithm) if act else ("none", (), "")
+    final = act.final if act else node.outputs[0]
+    op = CONV_POINTWISE if is_conv else LINEAR_POINTWISE
+    args += [attr, scalars, algorithm or None] if is_conv else [attr, scalars, algorithm]
+    values[final] = values[final].replace(stride=_layout(op, graph, args, constants))
+    return Node((final,), op, tuple(args), {}, dict(node.meta)), act.absorbed if act else ()
+
+
+def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
+    """`graph` with its convolutions and linear layers on oneDNN; how many were rewritten, how many activations
+    fused. Dead constants (the unpacked weights) are left for `drop_dead`."""
+    if not available(graph):
+        return graph, 0, 0
+    read, outputs = readers(graph), output_names(graph)
+    constants, values = dict(graph.constants), dict(graph.values)
+    state = (set(), constants, values)
+    nodes: list[Node | None] = list(graph.nodes)
+    packed = fused = 0
+    for i, node in enumerate(graph.nodes):
+        if node.op not in (CONVOLUTION, "aten.addmm.default", "aten.mm.default") or len(node.outputs) != 1:
+            continue
+        done = _rewrite(graph.replace(constants=constants, values=values), i, read, outputs, state)
+        if done is None:
+            continue
+        nodes[i], absorbed = done
+        packed += 1
+        fused += bool(absorbed)
+        for j in absorbed:
+            nodes[j] = None
+    kept = tuple(n for n in nodes if n is not None)
+    relaid = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
+    out = graph.replace(nodes=kept, constants=constants, values=values)
+    return follow_layouts(out, relaid) if relaid else out, packed, fused
+

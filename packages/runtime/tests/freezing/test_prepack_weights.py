@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _freezing_graphs import ops, run_frozen, traced
+from ember_runtime.freezing import freeze
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+prepack = importlib.import_module("ember_runtime.freezing.prepack_weights")  # the module, not its function
+
+
+@pytest.fixture(autouse=True)
+def any_size(request, monkeypatch):
+    """These tests' small ops are rewritten too (but in the test of the size limit itself)."""
+    if "size" not in request.node.name:
+        monkeypatch.setattr(prepack, "MIN_MACS", dict.fromkeys(prepack.MIN_MACS, 0))
+
+ACTIVATIONS = {
+    "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    "relu6": F.relu6, "leaky_relu": lambda t: F.leaky_relu(t, 0.2),
+}
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_convolution_with_activation_is_one_onednn_call(act):
+    def f(x, w, b):
+        return ACTIVATIONS[act](F.conv2d(x, w, b, stride=2, padding=1))
+
+    args = [torch.randn(2, 4, 9, 9), torch.randn(8, 4, 3, 3), torch.randn(8)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    assert ops(result.graph) == ["mkldnn._convolution_pointwise.default"]
+    assert result.counts["fused_epilogues"] == 1
+    assert result.graph.constants[result.graph.nodes[0].args[1].name].tensor.is_mkldnn
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
+def test_linear_with_activation_is_one_onednn_call(act):
+    def f(x, w, b):
+        return ACTIVATIONS[act](F.linear(x, w, b))
+
+    args = [torch.randn(3, 16), torch.randn(8, 16), torch.randn(8)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    assert ops(result.graph) == ["mkldnn._linear_pointwise.default"]
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_output_layout_is_onednns():
+    def f(x, w):
+        return F.conv2d(x, w).sum(1)
+
+    args = [torch.randn(1, 4, 5, 5), torch.randn(6, 4, 1, 1)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    conv = result.graph.nodes[0]
+    assert conv.op == "mkldnn._convolution_pointwise.default"
+    assert result.graph.values[conv.outputs[0]].stride == (150, 1, 30, 6)  # channels last, as its meta kernel says
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_other_dtypes_and_grouped_activations_stay():
+    def f(x, w):
+        y = F.conv2d(x, w)
+        return torch.relu(y), y
+
+    args = [torch.randn(1, 4, 5, 5, dtype=torch.float64), torch.randn(6, 4, 1, 1, dtype=torch.float64)]
+    assert ops(freeze(traced(f, *args, params=(1,)), args).graph)[0] == "aten.convolution.default"
+    args = [a.float() for a in args]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    assert result.counts["fused_epilogues"] == 0  # y is read twice: the relu stays apart
+    torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["silu", "hardswish", "hardsigmoid"])
+def test_decomposed_activations_are_fused(act):
+    decomposed = {"silu": lambda y: y * torch.sigmoid(y),
+                  "hardswish": lambda y: y * torch.clamp(torch.clamp(y + 3, 0), None, 6) / 6,
+                  "hardsigmoid": lambda y: torch.clamp(torch.clamp(y + 3, 0), None, 6) / 6}[act]
+
+    def f(x, w):
+        return decomposed(F.conv2d(x, w))
+
+    args = [torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    assert ops(result.graph) == ["mkldnn._convolution_pointwise.default"]
+    assert result.graph.nodes[0].args[7] == {"silu": "swish"}.get(act, act)
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_a_step_read_elsewhere_stops_the_chain():
+    def f(x, w):
+        y = F.conv2d(x, w)
+        s = torch.sigmoid(y)
+        return y * s, s
+
+    args = [torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    assert result.counts["fused_epilogues"] == 0
+    torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)
+
+
+def test_activations_after_the_convolution_stay_channels_last():
+    """So that the next convolution reads its input without a reorder; a graph output keeps its layout."""
+    def f(x, w1, w2):
+        y = torch.relu(F.conv2d(x, w1, padding=1) + x)
+        return F.conv2d(y, w2, padding=1) * 2
+
+    args = [torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3), torch.randn(4, 4, 3, 3)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    strides = {n.op: result.graph.values[n.outputs[0]].stride for n in result.graph.nodes}
+    assert strides["aten.relu.default"] == (144, 1, 24, 4)
+    assert strides["aten.mul.Tensor"] == (144, 36, 6, 1)
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_ops_below_the_size_limit_stay_aten():
+    def f(x, w1, w2):
+        return F.linear(torch.relu(F.conv2d(x, w1)).flatten(1), w2)
+
+    args = [torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(5, 144)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    assert result.counts["prepacked_weights"] == 0
+    assert "aten.convolution.default" in ops(result.graph)
