@@ -157,7 +157,8 @@ class Variant:
         return [a for a in self.args if isinstance(a, torch.Tensor) and a.requires_grad]
 
     def step(self) -> list[torch.Tensor]:
-        """Inference: [output]. Training: [loss, *gradients]."""
+        """Inference: [output]. Training: [loss, *gradients]; a gradient may be None (BertModel's pooler does not
+        feed its first output: eager leaves its gradients None, the compilers give zeros)."""
         if not self.training:
             return [main_tensor(self.model(*self.args, **self.kwargs))]
         leaves = self.leaves()
@@ -182,16 +183,18 @@ def variants(model: Model, training: bool) -> dict[str, Variant]:
     return made
 
 
-def mismatch(got: list[torch.Tensor], want: list[torch.Tensor], tol: float) -> str | None:
+def mismatch(got: list[torch.Tensor | None], want: list[torch.Tensor | None], tol: float) -> str | None:
     """None if every tensor is close to eager's, else which one differs and how. A tensor's absolute tolerance
     scales with its largest value, and at least with a thousandth of the largest value of them all: a gradient that
     is zero in exact arithmetic (a bias before a normalization) is rounding noise in both."""
-    scale = max(float(w.abs().max()) for w in want)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+    pairs = [(g, w) for g, w in zip(got, want, strict=True) if g is not None or w is not None]
+    pairs = [(torch.zeros_like(w) if g is None else g, torch.zeros_like(g) if w is None else w) for g, w in pairs]
+    scale = max(float(w.abs().max()) for _, w in pairs)
+    for i, (g, w) in enumerate(pairs):
         try:
             torch.testing.assert_close(g, w, rtol=tol, atol=tol * max(float(w.abs().max()), 1e-3 * scale))
         except AssertionError as e:
-            what = "output" if len(want) == 1 else ("loss" if i == 0 else f"gradient {i - 1} of {len(want) - 1}")
+            what = "output" if len(pairs) == 1 else ("loss" if i == 0 else f"gradient {i - 1} of {len(pairs) - 1}")
             return f"{what} {tuple(w.shape)}: " + " ".join(str(e).split("\n")[1:4])
     return None
 
@@ -205,7 +208,7 @@ def measure(name: str, training: bool, threads: int, repeats: int, order: list[s
     torch._dynamo.reset()
     result: dict = {"cold": {}, "errors": {}, "wrong": {}}
     with torch.enable_grad() if training else torch.no_grad():
-        want = [t.detach().clone() for t in made["eager"].step()]
+        want = [None if t is None else t.detach().clone() for t in made["eager"].step()]
         for c in order:
             start = time.perf_counter()
             try:
@@ -280,10 +283,10 @@ def geomean_row(threads: int, cells: dict[tuple[str, str, int], Cell], names: li
 
 
 def cold_table(cells: dict[tuple[str, str, int], Cell], names: list[str]) -> list[str]:
-    lines = ["| model | inference: inductor s | ember s | ember / inductor | training: inductor s | ember s | "
-             "ember / inductor |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | inputs | inference: inductor s | ember s | ember / inductor | training: inductor s | ember s | "
+             "ember / inductor |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for n in names:
-        row = [f"| {n} |"]
+        row = [f"| {n} | {BY_NAME[n].inputs} |"]
         for kind in ("inference", "training"):
             runs = [r for (m, k, _), c in cells.items() if m == n and k == kind for r in c.runs]
             cold = {c: [r["cold"][c] for r in runs if c in r["cold"]] for c in COMPILERS}
@@ -299,7 +302,8 @@ def failures(cells: dict[tuple[str, str, int], Cell]) -> list[str]:
     out = []
     for (name, kind, threads), cell in cells.items():
         if cell.failure:
-            out.append(f"- {name}, {kind}, {threads} thread(s): no result: {cell.failure.splitlines()[0]}")
+            last = [x for x in cell.failure.splitlines() if x.strip()][-1]
+            out.append(f"- {name}, {kind}, {threads} thread(s): no result: {last.strip()}")
         for c in COMPILERS:
             for what in ("errors", "wrong"):
                 msgs = sorted({r[what][c] for r in cell.runs if c in r[what]})
@@ -313,7 +317,8 @@ def report(cells, names: list[str], threads: list[int], command: str) -> str:
         f"`{command}` ({os.cpu_count()} cores, torch {torch.__version__}, ember {ember.__version__}, codegen "
         f"{_harness.cpu_codegen()}, {time.strftime('%Y-%m-%d')}): median time per call over fresh processes; "
         "speedups over eager; \"inductor / ember\" is the median of the per-process ratios of Inductor's time to "
-        "ember's (above 1: ember faster). Training: forward, loss, backward.", "",
+        "ember's (above 1: ember faster). Training: forward, loss, backward. Needs timm and transformers "
+        "(`pip install -r benchmarks/requirements.txt`; `nox -s bench -- benchmarks/zoo.py` installs them).", "",
         "| threads | model | inference: eager ms | inductor | ember | inductor / ember | training: eager ms | "
         "inductor | ember | inductor / ember |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for t in threads:
@@ -322,8 +327,7 @@ def report(cells, names: list[str], threads: list[int], command: str) -> str:
             lines.append(f"| {t} | {n} | " + " | ".join(cols) + " |")
         lines.append(geomean_row(t, cells, names))
     lines += ["", "Cold compile, seconds (first call minus an eager call, fresh caches; median over processes and "
-              "thread counts):", "", *cold_table(cells, names), "", "Inputs: " + "; ".join(
-                  f"{n} {BY_NAME[n].inputs}" for n in names) + "."]
+              "thread counts):", "", *cold_table(cells, names)]
     wrong = failures(cells)
     lines += ["", "Failures:", "", *wrong] if wrong else ["", "Every compiled result matched eager."]
     return "\n".join(lines)
