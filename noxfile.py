@@ -159,5 +159,6 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks (never part of pass/fail): ratios against eager and torch.compile, side by side."""
     install_siblings(session, [f"packages/{p}" for p in PACKAGES])
+    session.install("-r", "benchmarks/requirements.txt")
     for script in session.posargs or ["benchmarks/overhead.py"]:
         session.run("python", script)

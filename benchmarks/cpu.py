@@ -23,27 +23,20 @@ Usage: python benchmarks/cpu.py [--threads 1,2] [--repeats 5] [--procs 3] [--onl
 from __future__ import annotations
 
 import argparse
-import atexit
 import copy
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import _harness
+from _harness import first_call_s, spread, timed
+
 if "--child" in sys.argv:  # fresh caches for cold compile times: set before torch/ember import them
-    _CACHE = tempfile.mkdtemp(prefix="ember-bench-")
-    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
-    os.environ["EMBER_CACHE_DIR"] = os.path.join(_CACHE, "ember")
-    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
-    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+    _harness.use_fresh_caches()
 
 import ember  # noqa: E402
 import torch  # noqa: E402
@@ -98,29 +91,6 @@ def variants(w: Workload, mode: str | None) -> dict[str, tuple[Callable, tuple]]
     return made
 
 
-def first_call_s(fn: Callable, args: tuple) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
-
-
-def timed(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, float]:
-    """Median seconds per call; variants take turns inside each repeat."""
-    calls = {}
-    for name, fn in fns.items():  # size each loop to about 0.2 s
-        start = time.perf_counter()
-        fn(*args)
-        calls[name] = max(1, int(0.2 / max(time.perf_counter() - start, 1e-6)))
-    samples: dict[str, list[float]] = {n: [] for n in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls[name]):
-                fn(*args)
-            samples[name].append((time.perf_counter() - start) / calls[name])
-    return {n: statistics.median(s) for n, s in samples.items()}
-
-
 COPY_ELEMENTS = 6 << 20  # float32: 48 MB moved, as the pointwise chain's two reads and one write of 4M elements
 
 
@@ -136,7 +106,7 @@ def measure(name: str, threads: int, repeats: int, mode: str | None = None) -> d
         compile_(lambda t: t + 1)(torch.ones(8))  # one-time process start-up (imports, workers) is not the workload's
     with torch.enable_grad() if w.training else torch.no_grad():
         for n in compilers(mode):
-            result["cold"][n] = first_call_s(fns[n], args) - first_call_s(fns["eager"], args)
+            result["cold"][n] = first_call_s(fns[n], *args) - first_call_s(fns["eager"], *args)
         if w.name.startswith("pointwise"):  # a copy of as many bytes (neither fits in the cache)
             src, dst = torch.randn(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)
             fns["copy"] = lambda *_: dst.copy_(src)
@@ -147,18 +117,9 @@ def measure(name: str, threads: int, repeats: int, mode: str | None = None) -> d
     return result
 
 
-def child_env() -> dict[str, str]:
-    return dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
-
-
 def run_child(name: str, threads: int, repeats: int, mode: str | None = None) -> dict:
-    cmd = [sys.executable, __file__, "--child", name, "--threads", str(threads), "--repeats", str(repeats)]
-    cmd += ["--mode", mode] if mode else []
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"measuring {name!r} at {threads} threads failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    args = [name, "--threads", str(threads), "--repeats", str(repeats), *(["--mode", mode] if mode else [])]
+    return _harness.run_child(__file__, args)
 
 
 @dataclass
@@ -188,10 +149,9 @@ class Row:
         if "ember_default" in self.runs[0]["times"]:
             tuned = [r["times"]["ember_default"] / r["times"]["ember"] for r in self.runs]
             extra = f"{statistics.median(tuned):.2f} ({min(tuned):.2f}–{max(tuned):.2f})"
-        spread = f"{min(rs):.2f}–{max(rs):.2f}" if len(rs) > 1 else ""
         return (f"| {self.threads} | {self.workload.name} | {eager * 1e3:.3f} | "
                 f"{eager / self.median_time('ember'):.2f}x | {eager / self.median_time('inductor'):.2f}x | "
-                f"**{self.ratio():.2f}** | {spread} | {extra} |")
+                f"**{self.ratio():.2f}** | {spread(rs)} | {extra} |")
 
 
 def summary(threads: int, rows: list[Row]) -> str:
@@ -219,8 +179,8 @@ def main() -> None:
     last = "ember default / ember tuned" if args.mode else "bandwidth"
     lines = [
         f"`python benchmarks/cpu.py --procs {args.procs} --repeats {args.repeats}{mode}` ({os.cpu_count()} cores, "
-        f"torch {torch.__version__}, ember {ember.__version__}, codegen {_cpu_codegen()}): median time per call "
-        f"over {args.procs} fresh processes, speedups over eager; \"inductor / ember\" is the median of the "
+        f"torch {torch.__version__}, ember {ember.__version__}, codegen {_harness.cpu_codegen()}): median time per "
+        f"call over {args.procs} fresh processes, speedups over eager; \"inductor / ember\" is the median of the "
         "per-process ratios of Inductor's time to ember's (above 1: ember faster), \"range\" their spread.",
         "",
         f"| threads | workload | eager ms | ember speedup | inductor speedup | inductor / ember | range | {last} |",
@@ -249,27 +209,8 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        write_section(Path(__file__).with_name("README.md"), f"## CPU, mode {args.mode}" if args.mode else "## CPU",
-                      text)
-
-
-def _cpu_codegen() -> str:
-    from ember_core import get_plugin_manager
-
-    return get_plugin_manager().registry.find("codegen", device="cpu").name
-
-
-def write_section(path: Path, heading: str, body: str) -> None:
-    """Replace (or append) the section under `heading`, leaving the other sections alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(f"\n{heading}\n")
-    section = f"\n{heading}\n\n{body}\n"
-    if start == -1:
-        text = text.rstrip("\n") + "\n" + section
-    else:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end:] if end != -1 else "")
-    path.write_text(text)
+        heading = f"## CPU, mode {args.mode}" if args.mode else "## CPU"
+        _harness.write_section(Path(__file__).with_name("README.md"), heading, text)
 
 
 if __name__ == "__main__":

@@ -15,25 +15,20 @@ Usage: python benchmarks/gpu.py [--repeats 10] [--only NAME,...] [--dtypes float
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+import _harness
 
 SMOKE = "--smoke" in sys.argv
 if "--child" in sys.argv:  # fresh caches for cold compile times: set before torch/ember import them
-    _CACHE = tempfile.mkdtemp(prefix="ember-gpu-bench-")
-    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-    os.environ.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(_CACHE, "inductor"),
-                      EMBER_CACHE_DIR=os.path.join(_CACHE, "ember"), TRITON_CACHE_DIR=os.path.join(_CACHE, "triton"),
-                      TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    _harness.use_fresh_caches("ember-gpu-bench-")
     if SMOKE:
         os.environ["TRITON_INTERPRET"] = "1"
 
@@ -170,12 +165,7 @@ def overhead(repeats: int) -> dict[str, float]:
 
 
 def run_child(args: list[str]) -> dict:
-    cmd = [sys.executable, __file__, "--child", *args, *(["--smoke"] if SMOKE else [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return _harness.run_child(__file__, [*args, *(["--smoke"] if SMOKE else [])])
 
 
 def line(w: Workload, dtype: str, r: dict) -> str:
@@ -220,18 +210,7 @@ def main() -> None:
     out += ["", "Per-call overhead, tiny graph: " + ", ".join(f"{n} {s * 1e6:.1f} µs" for n, s in calls.items())]
     print("\n".join(out))
     if opts.write:
-        write_readme("\n".join(out))
-
-
-def write_readme(section: str) -> None:
-    path = os.path.join(os.path.dirname(__file__), "README.md")
-    text = open(path).read()
-    start = text.find("## GPU")
-    end = text.find("\n## ", start + 1) if start >= 0 else -1
-    block = "## GPU\n\n" + section + "\n"
-    text = text[:start] + block + (text[end:] if end >= 0 else "") if start >= 0 else text + "\n" + block
-    with open(path, "w") as f:
-        f.write(text)
+        _harness.write_section(Path(__file__).with_name("README.md"), "## GPU", "\n".join(out))
 
 
 if __name__ == "__main__":

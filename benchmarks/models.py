@@ -11,6 +11,11 @@ def pointwise_chain(x, y):
     return ((x * 1.5 + y).sigmoid() * x - y).relu()
 
 
+def transcendental_chain(x, y):
+    """The pointwise chain of issue 14: transcendental ops, which cost compute rather than bandwidth."""
+    return (x.sin() * y.cos() + (x * 0.5).exp() * torch.erf(y)).tanh()
+
+
 def rmsnorm(x, w):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 

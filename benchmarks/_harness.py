@@ -1,0 +1,91 @@
+"""What the CPU benchmarks share: fresh processes with fresh compile caches, variants timed in turns, medians,
+the README's sections. Imports neither torch nor ember, so a child can point the caches elsewhere before they load.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def use_fresh_caches(prefix: str = "ember-bench-") -> None:
+    """Point Inductor's, ember's and Triton's disk caches at a new temporary folder (removed at exit), so the first
+    call of each compiler is a cold compile. Call before torch and ember are imported."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+                      EMBER_CACHE_DIR=os.path.join(root, "ember"), TRITON_CACHE_DIR=os.path.join(root, "triton"),
+                      TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a measuring child. glibc's malloc thresholds are fixed (mmap above 32 MiB, no trimming):
+    with the defaults, whether a 16 MiB output comes from reused heap or from fresh pages (4096 page faults a call)
+    depends on what the variants measured before it allocated, which moved eager's time 4x between processes."""
+    return dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
+
+
+def run_child(script: str, args: list[str], timeout_s: float | None = None) -> dict:
+    """Run `script --child ARGS` in a fresh process; its last stdout line starting with `{` is its JSON result."""
+    cmd = [sys.executable, script, "--child", *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{' '.join(args)}: no result within {timeout_s:.0f} s") from e
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def first_call_s(fn: Callable, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def timed(fns: dict[str, Callable], args: tuple, repeats: int, loop_s: float = 0.2) -> dict[str, float]:
+    """Median seconds per call of each function. Each repeat runs every function in turn (a loop of about `loop_s`
+    seconds each), so drift in the machine's speed reaches all of them alike."""
+    calls = {name: max(1, int(loop_s / max(first_call_s(fn, *args), 1e-6))) for name, fn in fns.items()}
+    samples: dict[str, list[float]] = {n: [] for n in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                fn(*args)
+            samples[name].append((time.perf_counter() - start) / calls[name])
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+def spread(values: list[float]) -> str:
+    """`min–max` of per-process values, empty for one process."""
+    return f"{min(values):.2f}–{max(values):.2f}" if len(values) > 1 else ""
+
+
+def cpu_codegen() -> str:
+    from ember_core import get_plugin_manager
+
+    return get_plugin_manager().registry.find("codegen", device="cpu").name
+
+
+def write_section(path: Path, heading: str, body: str) -> None:
+    """Replace (or append) the section under `heading`, leaving the other sections alone."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    start = text.find(f"\n{heading}\n")
+    section = f"\n{heading}\n\n{body}\n"
+    if start == -1:
+        text = text.rstrip("\n") + "\n" + section
+    else:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + (text[end:] if end != -1 else "")
+    path.write_text(text)
