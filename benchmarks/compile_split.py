@@ -4,7 +4,8 @@ The graphs are a GPT-like model's (4 transformer blocks with attention written o
 for one training step. Each build gets a fresh cache key (a dummy -D flag), so every g++ runs; times are the wall
 time of `compile_many` until the libraries are loaded, median of `--repeats`. Rows: each graph alone, then both
 together (as a training step builds them), with the unit whole (`part_lines` beyond any unit) and split (the
-default `PART_LINES`, one part per core).
+default `PART_LINES`, and 500; at most one part per core). Also the CPU time the compilers took, which shows what
+the parts cost beyond one unit whatever the machine's load.
 
 Usage: python benchmarks/compile_split.py [--repeats 3]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -57,11 +59,15 @@ def training_graphs() -> list:
     return [e.graph for e in rec.events if e.kind == "kernels_generated"]
 
 
-def cold_build(graphs: list, part_lines: int) -> float:
+def cold_build(graphs: list, part_lines: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the compilers)."""
     builder = Builder(flags=FLAGS + (f"-DEMBER_COLD_{os.getpid()}_{next(_fresh)}",), part_lines=part_lines)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     CppCodegen(builder).compile_many(graphs)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def main() -> None:
@@ -69,15 +75,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     graphs = training_graphs()
-    print(f"cores {os.cpu_count()}, PART_LINES {PART_LINES}; cold build s, median of {args.repeats}")
-    print(f"{'graphs':<32}{'one unit':>10}{'split':>10}")
+    print(f"cores {os.cpu_count()}; cold build: wall s / g++ CPU s, median of {args.repeats}")
+    configs = {"one unit": 1 << 40, "split 1000": PART_LINES, "split 500": 500}
+    print(f"{'graphs':<28}" + "".join(f"{c:>16}" for c in configs))
     for name, group in [*((g.name, [g]) for g in graphs), ("forward + backward", graphs)]:
-        times: dict[str, list[float]] = {"one": [], "split": []}
-        for _ in range(args.repeats):  # the two take turns
-            times["one"].append(cold_build(group, 1 << 40))
-            times["split"].append(cold_build(group, PART_LINES))
-        one, split = (statistics.median(times[k]) for k in ("one", "split"))
-        print(f"{name:<32}{one:>10.2f}{split:>10.2f}")
+        times: dict[str, list[tuple[float, float]]] = {c: [] for c in configs}
+        for _ in range(args.repeats):  # the configurations take turns
+            for c, lines in configs.items():
+                times[c].append(cold_build(group, lines))
+        cells = [f"{statistics.median(w for w, _ in t):.2f} / {statistics.median(u for _, u in t):.2f}"
+                 for t in times.values()]
+        print(f"{name:<28}" + "".join(f"{x:>16}" for x in cells))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Whole-tensor reductions (no i-dims: `x.sum()`, `(x*x).sum()`, `x.var()`): eager vs ember, median ms per call.
 
-The variants take turns within every repeat; each number is the median over the repeats. float32 inputs of 2^22
-and 2^24 elements.
+The variants take turns within every repeat; each number is the median over the repeats, and the fastest repeat
+(on a shared machine the median moves with the neighbours' load, the fastest less). float32 inputs of 2^22 and
+2^24 elements.
 
 Usage: python benchmarks/whole_reductions.py [--threads 2] [--repeats 30]
 """
@@ -24,8 +25,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"threads={args.threads}  median ms per call")
-    print(f"{'case':<14}{'n':>6}{'eager':>9}{'ember':>9}{'eager/ember':>13}")
+    print(f"threads={args.threads}  ms per call: median (fastest)")
+    print(f"{'case':<14}{'n':>6}{'eager':>18}{'ember':>18}{'eager/ember':>13}")
     for log2 in (22, 24):
         x = torch.randn(1 << log2)
         for name, fn in CASES.items():
@@ -38,8 +39,8 @@ def main() -> None:
                     f(x)
                     times[k].append(time.perf_counter() - start)
             ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-            print(f"{name:<14}{'2^' + str(log2):>6}{ms['eager']:>9.3f}{ms['ember']:>9.3f}"
-                  f"{ms['eager'] / ms['ember']:>13.2f}")
+            cells = [f"{ms[k]:.3f} ({min(times[k]) * 1e3:.3f})" for k in fns]
+            print(f"{name:<14}{'2^' + str(log2):>6}{cells[0]:>18}{cells[1]:>18}{ms['eager'] / ms['ember']:>13.2f}")
 
 
 if __name__ == "__main__":
