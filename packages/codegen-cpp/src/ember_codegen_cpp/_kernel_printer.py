@@ -13,7 +13,7 @@ returns the kernel's error flag (an integer division by zero, an index out of bo
   full set of lanes runs as scalar code.
 - whole-tensor reduction (r-dims, no i-dims: `x.sum()`, a loss): there are no i-points to share out, so each
   `Loop` is its own parallel loop over chunks of its outermost r-dim (`_chunked`), each chunk the loop above over
-  its part of the range, with its own accumulators; their results combine in chunk order (`Partials`).
+  its part of the range, with its own accumulators; their results combine in a fixed order (`Partials`).
 
 Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
 torch's own softmax does). Names follow one rule: an SSA value (unique in its kernel) and a name carrying the
