@@ -4,8 +4,9 @@ The graphs are a GPT-like model's (4 transformer blocks with attention written o
 for one training step. Each build gets a fresh cache key (a dummy -D flag), so every g++ runs; times are the wall
 time of `compile_many` until the libraries are loaded, median of `--repeats`. Rows: each graph alone, then both
 together (as a training step builds them), with the unit whole (`part_lines` beyond any unit) and split (the
-default `PART_LINES`, and 500; at most one part per core). Also the CPU time the compilers took, which shows what
-the parts cost beyond one unit whatever the machine's load.
+default `PART_LINES`, at most one part per core), with the CPU time the compilers took. Then, for each graph split
+in 1, 2 and 4 parts, each part's g++ CPU time compiled alone (the fastest of the repeats): what the parts cost
+beyond one unit, and the longest part, which is the build's wall time on idle cores, whatever the machine's load.
 
 Usage: python benchmarks/compile_split.py [--repeats 3]
 """
@@ -29,7 +30,9 @@ import ember  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from ember_codegen_cpp import FLAGS, Builder, CppCodegen  # noqa: E402
-from ember_codegen_cpp._build import PART_LINES  # noqa: E402
+from ember_codegen_cpp._build import PART_LINES, compiler, run_compiler  # noqa: E402
+from ember_codegen_cpp._program import build_program, translation_units, unit_lines  # noqa: E402
+from ember_lowering import lower  # noqa: E402
 from models import HandAttentionBlock  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -76,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     graphs = training_graphs()
     print(f"cores {os.cpu_count()}; cold build: wall s / g++ CPU s, median of {args.repeats}")
-    configs = {"one unit": 1 << 40, "split 1000": PART_LINES, "split 500": 500}
+    configs = {"one unit": 1 << 40, f"split ({PART_LINES})": PART_LINES}
     print(f"{'graphs':<28}" + "".join(f"{c:>16}" for c in configs))
     for name, group in [*((g.name, [g]) for g in graphs), ("forward + backward", graphs)]:
         times: dict[str, list[tuple[float, float]]] = {c: [] for c in configs}
@@ -86,6 +89,22 @@ def main() -> None:
         cells = [f"{statistics.median(w for w, _ in t):.2f} / {statistics.median(u for _, u in t):.2f}"
                  for t in times.values()]
         print(f"{name:<28}" + "".join(f"{x:>16}" for x in cells))
+    for g in graphs:
+        program = build_program(lower(g, emit_event=False))
+        print(f"{g.name}: {unit_lines(program)} kernel lines; g++ CPU s of each part alone")
+        for parts in (1, 2, 4):
+            units = translation_units(program, parts)
+            best = [min(part_cpu(u) for _ in range(args.repeats)) for u in units]
+            print(f"  {len(units)} parts: {' '.join(f'{t:.2f}' for t in best)}  (sum {sum(best):.2f}, "
+                  f"longest {max(best):.2f})")
+
+
+def part_cpu(source: str) -> float:
+    with tempfile.TemporaryDirectory() as work:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run_compiler(compiler(), FLAGS, source, Path(work))
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 if __name__ == "__main__":
