@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ember_codegen_cpp import CppCodegen, KernelPrinter
+from ember_codegen_cpp import Builder, CppCodegen, KernelPrinter
 from ember_codegen_cpp._autotune import TUNER
 from ember_codegen_cpp._kernel_printer import SERIAL, Variant
 from ember_core import record_events
@@ -126,3 +126,20 @@ def test_static_sizes_try_the_other_side_of_the_fork_and_the_threshold_is_the_pr
         plan = lower(trace(lambda x: (torch.sigmoid(x) * 2,), x))
         variants = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k").variants(False)
         assert variants[:2] == [Variant(), other] and Variant(par_min=4096) not in variants
+
+
+def test_tuning_picks_variants_in_every_part_of_a_split_unit():
+    def chain(x, w):
+        y = torch.softmax(x, -1) @ w
+        return (torch.softmax(y * 2, -1).sum(0),)
+
+    inputs = (torch.randn(64, 300), torch.randn(300, 300))
+    codegen = CppCodegen(Builder(part_lines=20, workers=2))
+    with record_events() as rec:
+        compiled = codegen.compile(trace(chain, *inputs), list(inputs), TUNE)
+        out = compiled(clone(inputs))
+    assert not rec.kinds("fallback") and "part 2 of 2" in compiled.source
+    tuned_kernels = {e.get("kernel").split("_")[0] for e in rec.kinds("kernel_tuned")}
+    assert "k0" in tuned_kernels and len(tuned_kernels) >= 2  # the kernels of both parts (split by the matmul)
+    torch.testing.assert_close(out[0], chain(*inputs)[0])
+    torch.testing.assert_close(compiled(clone(inputs))[0], chain(*inputs)[0])

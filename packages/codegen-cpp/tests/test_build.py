@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ember_codegen_cpp import Builder, BuildError, compiler
-from ember_codegen_cpp._build import FLAGS, build_key, run_compiler
+from ember_codegen_cpp._build import FLAGS, PART_LINES, build_key, run_compiler
 
 
 @pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
@@ -30,3 +30,9 @@ def test_same_source_requested_twice_builds_once():
     first, second = builder.library(src), builder.library(src)
     assert first.future.result() == second.future.result()
     assert builder.library(src).hit
+
+
+def test_a_unit_splits_only_in_parts_of_part_lines_and_at_most_one_per_worker():
+    builder = Builder(part_lines=1000, workers=4)
+    assert [builder.parts(n) for n in (0, 999, 1999, 2000, 3500, 100_000)] == [1, 1, 1, 2, 3, 4]
+    assert Builder().parts(PART_LINES - 1) == 1

@@ -193,3 +193,60 @@ def _wait_for(condition, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _chain(k: float):
+    """Four segments (kernels between three matmuls), each one's source new for each k."""
+    def fn(x, w):
+        y = (x * k).relu() @ w
+        y = (y * k).sigmoid() @ w
+        return (((y * k).tanh() @ w).exp().sum(1) * k,)
+    return fn, (torch.randn(4, 8), torch.randn(8, 8))
+
+
+def _split_codegen() -> CppCodegen:
+    return CppCodegen(Builder(part_lines=20, workers=3))  # every unit of 60 lines or more in 3 parts
+
+
+def test_a_split_unit_builds_in_parts_with_the_results_of_one_and_hits_the_cache(monkeypatch):
+    fn, args = _chain(5.5)
+    graph = trace(fn, *args)
+    before = set(cache_dir().glob("*.so"))
+    with Events() as ev:
+        (compiled,) = _split_codegen().compile_many([graph])
+    assert len(set(cache_dir().glob("*.so")) - before) == 3  # a library per part
+    assert "part 3 of 3" in ev.kinds("kernels_generated")[0].data["unit"]
+    whole = CppCodegen().compile(graph, None, {})
+    for a, b in zip(compiled(list(args)), whole(list(args))):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(compiled(list(args))[0], fn(*args)[0])
+    monkeypatch.setattr(_build, "run_compiler", lambda *a, **k: pytest.fail("the compiler ran on a cache hit"))
+    monkeypatch.setattr("ember_codegen_cpp._loader._loaded", {})
+    with Events() as ev:
+        again = _split_codegen().compile(graph, None, {})
+    kinds = ev.kinds_of("codegen-cpp")
+    assert kinds.count("build_cache_hit") == 1 and "build_cache_miss" not in kinds
+    torch.testing.assert_close(again(list(args))[0], fn(*args)[0])
+
+
+def test_a_corrupt_part_is_rebuilt_alone(monkeypatch):
+    fn, args = _chain(6.25)
+    graph = trace(fn, *args)
+    before = set(cache_dir().glob("*.so"))
+    _split_codegen().compile_many([graph])
+    parts = sorted(set(cache_dir().glob("*.so")) - before)
+    assert len(parts) == 3
+    good = sha256_file(parts[1])
+    truncated = parts[1].with_suffix(".tmp")
+    truncated.write_bytes(parts[1].read_bytes()[:1000])
+    os.replace(truncated, parts[1])
+    monkeypatch.setattr("ember_codegen_cpp._loader._loaded", {})
+    runs = []
+    real = _build.run_compiler
+    monkeypatch.setattr(_build, "run_compiler", lambda *a, **k: runs.append(1) or real(*a, **k))
+    with Events() as ev:
+        compiled = _split_codegen().compile(graph, None, {})
+        torch.testing.assert_close(compiled(list(args))[0], fn(*args)[0])
+    misses = [e for e in ev.events if e.kind == "build_cache_miss"]
+    assert len(misses) == 1 and "1 of 3 parts" in misses[0].message and "corrupt" in misses[0].message
+    assert len(runs) == 1 and sha256_file(parts[1]) == good

@@ -4,6 +4,15 @@
 future of one that a worker thread is compiling (`g++` runs as a subprocess, so builds of several graphs overlap
 on several cores). What is C++ here: the compiler, its flags, and the cache key, which hashes the source, the
 flags, the compiler's version and the CPU (because of `-march=native`).
+
+A big program comes in several units (`_program.translation_units`), one per part, so that one graph's build
+uses several cores: `Builder.libraries(sources)` gives a `LibrariesBuild` whose parts are ordinary builds of the
+pool, each its own cache entry (verified, rebuilt when corrupt, shared by any graph with the same part), and
+whose future resolves once every part is built. Several libraries rather than object files linked into one: no
+link step waiting on the parts (which, run in a pool worker, could wait on parts queued behind it), and nothing
+new in the cache. The split only pays for units of several `PART_LINES`: each part costs a g++ start, a parse of the
+prelude and a link (0.04 s of CPU, about 60 kernel lines at 0.7 ms a line). A GPT-like training step's backward
+(2800 kernel lines, 2.21 s of g++) builds in two parts of 1.15 and 1.06 s.
 """
 
 from __future__ import annotations
@@ -14,6 +23,10 @@ import platform
 import shlex
 import shutil
 import subprocess
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -30,6 +43,7 @@ FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno",
                           "-ffp-contract=off", "-fno-semantic-interposition", "-fvisibility=hidden", "-std=c++17",
                           "-shared", "-fPIC", "-w")
 FORMAT = "1"  # bump when the meaning of generated code changes without its text changing
+PART_LINES = 500  # fewest kernel lines per part of a split unit (0.35 s of g++): a part's fixed cost is then ~10%
 
 
 @cache
@@ -107,13 +121,57 @@ def run_compiler(cxx: str, flags: tuple[str, ...], source: str, work: Path) -> P
     return out
 
 
-class Builder:
-    """Builds through the cache in the shared pool; concurrent requests of one key share a build."""
+@dataclass
+class LibrariesBuild(Build):
+    """The build of a unit split in parts: a hit when every part is; the future resolves to each part's files, in
+    order, or raises the first part's error. `key` hashes the parts' keys."""
 
-    def __init__(self, flags: tuple[str, ...] = FLAGS, cxx: str | None = None):
+    parts: tuple[Build, ...] = ()
+
+    @classmethod
+    def joined(cls, parts: Sequence[Build]) -> LibrariesBuild:
+        future: Future = Future()
+        left = [len(parts)]
+        lock = threading.Lock()
+
+        def done(_: Future) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            try:
+                future.set_result([p.future.result() for p in parts])
+            except Exception as e:  # noqa: BLE001 - BuildError, or a cancelled part: the whole build failed
+                future.set_exception(e if isinstance(e, BuildError) else BuildError(f"a part's build failed: {e!r}"))
+
+        key = hashlib.sha256("\0".join(p.key for p in parts).encode()).hexdigest()[:40]
+        missed = [p for p in parts if not p.hit]
+        reason = f"{len(missed)} of {len(parts)} parts: {missed[0].reason}" if missed else ""
+        build = cls(key, future, not missed, reason, parts=tuple(parts))
+        for p in parts:
+            p.future.add_done_callback(done)
+        return build
+
+
+class Builder:
+    """Builds through the cache in the shared pool; concurrent requests of one key share a build. A unit of
+    `part_lines` lines or more is split in up to one part per pool worker (`parts`)."""
+
+    def __init__(self, flags: tuple[str, ...] = FLAGS, cxx: str | None = None, part_lines: int = PART_LINES,
+                 workers: int | None = None):
         self.flags = tuple(flags)
         self._cxx = cxx
-        self.pool = BuildPool(CACHE, "cpp", what="C++ library")
+        self.part_lines = part_lines
+        self.pool = BuildPool(CACHE, "cpp", workers, what="C++ library")  # default: a worker per core
+
+    def parts(self, lines: int) -> int:
+        """How many parts a unit of `lines` kernel lines builds in: at least `part_lines` each, one per worker."""
+        return max(1, min(self.pool.workers, lines // self.part_lines))
+
+    def libraries(self, sources: Sequence[str]) -> Build:
+        """One library per source, built in parallel: `library(source)` for one, else a `LibrariesBuild`."""
+        builds = [self.library(s) for s in sources]
+        return builds[0] if len(builds) == 1 else LibrariesBuild.joined(builds)
 
     @property
     def cxx(self) -> str | None:

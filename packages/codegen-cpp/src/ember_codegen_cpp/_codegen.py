@@ -1,7 +1,8 @@
 """`CppCodegen`: the shared `PlanCodegen` flow (ember_lowering.codegen) with C++ kernels: each kernel printed by
-`KernelPrinter`, the program as one translation unit, built into a shared library in the build pool and called
-through ctypes from the wrapper (see the shared layer for the flow and its fallbacks). Under a max-autotune mode
-each kernel is printed in variants, measured on its first call (`_autotune.py`)."""
+`KernelPrinter`, the program as one translation unit (a big one split in parts, a library each, built on several
+cores), built into a shared library in the build pool and called through ctypes from the wrapper (see the shared
+layer for the flow and its fallbacks). Under a max-autotune mode each kernel is printed in variants, measured on
+its first call (`_autotune.py`)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ._build import Builder, compiler_version, cpu_tag, wide_vectors
 from ._kernel_printer import KernelPrinter
 from ._loader import LazyLibrary, is_loaded
 from ._prelude import prelude
-from ._program import translation_unit
+from ._program import translation_units, unit_lines
 from ._wrapper import CppWrapperWriter
 
 log = logging.getLogger("ember.kernels")
@@ -46,9 +47,14 @@ class CppCodegen(PlanCodegen):
         return KernelPrinter(kernel, layout, name).print()
 
     def unit_source(self, program: Program) -> str:
+        """The unit, or its parts one after another (see `units`)."""
         if tuning_mode(program.options):
             program.variants = print_variants(program, wide_vectors())
-        return translation_unit(program)
+        return "".join(self.units(program))
+
+    def units(self, program: Program) -> list[str]:
+        """The sources built apart: one, or a part per pool worker for a unit of several `Builder.part_lines`."""
+        return translation_units(program, self.builder.parts(unit_lines(program)))
 
     def wrapper_writer(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]) -> CppWrapperWriter:
         return CppWrapperWriter(program, fn_name, constants)
@@ -59,13 +65,13 @@ class CppCodegen(PlanCodegen):
                                                  "ember_codegen_cpp.prelude()]\n")
 
     def start_build(self, graph: Graph, program: Program, writer: CppWrapperWriter, env: dict) -> LazyBinding:
-        build = self.builder.library(program.source)
+        build = self.builder.libraries(self.units(program))
         lazy = LazyLibrary(build, graph, writer.signatures, env)
         if program.variants:
             toolchain = " ".join([*self.builder.flags, compiler_version(self.builder.cxx or ""), cpu_tag()])
             for seg in program.segments:
                 env[f"_tune_{seg.name}"] = TunedSegment(program, seg, lazy, env, toolchain)
-        report_build(self.stage, graph, build, "library", build.hit or is_loaded(build.key))
+        report_build(self.stage, graph, build, "library", build.hit or is_loaded(build))
         if build.hit:
             try:
                 lazy.bind_now()

@@ -13,6 +13,9 @@ the elements that fill no whole step:
   independent add chains; see `_reductions.py`).
 - outer-contiguous reduction (a column sum): lanes are `BLOCK` consecutive i-points; the r-dims run serially
   around vector steps over the block, whose values live in block arrays.
+- whole-tensor reduction (r-dims, no i-dims: `x.sum()`, a loss): there are no i-points to share out, so each
+  `Loop` is its own parallel loop over chunks of its outermost r-dim (`_chunked`), each chunk the loop above over
+  its part of the range, with its own accumulators; their results combine in a fixed order (`Partials`).
 
 Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
 torch's own softmax does). Names follow one rule: an SSA value (unique in its kernel) and a name carrying the
@@ -53,7 +56,7 @@ from ._build import vector_lanes
 from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
 from ._exprs import ExprPrinter
 from ._prelude import PAR_MIN
-from ._reductions import FOLD, LANES, Accumulator, inverse_count, welford_count
+from ._reductions import CHUNK_MIN, CHUNKS, FOLD, LANES, Accumulator, Partials, inverse_count, welford_count
 from ._vector import VectorBody
 
 CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
@@ -114,6 +117,7 @@ class KernelPrinter:
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
         self.lane_ops: list[str] = []  # ops of explicit vector loops printed lane by lane, for the report
+        self.split: str | None = None  # the r-dim a whole-tensor reduction's chunk runs a part of (lo, hi)
 
     # ------------------------------------------------------------------ entry
 
@@ -148,7 +152,7 @@ class KernelPrinter:
         symbolic ones: a lower threshold and never) and a larger tile; 256-bit vectors on a machine with wider ones
         (`wide_vectors`)."""
         out = [Variant()]
-        if self.k.outer_dims:
+        if self.k.outer_dims or self.k.reduce_dims:
             work = self._parallel_work()
             if work is None:
                 out += [Variant(par_min=4096), Variant(par_min=SERIAL)]
@@ -162,7 +166,7 @@ class KernelPrinter:
 
     def _parallel_work(self) -> int | None:
         """The element-iterations the parallel loop's fork test compares with the threshold, when static."""
-        loops = sum(1 for s in self.k.body if isinstance(s, Loop)) if self.k.reduce_dims else 1
+        loops = sum(1 for s in self.k.body if isinstance(s, Loop)) if self.k.outer_dims else 1
         work = sympy.Mul(*[as_sympy(d.size) for d in self.k.dims]) * max(loops, 1)
         return int(work) if work.is_Integer else None
 
@@ -338,7 +342,7 @@ class KernelPrinter:
                 if run:
                     out += self._block_loop(run, "  " * depth, run_instrs)
                     run, run_instrs = [], []
-                out += self._outer_loop(s, depth) if self.block else self._lane_loop(s, depth)
+                out += self._outer_loop(s, depth) if self.block else self._loop(s, depth)
             elif self.block and s.op is Op.CONST:  # the same for every i-point: one scalar
                 self.block = False
                 out += [("  " * depth) + line for line in self._instr(s, None)]
@@ -351,6 +355,44 @@ class KernelPrinter:
         if run:
             out += self._block_loop(run, "  " * depth, run_instrs)
         return out
+
+    def _loop(self, loop: Loop, depth: int) -> list[str]:
+        return self._lane_loop(loop, depth) if self.k.outer_dims else self._chunked(loop, depth, self._lane_loop)
+
+    def _span(self, dim) -> tuple[str, str]:
+        """The C++ bounds of r-dim `dim` in the loop being printed: all of it, or a chunk's part."""
+        return ("ember_lo", "ember_hi") if dim.var == self.split else ("0", f"n_{dim.var}")
+
+    def _chunked(self, loop: Loop, depth: int, print_loop) -> list[str]:
+        """A loop of a kernel without i-dims as a parallel loop over at most `CHUNKS` chunks of its outermost r-dim,
+        each of at least `CHUNK_MIN` elements (a multiple of `LANES` when the split dim is the lane dim). Each chunk
+        prints as the loop over its part, then saves its accumulators' results; they combine after the loop."""
+        first, *rest = self.k.reduce_dims
+        self.split = first.var
+        body = print_loop(loop, depth + 1)
+        self.split = None
+        k = self.loop_id
+        parts = [Partials(a) for a in self.accs.values()]
+        n, pad = f"n_{first.var}", "  " * depth
+        inner = " * ".join(f"n_{d.var}" for d in rest)
+        cs, cn = f"ember_cs{k}", f"ember_cn{k}"
+        least = f"{CHUNK_MIN} / ({inner} > 0 ? {inner} : 1)" if rest else str(CHUNK_MIN)  # rows of CHUNK_MIN
+        size = [f"int64_t {cs} = ({n} + {CHUNKS - 1}) / {CHUNKS};", f"if ({cs} < {least}) {cs} = {least};"]
+        if rest:
+            size.append(f"if ({cs} < 1) {cs} = 1;")
+        else:
+            size.append(f"{cs} = ({cs} + {LANES - 1}) / {LANES} * {LANES};")
+        size.append(f"const int64_t {cn} = {n} > {cs} ? ({n} + {cs} - 1) / {cs} : 1;")
+        work = " * ".join(f"n_{d.var}" for d in self.k.reduce_dims)
+        par = self._parallel_head(cn, f"({work})")
+        return [*[pad + line for line in size + [x for p in parts for x in p.decl()]],
+                *[pad + line[2:] for line in par],
+                pad + f"  const int64_t ember_lo = ember_p * {cs};",
+                pad + f"  const int64_t ember_hi = ember_lo + {cs} < {n} ? ember_lo + {cs} : {n};",
+                *body,
+                *[pad + "  " + line for p in parts for line in p.save("ember_p")],
+                pad + "}",
+                *[pad + line for p in parts for line in p.combine(cn)]]
 
     def _lane_loop(self, loop: Loop, depth: int) -> list[str]:
         *serial, last = self.k.reduce_dims
@@ -373,12 +415,13 @@ class KernelPrinter:
         welford = sorted({CTYPE[a.i.dtype]: a.i.dtype for a in accs if a.welford}.values())
         decls = [f"int64_t ember_steps{k} = 0;"] if any(a.cascade for a in accs) else []
         decls += [f"int64_t {welford_count(k)} = 0;"] if welford else []
-        pad, inner = _open_block(out, pad, serial, decls, list(self.loop_head.values()))
+        pad, inner = _open_block(out, pad, [(d, *self._span(d)) for d in serial], decls,
+                                 list(self.loop_head.values()))
         counts = [f"++{welford_count(k)};"] if welford else []
         counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
                    for t in welford]
         flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
-        n = f"n_{last.var}"
+        lo, n = self._span(last)
         width = LANES if accs else self.lanes  # elements per step: the accumulators' lanes, or one vector
         step = [
             *counts,
@@ -388,9 +431,9 @@ class KernelPrinter:
             *["  " + line for line in vector_body],
             "}",
         ]
-        out.append(inner + "int64_t ember_rb = 0;")
+        out.append(inner + f"int64_t ember_rb = {lo};")
         if flush:  # the lanes fold into the cascade once per chunk, outside the loop that keeps them in registers
-            out += [inner + f"const int64_t ember_rf = {n} - {n} % {LANES};",
+            out += [inner + f"const int64_t ember_rf = {n} - ({n} - {lo}) % {LANES};",
                     inner + "while (ember_rb < ember_rf) {",
                     inner + f"  const int64_t ember_ce = ember_rb + {FOLD} < ember_rf ? ember_rb + {FOLD} : ember_rf;",
                     inner + f"  for (; ember_rb < ember_ce; ember_rb += {LANES}) {{",
@@ -554,7 +597,7 @@ def _outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:
 def _open_block(out: list[str], pad: str, serial: list, decls: list[str], head: list[str]) -> tuple[str, str]:
     """Open a reduction loop's block in `out`: its counters' declarations (named for the loop), a brace, the
     loop's own values (`head`: named for what they compute, so they must stay in the block) and the serial
-    r-loops. Returns the block's indent and the innermost serial loop's."""
+    r-loops (`serial`: (dim, lo, hi) each). Returns the block's indent and the innermost serial loop's."""
     out += [pad + d for d in decls]
     out.append(pad + "{")
     pad += "  "
@@ -564,6 +607,6 @@ def _open_block(out: list[str], pad: str, serial: list, decls: list[str], head: 
 
 
 def _serial_loops(pad: str, serial) -> list[str]:
-    """The opening lines of the serial loop nest over `serial` dims, each nested one level deeper."""
-    return [pad + "  " * j + f"for (int64_t {d.var} = 0; {d.var} < n_{d.var}; ++{d.var}) {{"
-            for j, d in enumerate(serial)]
+    """The opening lines of the serial loop nest over `serial` ((dim, lo, hi) each), each nested one deeper."""
+    return [pad + "  " * j + f"for (int64_t {d.var} = {lo}; {d.var} < {hi}; ++{d.var}) {{"
+            for j, (d, lo, hi) in enumerate(serial)]

@@ -1,7 +1,13 @@
 """A KernelPlan as a C++ program: the shared layer's steps (segments of printed kernels, interpreted kernels,
 extern calls) and one translation unit holding every kernel (or, under max-autotune, its variants and the
 pointer that picks one: `_autotune.py`), one `extern "C"` function per segment, which the wrapper calls, and one
-entry point per kernel (`ember_run_<kernel>`), which only the wrapper's profiled twin calls, a kernel at a time."""
+entry point per kernel (`ember_run_<kernel>`), which only the wrapper's profiled twin calls, a kernel at a time.
+
+A big unit (a training graph's backward: thousands of lines, seconds of g++ on one core) is split into parts
+(`translation_units`): whole segments, contiguous and of about equal lines, each part a unit of its own with the
+prelude, its segments' kernels, the segments and the kernels' entry points. Kernels stay `static` (a segment and
+its kernels are always in one part), so each part builds and loads as a library of its own (see `_build.py`).
+"""
 
 from __future__ import annotations
 
@@ -37,9 +43,47 @@ def root_params(program: Program, roots, writes) -> list[str]:
 
 def translation_unit(program: Program) -> str:
     """The whole source: prelude, kernels, segments. No graph name in it: the same kernels share a build."""
+    return _unit(program, program.segments, f"// ember codegen-cpp: {len(program.kernels)} kernels")
+
+
+def translation_units(program: Program, parts: int) -> list[str]:
+    """The program as at most `parts` units (one: `translation_unit`), each of whole segments, about equal lines."""
+    groups = split_segments(program, parts)
+    if len(groups) == 1:
+        return [translation_unit(program)]
+    return [_unit(program, g, f"// ember codegen-cpp: part {j + 1} of {len(groups)}, "
+                              f"{sum(len(s.kernels) for s in g)} kernels") for j, g in enumerate(groups)]
+
+
+def unit_lines(program: Program) -> int:
+    """The lines of the kernels (all variants), which is what a build spends its time on."""
+    return sum(_lines(program, s) for s in program.segments)
+
+
+def _lines(program: Program, seg: Segment) -> int:
+    texts = [t for k in seg.kernels for t in ([v for _, v in program.variants.get(k.name, ())] or [k.text])]
+    return sum(t.count("\n") + 1 for t in texts)
+
+
+def split_segments(program: Program, parts: int) -> list[list[Segment]]:
+    """The segments in at most `parts` contiguous groups of about equal lines: a segment goes to the share of the
+    lines its middle line falls in."""
+    segments = program.segments
+    weights = [_lines(program, s) for s in segments]
+    total = sum(weights) or 1
+    groups: dict[int, list[Segment]] = {}
+    done = 0
+    for seg, w in zip(segments, weights):
+        groups.setdefault(min(parts - 1, int((done + w / 2) * parts / total)), []).append(seg)
+        done += w
+    return list(groups.values())
+
+
+def _unit(program: Program, segments: list[Segment], header: str) -> str:
+    """A unit of `segments`: prelude, their kernels, the segments, the kernels' entry points."""
     layout = program.layout
-    kernels = program.kernels
-    out = [f"// ember codegen-cpp: {len(kernels)} kernels", prelude()]
+    kernels = [k for s in segments for k in s.kernels]
+    out = [header, prelude()]
     syms = [layout.sym_local[s] for s in layout.symbols]
     for k in kernels:
         variants = program.variants.get(k.name)
@@ -49,7 +93,7 @@ def translation_unit(program: Program) -> str:
         out += [text + "\n" for _, text in variants]
         args = [layout.local[r] for r in k.roots] + syms
         out += dispatch_source(k.name, len(variants), root_params(program, k.roots, k.writes), args)
-    for seg in program.segments:
+    for seg in segments:
         params = ", ".join(segment_params(program, seg)) or "void"
         out.append(f'extern "C" __attribute__((visibility("default"))) int {seg.name}({params}) {{')
         out.append("  int e;")

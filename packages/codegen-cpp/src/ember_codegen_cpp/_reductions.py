@@ -5,6 +5,12 @@ sum/prod/max/min/any/all keep one value per lane. argmax/argmin keep (value, fir
 preferring NaN, then the larger (smaller) value, then the smaller index, as torch. Welford keeps (mean, m2) per
 lane with one count shared by all lanes, so the update multiplies by 1/count once per set of lanes instead of
 dividing in every lane; the scalar tail keeps its own (mean, m2, count). Lanes merge by Chan's formula.
+
+A kernel without i-dims (`x.sum()`, a loss) splits each loop's outermost r-dim into at most `CHUNKS` chunks of a
+parallel loop; each chunk runs the accumulators above and leaves its merged result in `Partials`, which combine
+after the loop in a fixed order: pairwise (sums), or in chunk order (Welford by Chan's formula, argmax/argmin
+keeping the first index). The chunks
+depend on the sizes only, never on the threads, so the result is the same however many threads run them.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from ._cpp_rules import CTYPE, FLOATS, highest, literal, lowest
 
 LANES = 32  # lanes of a reduction accumulator: 2 AVX-512 vectors of float, enough to hide add latency
 FOLD = 32 * LANES  # elements of the r-dim between two folds of a float32 sum's lanes into its cascade
+CHUNKS = 64  # most chunks of a whole-tensor reduction: enough to balance 2-16 threads, a fixed order to combine
+CHUNK_MIN = FOLD  # fewest elements per chunk (a chunk's lanes cost about a hundred operations to set up and merge)
 
 
 def welford_count(loop: int) -> str:
@@ -189,3 +197,51 @@ def combine(op: Op, dtype: str, acc: str, v: str) -> str:
 
 _MERGE_KINDS = frozenset({Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ANY,
                           Op.REDUCE_ALL, Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN, Op.REDUCE_WELFORD})
+
+
+class Partials:
+    """One reduce instruction's merged result per chunk of a kernel without i-dims (`decl()` before the parallel
+    loop, `save(chunk)` in it after the accumulator's merge), then `combine(count)`: the instruction's outputs from
+    the partials, in a fixed order (chunk order, or a fixed pairwise tree)."""
+
+    def __init__(self, acc: Accumulator):
+        self.acc, self.i = acc, acc.i
+        self.name = f"ember_c_{acc.i.out}"
+
+    def _fields(self) -> list[tuple[str, str, str]]:
+        """(array suffix, C type, the chunk's value after its merge) of each partial."""
+        a, i, t = self.acc.acc, self.i, CTYPE[self.i.dtype]
+        if self.acc.welford:
+            return [("m", t, f"{a}bm"), ("s", t, f"{a}bs"), ("n", t, f"{a}bn")]
+        if self.acc.arg:
+            return [("v", CTYPE[self.acc.src], f"{a}bv"), ("i", "int64_t", f"{a}bi")]
+        return [("", t, i.out)]
+
+    def decl(self) -> list[str]:
+        return [f"{t} {self.name}{s}[{CHUNKS}];" for s, t, _ in self._fields()]
+
+    def save(self, chunk: str) -> list[str]:
+        return [f"{self.name}{s}[{chunk}] = {v};" for s, _, v in self._fields()]
+
+    def combine(self, count: str) -> list[str]:
+        c, i, t = self.name, self.i, CTYPE[self.i.dtype]
+        each = f"for (int64_t ember_c = 1; ember_c < {count}; ++ember_c)"
+        r = f"ember_r_{i.out}"
+        if self.acc.welford:
+            mean, m2 = i.outs
+            return [f"{t} {r}m = {c}m[0], {r}s = {c}s[0], {r}n = {c}n[0];",
+                    f"{each} ember_welford_merge({r}m, {r}s, {r}n, {c}m[ember_c], {c}s[ember_c], {c}n[ember_c]);",
+                    f"const {t} {mean} = {r}n == 0 ? {literal(float('nan'), i.dtype)} : {r}m;",
+                    f"const {t} {m2} = {r}s;"]
+        if self.acc.arg:
+            return [f"{CTYPE[self.acc.src]} {r}v = {c}v[0]; int64_t {r}i = {c}i[0];",
+                    f"{each} ember_{self.acc.arg}_merge({r}v, {r}i, {c}v[ember_c], {c}i[ember_c]);",
+                    f"const {t} {i.out} = ({t})({r}i < 0 ? 0 : {r}i);"]
+        # Pairwise over all CHUNKS (the unused ones hold the identity), as the lanes: a float32 sum of 10^7 then
+        # rounds in 6 steps, not a chain of 63 additions into the largest value.
+        pair = combine(i.op, i.dtype, f"{c}[ember_c]", f"{c}[ember_c + ember_h]")
+        return [f"for (int64_t ember_c = {count}; ember_c < {CHUNKS}; ++ember_c) {c}[ember_c] = "
+                f"{_identity(i.op, i.dtype)};",
+                f"for (int ember_h = {CHUNKS // 2}; ember_h > 0; ember_h /= 2) "
+                f"for (int ember_c = 0; ember_c < ember_h; ++ember_c) {c}[ember_c] = {pair};",
+                f"const {t} {i.out} = {c}[0];"]
