@@ -2,7 +2,8 @@
 
 timm image models and transformers language models with random weights (nothing is downloaded), plus three of
 benchmarks/models.py's workloads and a pointwise chain of transcendental ops. Each model is measured for inference
-(eval mode, no_grad) and for a training step (train mode with dropout off, forward, loss = mean of the squared
+(eval mode, parameters that do not require grad, no_grad: deployed inference; ember freezes such a model by
+default, Inductor's freezing is opt-in and stays off) and for a training step (train mode with dropout off, forward, loss = mean of the squared
 output, backward; gradients set to None first, as an optimizer's zero_grad does).
 
 Each (model, inference or training, threads) is measured in `--processes` fresh processes with fresh compile
@@ -173,6 +174,7 @@ def variants(model: Model, training: bool) -> dict[str, Variant]:
     fn, args, kwargs = model.build()
     if isinstance(fn, nn.Module):
         fn.train(training)
+        fn.requires_grad_(training)
     elif training:
         args = tuple(a.requires_grad_() if a.is_floating_point() else a for a in args)
     made = {"eager": Variant(fn, args, kwargs, training)}
