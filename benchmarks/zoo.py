@@ -3,8 +3,9 @@
 timm image models and transformers language models with random weights (nothing is downloaded), plus three of
 benchmarks/models.py's workloads and a pointwise chain of transcendental ops. Each model is measured for inference
 (eval mode, parameters that do not require grad, no_grad: deployed inference; ember freezes such a model by
-default, Inductor's freezing is opt-in and stays off) and for a training step (train mode with dropout off, forward, loss = mean of the squared
-output, backward; gradients set to None first, as an optimizer's zero_grad does).
+default, Inductor's freezing is opt-in and stays off) and for a training step (train mode with dropout off,
+forward, loss = mean of the squared output, backward; gradients set to None first, as an optimizer's zero_grad
+does).
 
 Each (model, inference or training, threads) is measured in `--processes` fresh processes with fresh compile
 caches (benchmarks/_harness.py, shared with cpu.py). In a process the three variants take turns inside every
