@@ -37,6 +37,7 @@ if "--child" in sys.argv:  # the caches live where the parent says: set before t
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_FOLDER, "inductor")
 
 import torch  # noqa: E402
+from _harness import write_section  # noqa: E402
 from models import Block, GeluMLP, SmallCNN, mlp_train_step_model  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -183,19 +184,6 @@ def main() -> None:
     print(text)
     if args.write:
         write_section(Path(__file__).with_name("README.md"), "## Warm start", text)
-
-
-def write_section(path: Path, heading: str, body: str) -> None:
-    """Replace (or append) the section under `heading`, leaving the other sections alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(f"\n{heading}\n")
-    section = f"\n{heading}\n\n{body}\n"
-    if start == -1:
-        text = text.rstrip("\n") + "\n" + section
-    else:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end:] if end != -1 else "")
-    path.write_text(text)
 
 
 if __name__ == "__main__":

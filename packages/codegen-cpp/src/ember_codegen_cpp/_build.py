@@ -88,7 +88,7 @@ def cpu_tag() -> str:
 
 def wide_vectors() -> bool:
     """Does this CPU have vectors wider than 256 bits (AVX-512), so that preferring 256 is a variant worth trying?"""
-    return any(line.startswith("flags") and " avx512f" in line for line in _cpu_lines().splitlines())
+    return 16 in vector_lanes()
 
 
 @cache

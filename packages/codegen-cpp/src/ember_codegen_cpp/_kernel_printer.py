@@ -212,7 +212,7 @@ class KernelPrinter:
         self.lane_ops += vector.lane_ops
         return [
             f"  const int64_t ember_nc = ({n} + {chunk - 1}) / {chunk};",
-            f"  const int64_t ember_np = {count_of(outer, 'ember_nc')};",
+            f"  const int64_t ember_np = {' * '.join([f'n_{d.var}' for d in outer] + ['ember_nc'])};",
             *self._parallel_head("ember_np", f"({' * '.join(f'n_{d.var}' for d in dims)})"),
             *self._decompose(outer, "ember_p / ember_nc"),
             f"    const int64_t ember_lo = (ember_p % ember_nc) * {chunk};",
@@ -566,11 +566,6 @@ class KernelPrinter:
             value = f"ember_store_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
         line = f"{ptr}[{flat}] = {value};"
         return [f"if ({self.ref(i.srcs[1])}) {line}" if len(i.srcs) > 1 else line]
-
-
-def count_of(outer: list, chunks: str) -> str:
-    """The parallel loop's trip count: the outer dims' sizes times the chunks of the last."""
-    return " * ".join([f"n_{d.var}" for d in outer] + [chunks])
 
 
 def _outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:
