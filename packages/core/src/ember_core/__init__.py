@@ -35,7 +35,7 @@ from ._grad_rules import grad_rules
 from ._interpreter import Interpreter, interpret
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
 from ._op_set import decompositions, is_random
-from ._ops import resolve_op
+from ._ops import resolve_op, returns_new_storage
 from ._options import OptionSpec
 from ._parser import load_text, parse_graph, text_constants
 from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
@@ -92,8 +92,8 @@ __all__ = [
     "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "has_effect",
     "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
     "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "private_cache_dir",
-    "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_sequence", "save",
-    "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_new_storage",
+    "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
     # functionalization that keeps effectful ops as nodes (see has_effect)
     "EffectfulFunctionalMode",
     # stage contracts: event payloads, the dump writer, the interpreter codegen

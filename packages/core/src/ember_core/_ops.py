@@ -59,6 +59,21 @@ def resolve_op(name: str) -> Callable:
     return found
 
 
+@functools.cache
+def returns_new_storage(name: str) -> bool:
+    """Does the op give every result storage of its own: its schema says no result aliases an argument, and it
+    writes none? (Functionalization counts on the same promise.) False for symbolic-size functions and names
+    this torch does not know."""
+    try:
+        op = resolve_op(name)
+    except GraphError:
+        return False
+    schema = getattr(op, "_schema", None)
+    if schema is None or schema.is_mutable:
+        return False
+    return all(r.alias_info is None for r in schema.returns)
+
+
 def op_name(target: Any) -> str:
     """The schema name of an FX call target; `GraphError` for targets outside the schema's op set."""
     if isinstance(target, torch._ops.OpOverload):

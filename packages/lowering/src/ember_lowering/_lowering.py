@@ -37,7 +37,7 @@ from ember_core import (
 from ._context import LoweringContext, TensorRef
 from ._decisions import Decision
 from ._errors import LoweringError, Unsupported
-from ._graph_rewrites import fold_scatter_adds
+from ._graph_rewrites import rewrite_graph
 from ._indexing import sym, to_expr
 from ._loop_ir import KERNEL_DTYPES, NAN, Buffer, Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
@@ -109,7 +109,7 @@ def bind_args(node: Node) -> dict[str, Any]:
 
 def lower_graph(graph: Graph) -> KernelPlan:
     """The unfused plan: one kernel per lowered op (views are index arithmetic), externs for the rest."""
-    graph = fold_scatter_adds(graph)
+    graph = rewrite_graph(graph)
     ctx = LoweringContext(graph)
     device = graph_device(graph)
     for inp in graph.inputs:

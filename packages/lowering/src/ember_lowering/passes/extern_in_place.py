@@ -15,10 +15,7 @@ The rewrite needs `x`'s storage to be the plan's own and unshared:
 
 from __future__ import annotations
 
-import functools
-
-import torch
-from ember_core import Ref, resolve_op
+from ember_core import Ref, returns_new_storage
 
 from .._decisions import Note
 from .._fusion import step_reads, step_writes, view_roots
@@ -57,7 +54,7 @@ class ExternInPlace:
                 owned |= step_writes(step)
                 continue
             if step.op not in IN_PLACE:
-                if _returns_fresh(step.op):
+                if returns_new_storage(step.op):
                     owned.update(o for o in step.outs if o != "_")
                 continue
             self_ = step.args[0] if step.args else None
@@ -77,14 +74,3 @@ class ExternInPlace:
             note("reused", "dead-self", (out, x.name), f"{IN_PLACE[step.op]} writes {out} into {x.name} (dead after)")
         return plan.replace(steps=tuple(steps))
 
-
-@functools.cache
-def _returns_fresh(op: str) -> bool:
-    """Does the ATen op return new storage: no result aliases an argument, and it mutates none?"""
-    try:
-        schema = resolve_op(op)._schema
-    except Exception:  # a symbolic-size op, or one this torch lacks: assume nothing
-        return False
-    if not isinstance(schema, torch._C.FunctionSchema) or schema.is_mutable:
-        return False
-    return all(r.alias_info is None for r in schema.returns)

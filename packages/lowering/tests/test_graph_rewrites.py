@@ -1,0 +1,34 @@
+"""Graph rewrites before lowering: a clone nothing else needs is dropped; results stay the graph's."""
+
+import torch
+from ember_lowering._graph_rewrites import drop_dead_clones
+from lowering_checks import check, trace
+
+X, W = torch.randn(6, 8), torch.randn(8, 5)
+
+
+def clones(graph) -> int:
+    return sum(n.op == "aten.clone.default" for n in graph.nodes)
+
+
+def test_a_clone_of_a_value_read_by_nothing_else_is_dropped():
+    fn = lambda x, w: torch.nn.functional.dropout(torch.relu(x @ w).exp(), 0.5, training=False) @ w.t()  # noqa: E731
+    graph = trace(lambda x, w: (x @ w).clone() @ w.t(), X, W)
+    assert clones(graph) == 1 and clones(drop_dead_clones(graph)) == 0
+    check(lambda x, w: (x @ w).clone() @ w.t(), X, W)
+    check(fn, X, W)
+
+
+def test_clones_that_are_observable_are_kept():
+    cases = {
+        "of an input": lambda x, w: x.clone(),
+        "of a value read again": lambda x, w: (lambda m: (m.clone() @ w.t(), m.sum()))(x @ w),
+        "changing the layout": lambda x, w: (x @ w).t().clone(memory_format=torch.contiguous_format) @ x,
+        "of a view": lambda x, w: (x @ w).t().clone() @ x,
+        "returned": lambda x, w: (x @ w).clone(),
+    }
+    for what, fn in cases.items():
+        graph = trace(fn, X, W)
+        assert clones(graph) >= 1, what
+        assert clones(drop_dead_clones(graph)) == clones(graph), what
+        check(fn, X, W)
