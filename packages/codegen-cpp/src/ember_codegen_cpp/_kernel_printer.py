@@ -308,7 +308,7 @@ class KernelPrinter:
         out = [pad + line for a in accs for line in a.init()]
         if any(a.cascade for a in accs):
             out.append(pad + f"int64_t ember_steps{k} = 0;")
-        welford = sorted({CTYPE[a.i.dtype]: a.i.dtype for a in accs if a.welford}.values())
+        welford = sorted({a.state for a in accs if a.welford})
         if welford:
             out.append(pad + f"int64_t {welford_count(k)} = 0;")
         rdims = self.k.reduce_dims
@@ -412,7 +412,7 @@ class KernelPrinter:
         self.loop_values = None
         pad = "  " * depth
         out = [pad + line for a in accs for line in a.init()]
-        welford = sorted({CTYPE[a.i.dtype]: a.i.dtype for a in accs if a.welford}.values())
+        welford = sorted({a.state for a in accs if a.welford})
         decls = [f"int64_t ember_steps{k} = 0;"] if any(a.cascade for a in accs) else []
         decls += [f"int64_t {welford_count(k)} = 0;"] if welford else []
         pad, inner = _open_block(out, pad, [(d, *self._span(d)) for d in serial], decls,

@@ -268,6 +268,7 @@ template <typename T> EMBER_INLINE void ember_welford_merge(T& mean, T& m2, T& n
 _VECTOR_TYPES = """
 typedef float ember_f32x$L __attribute__((vector_size(4 * $L)));
 typedef double ember_f64x$L __attribute__((vector_size(8 * $L)));
+typedef double ember_f64h$L __attribute__((vector_size(4 * $L)));  // L/2 doubles: one register
 typedef int64_t ember_i64x$L __attribute__((vector_size(8 * $L)));
 typedef int32_t ember_i32x$L __attribute__((vector_size(4 * $L)));
 typedef int16_t ember_i16x$L __attribute__((vector_size(2 * $L)));

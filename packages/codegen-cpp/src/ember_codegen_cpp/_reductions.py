@@ -4,7 +4,8 @@ lane loop, then merged into the instruction's result.
 sum/prod/max/min/any/all keep one value per lane. argmax/argmin keep (value, first index) per lane and merge
 preferring NaN, then the larger (smaller) value, then the smaller index, as torch. Welford keeps (mean, m2) per
 lane with one count shared by all lanes, so the update multiplies by 1/count once per set of lanes instead of
-dividing in every lane; the scalar tail keeps its own (mean, m2, count). Lanes merge by Chan's formula.
+dividing in every lane; the scalar tail keeps its own (mean, m2, count). Lanes merge by Chan's formula. Welford
+of float32 keeps all of that, and its chunks' partials, in double (`Accumulator.state`), as eager's CPU var does.
 
 A kernel without i-dims (`x.sum()`, a loss) splits each loop's outermost r-dim into at most `CHUNKS` chunks of a
 parallel loop; each chunk runs the accumulators above and leaves its merged result in `Partials`, which combine
@@ -69,6 +70,13 @@ class Accumulator:
         return self.i.op is Op.REDUCE_WELFORD
 
     @property
+    def state(self) -> str:
+        """The dtype the accumulator's lanes, merges and partials hold. Welford of float32 (and of float16 and
+        bfloat16, which reach it as float32) keeps double, as eager's CPU var does: each lane's m2 is a sum of up to
+        n/LANES squares, and in float32 a var of 10^7 values came out up to 10 ulp from float64's."""
+        return "float64" if self.welford and self.i.dtype == "float32" else self.i.dtype
+
+    @property
     def arg(self) -> str | None:
         return {Op.REDUCE_ARGMAX: "argmax", Op.REDUCE_ARGMIN: "argmin"}.get(self.i.op)
 
@@ -79,6 +87,7 @@ class Accumulator:
             return [f"{CTYPE[self.src]} {a}v[{n}]; int64_t {a}i[{n}];",
                     f"{each} {{ {a}v[ember_l] = 0; {a}i[ember_l] = -1; }}"]
         if self.welford:
+            t = CTYPE[self.state]
             return [f"{t} {a}m[{n}], {a}s[{n}]; {t} {a}tm = 0, {a}ts = 0, {a}tn = 0;",
                     f"{each} {{ {a}m[ember_l] = 0; {a}s[ember_l] = 0; }}"]
         if self.cascade:
@@ -91,21 +100,34 @@ class Accumulator:
         if self.arg:
             return [f"ember_{self.arg}_step({a}v[{lane}], {a}i[{lane}], {v}, (int64_t){args[1]});"]
         if self.welford:
-            t = CTYPE[self.i.dtype]
+            t = CTYPE[self.state]
             if tail:
-                return [f"{{ {a}tn += 1; const {t} ember_d = {v} - {a}tm; {a}tm += ember_d / {a}tn; "
-                        f"{a}ts += ember_d * ({v} - {a}tm); }}"]
-            return [f"{{ const {t} ember_d = {v} - {a}m[{lane}]; {a}m[{lane}] += ember_d * "
-                    f"{inverse_count(self.loop, self.i.dtype)}; {a}s[{lane}] += ember_d * ({v} - {a}m[{lane}]); }}"]
+                return [f"{{ const {t} ember_x = {v}; {a}tn += 1; const {t} ember_d = ember_x - {a}tm; "
+                        f"{a}tm += ember_d / {a}tn; {a}ts += ember_d * (ember_x - {a}tm); }}"]
+            return [f"{{ const {t} ember_x = {v}, ember_d = ember_x - {a}m[{lane}]; {a}m[{lane}] += ember_d * "
+                    f"{inverse_count(self.loop, self.state)}; {a}s[{lane}] += ember_d * (ember_x - {a}m[{lane}]); }}"]
         cur = f"{a}[{lane}]"
         return [f"{cur} = {combine(self.i.op, self.i.dtype, cur, v)};"]
 
     def vector_update(self, v: str, at: str, vt: str) -> list[str] | None:
-        """`update` for the lanes `at`.. of the accumulator at once, `v` a vector of type `vt`; None where only the
-        lane-by-lane update exists (argmax/argmin, any/all)."""
+        """`update` for the lanes `at`.. of the accumulator at once, `v` a vector of type `vt` (the lanes of
+        `state`); None where only the lane-by-lane update exists (argmax/argmin, any/all)."""
         a, op = self.acc, self.i.op
         if self.welford:
-            inv = inverse_count(self.loop, self.i.dtype)
+            inv = inverse_count(self.loop, self.state)
+            if self.state == "float64":
+                # A double vector of L lanes spans two registers, and gcc spills its product with a scalar to the
+                # stack (5x slower): the update runs on its halves (`ember_f64hL`, L/2 doubles, one register).
+                half, n = vt.replace("_f64x", "_f64h"), int(vt.removeprefix("ember_f64x")) // 2
+                ptr = [f"double* ember_p{f} = {a}{f} + {at} + {n} * ember_h;" for f in "ms"]
+                return ["{", f"  const {vt} ember_x = {v};",
+                        f"  {half} ember_xh[2]; __builtin_memcpy(ember_xh, &ember_x, sizeof ember_x);",
+                        "  for (int ember_h = 0; ember_h < 2; ++ember_h) {", "    " + " ".join(ptr),
+                        f"    const {half} ember_y = ember_xh[ember_h], ember_m = ember_vload<{half}>(ember_pm);",
+                        f"    const {half} ember_d = ember_y - ember_m, ember_m2 = ember_m + ember_d * {inv};",
+                        "    ember_vstore(ember_pm, ember_m2);",
+                        f"    ember_vstore(ember_ps, ember_vload<{half}>(ember_ps) + ember_d * (ember_y - ember_m2));",
+                        "  }", "}"]
             return ["{", f"  const {vt} ember_m = ember_vload<{vt}>({a}m + {at}), ember_d = {v} - ember_m;",
                     f"  const {vt} ember_m2 = ember_m + ember_d * {inv};",
                     f"  ember_vstore({a}m + {at}, ember_m2);",
@@ -130,7 +152,7 @@ class Accumulator:
                     f"{each} ember_{self.arg}_merge({a}bv, {a}bi, {a}v[ember_l], {a}i[ember_l]);",
                     f"const {t} {i.out} = ({t})({a}bi < 0 ? 0 : {a}bi);"]
         if self.welford:
-            mean, m2 = i.outs
+            mean, m2, out, t = *i.outs, t, CTYPE[self.state]
             # Every lane saw n values: the mean of the lane means, and m2 by the parallel axis theorem.
             n, all_ = f"({t}){welford_count(self.loop)}", f"for (int ember_l = 0; ember_l < {self.lanes}; ++ember_l)"
             return [f"{t} {a}bm = 0, {a}bs = 0, {a}dv = 0;",
@@ -141,8 +163,8 @@ class Accumulator:
                     f"{a}bs += {a}dv * {n};",
                     f"{t} {a}bn = {n} * ({t}){self.lanes};",
                     f"ember_welford_merge({a}bm, {a}bs, {a}bn, {a}tm, {a}ts, {a}tn);",
-                    f"const {t} {mean} = {a}bn == 0 ? {literal(float('nan'), i.dtype)} : {a}bm;",
-                    f"const {t} {m2} = {a}bs;"]
+                    f"const {out} {mean} = {a}bn == 0 ? {literal(float('nan'), i.dtype)} : ({out}){a}bm;",
+                    f"const {out} {m2} = ({out}){a}bs;"]
         # Pairwise over the lanes: log2(LANES) vector steps rather than a chain of LANES - 1 scalar ones.
         lanes = f"for (int ember_l = 0; ember_l < {self.lanes}; ++ember_l)"
         total = [f"{lanes} {a}[ember_l] = {self._total('ember_l')};"] if self.cascade else []
@@ -160,7 +182,9 @@ class Accumulator:
             return [(i.out, f"({CTYPE[i.dtype]})({a}i[{j}] < 0 ? 0 : {a}i[{j}])")]
         if self.welford:
             nan = literal(float("nan"), i.dtype)
-            return [(i.outs[0], f"{welford_count(self.loop)} == 0 ? {nan} : {a}m[{j}]"), (i.outs[1], f"{a}s[{j}]")]
+            t = CTYPE[i.dtype]
+            return [(i.outs[0], f"{welford_count(self.loop)} == 0 ? {nan} : ({t}){a}m[{j}]"),
+                    (i.outs[1], f"({t}){a}s[{j}]")]
         return [(i.out, self._total(j))]
 
 
@@ -212,7 +236,8 @@ class Partials:
         """(array suffix, C type, the chunk's value after its merge) of each partial."""
         a, i, t = self.acc.acc, self.i, CTYPE[self.i.dtype]
         if self.acc.welford:
-            return [("m", t, f"{a}bm"), ("s", t, f"{a}bs"), ("n", t, f"{a}bn")]
+            w = CTYPE[self.acc.state]
+            return [("m", w, f"{a}bm"), ("s", w, f"{a}bs"), ("n", w, f"{a}bn")]
         if self.acc.arg:
             return [("v", CTYPE[self.acc.src], f"{a}bv"), ("i", "int64_t", f"{a}bi")]
         return [("", t, i.out)]
@@ -228,11 +253,11 @@ class Partials:
         each = f"for (int64_t ember_c = 1; ember_c < {count}; ++ember_c)"
         r = f"ember_r_{i.out}"
         if self.acc.welford:
-            mean, m2 = i.outs
-            return [f"{t} {r}m = {c}m[0], {r}s = {c}s[0], {r}n = {c}n[0];",
+            mean, m2, w = *i.outs, CTYPE[self.acc.state]
+            return [f"{w} {r}m = {c}m[0], {r}s = {c}s[0], {r}n = {c}n[0];",
                     f"{each} ember_welford_merge({r}m, {r}s, {r}n, {c}m[ember_c], {c}s[ember_c], {c}n[ember_c]);",
-                    f"const {t} {mean} = {r}n == 0 ? {literal(float('nan'), i.dtype)} : {r}m;",
-                    f"const {t} {m2} = {r}s;"]
+                    f"const {t} {mean} = {r}n == 0 ? {literal(float('nan'), i.dtype)} : ({t}){r}m;",
+                    f"const {t} {m2} = ({t}){r}s;"]
         if self.acc.arg:
             return [f"{CTYPE[self.acc.src]} {r}v = {c}v[0]; int64_t {r}i = {c}i[0];",
                     f"{each} ember_{self.acc.arg}_merge({r}v, {r}i, {c}v[ember_c], {c}i[ember_c]);",

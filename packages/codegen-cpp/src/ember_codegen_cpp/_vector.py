@@ -141,7 +141,10 @@ class VectorBody:
             src = self.p.dtypes[i.srcs[0]]
             if _VALUE[src] != _VALUE[i.dtype] or i.dtype not in _ACCUMULATES:
                 return None
-            return acc.vector_update(self.ref(i.srcs[0]), "ember_j", self.vtype(i.dtype))
+            value, state = self.ref(i.srcs[0]), self.vtype(acc.state)
+            if acc.state != i.dtype:  # lanes held wider than the values (float32 Welford in double)
+                value = f"__builtin_convertvector({value}, {state})"
+            return acc.vector_update(value, "ember_j", state)
         if len(i.outs) != 1:
             return None
         src = [self.p.dtypes[s] for s in i.srcs]
