@@ -221,3 +221,15 @@ def test_pow_by_the_exponents_torch_special_cases_matches_eager_and_calls_no_pow
     assert not any(call in t for t in texts for call in ("powf(", "ember_vpow("))
     n = torch.arange(-20, 20)
     check(lambda n: (n.pow(1), n.pow(2), n.pow(3)), n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
+def test_a_cat_reads_whole_vectors_and_goes_lane_by_lane_only_where_an_input_ends(dtype):
+    """Each vector step of a cat tests its mask: all lanes in one input is one vector read. The edges (200, 213)
+    fall inside a vector; 64-bit data and the int64 index compare half a vector at a time."""
+    parts = [torch.arange(n * 3, dtype=torch.float64).reshape(3, n).to(dtype) - n for n in (200, 13, 67)]
+    fn = lambda a, b, c: (torch.cat([a, b, c], 1), torch.stack([a[:, :13], b], 1))  # noqa: E731
+    check(fn, *parts)
+    plan = lower(trace(fn, *parts), emit_event=False)
+    text = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k0").print().text
+    assert "ember_vall(" in text and "ember_vcmp_wide<" in text

@@ -59,3 +59,16 @@ def test_rename_buffers_in_kernels_and_externs():
     e = Extern(("y",), "aten.cat.default", ((Ref("x"), Ref("w")),), {"out": Ref("x")})
     renamed = rename_buffers(e, {"x": "z", "y": "q"})
     assert renamed.args == ((Ref("z"), Ref("w")),) and renamed.kwargs == {"out": Ref("z")} and renamed.outs == ("q",)
+
+
+def test_float32_constants_that_round_alike_are_one_and_what_they_feed_is_computed_once():
+    def body(dtype):
+        const = lambda out, v: Instr(Op.CONST, (out,), dtype, (), value=v)  # noqa: E731
+        return (load("x", "x", I0, dtype=dtype), const("a", 0.7071067811865476), const("b", 0.7071067811865475),
+                Instr(Op.MUL, ("p",), dtype, ("x", "a")), Instr(Op.MUL, ("q",), dtype, ("x", "b")),
+                Instr(Op.ERF, ("e",), dtype, ("p",)), Instr(Op.ERF, ("f",), dtype, ("q",)),
+                Instr(Op.ADD, ("s",), dtype, ("e", "f")), Instr(Op.STORE, (), "", ("s",), "y", (I0,)))
+
+    erfs = lambda k: sum(i.op is Op.ERF for i in k.body)  # noqa: E731
+    assert erfs(canonicalize(Kernel("k", (), body("float32")))) == 1
+    assert erfs(canonicalize(Kernel("k", (), body("float64")))) == 2  # distinct in float64

@@ -299,8 +299,78 @@ template <typename V> EMBER_INLINE V ember_viota() {  // 0, 1, 2, ... in the lan
   for (unsigned l = 0; l < sizeof(V) / sizeof(v[0]); ++l) v[l] = l;
   return v;
 }
+// 64-bit lanes span two registers, and gcc compares such vectors (or selects by a mask converted to their width)
+// one scalar lane at a time: 16 int64 compares of a cat's index cost 30x a float32 compare. So the mask work on them
+// runs half a vector (one register) at a time.
+template <int... I> struct ember_seq {};
+template <int N, int... I> struct ember_count : ember_count<N - 1, N - 1, I...> {};
+template <int... I> struct ember_count<0, I...> { typedef ember_seq<I...> type; };
+template <typename V> struct ember_halves {
+  typedef __typeof__(((V*)0)[0][0]) T;
+  typedef T H __attribute__((vector_size(sizeof(V) / 2)));
+  enum { N = sizeof(V) / sizeof(T) / 2 };
+};
+// lanes OFF.. of v, and a ++ b: register moves (gcc's shufflevector), not trips through memory
+template <int OFF, typename V, int... I> EMBER_INLINE auto ember_take(V v, ember_seq<I...>) {
+  return __builtin_shufflevector(v, v, (OFF + I)...);
+}
+template <typename H, int... I> EMBER_INLINE auto ember_cat(H a, H b, ember_seq<I...>) {
+  return __builtin_shufflevector(a, b, I...);
+}
+template <typename V> EMBER_INLINE void ember_split(const V& v, typename ember_halves<V>::H* h) {
+  typedef typename ember_count<ember_halves<V>::N>::type S;
+  h[0] = ember_take<0>(v, S());
+  h[1] = ember_take<ember_halves<V>::N>(v, S());
+}
+template <typename V> EMBER_INLINE V ember_join(const typename ember_halves<V>::H* h) {
+  return ember_cat(h[0], h[1], typename ember_count<2 * ember_halves<V>::N>::type());
+}
+// Are a mask's lanes (-1 or 0) all set / all clear? Folded half on half (vector ANDs/ORs, one lane read at the end):
+// a loop over the lanes would read each lane out of the register.
+template <typename M> EMBER_INLINE bool ember_vall(M m) {
+  if constexpr (sizeof(M) > sizeof(m[0])) {
+    typename ember_halves<M>::H h[2];
+    ember_split(m, h);
+    return ember_vall(h[0] & h[1]);
+  } else {
+    return m[0] != 0;
+  }
+}
+template <typename M> EMBER_INLINE bool ember_vnone(M m) {
+  if constexpr (sizeof(M) > sizeof(m[0])) {
+    typename ember_halves<M>::H h[2];
+    ember_split(m, h);
+    return ember_vnone(h[0] | h[1]);
+  } else {
+    return m[0] == 0;
+  }
+}
 template <typename M, typename V> EMBER_INLINE V ember_vsel(M m, V a, V b) {
-  return __builtin_convertvector(m, __typeof__(a < b)) ? a : b;
+  if constexpr (sizeof(V) == 2 * sizeof(M) && sizeof(a[0]) == 8) {
+    typename ember_halves<V>::H x[2], y[2], r[2];
+    typename ember_halves<M>::H n[2];
+    ember_split(a, x), ember_split(b, y), ember_split(m, n);
+    for (int h = 0; h < 2; ++h) r[h] = __builtin_convertvector(n[h], __typeof__(x[h] < y[h])) ? x[h] : y[h];
+    return ember_join<V>(r);
+  } else {
+    return __builtin_convertvector(m, __typeof__(a < b)) ? a : b;
+  }
+}
+// a comparison of 64-bit lanes as an int32 mask M; OP: 0 ==, 1 !=, 2 <, 3 <=, 4 >, 5 >=
+template <int OP, typename M, typename V> EMBER_INLINE M ember_vcmp_wide(V a, V b) {
+  typename ember_halves<V>::H x[2], y[2];
+  typename ember_halves<M>::H m[2];
+  typedef typename ember_halves<M>::H MH;
+  ember_split(a, x), ember_split(b, y);
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (OP == 0) m[h] = __builtin_convertvector(x[h] == y[h], MH);
+    else if constexpr (OP == 1) m[h] = __builtin_convertvector(x[h] != y[h], MH);
+    else if constexpr (OP == 2) m[h] = __builtin_convertvector(x[h] < y[h], MH);
+    else if constexpr (OP == 3) m[h] = __builtin_convertvector(x[h] <= y[h], MH);
+    else if constexpr (OP == 4) m[h] = __builtin_convertvector(x[h] > y[h], MH);
+    else m[h] = __builtin_convertvector(x[h] >= y[h], MH);
+  }
+  return ember_join<M>(m);
 }
 // max/min: NaN wins, as the scalar ember_max.
 template <typename V> EMBER_INLINE V ember_vmax(V a, V b) { return ((a > b) | (a != a)) ? a : b; }

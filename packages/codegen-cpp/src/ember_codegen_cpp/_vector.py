@@ -6,11 +6,15 @@ fill no whole vector run through the scalar loop as before. An instruction is pr
 
 - as a vector expression (`(t3_v * t4_v)`, `ember_vexpf(t3_v)`, a libmvec call, a select);
 - a load or store: one unaligned vector move where the address steps by one element with the loop var, a scalar
-  load put in every lane where it does not move;
+  load put in every lane where it does not move; a masked load (a `cat`, a `slice_scatter`, padding) one vector
+  move or the fill value where the mask holds in all lanes or in none, lane by lane only where it changes;
 - lane by lane where there is no vector form (integer division, gathers through an index read from memory,
-  masked loads): the scalar printer's own lines in a loop over the lanes, between reading the operands' lanes and
-  writing the results' (consecutive such instructions share one loop). The kernel is still explicit vector code;
-  `VectorBody.lane_ops` names these for the vectorization report.
+  the step of a masked load where its mask changes): the scalar printer's own lines in a loop over the lanes,
+  between reading the operands' lanes and writing the results' (consecutive such instructions share one loop). The
+  kernel is still explicit vector code; `VectorBody.lane_ops` names these for the vectorization report.
+
+64-bit values span two registers a vector; their compares and selects run half a vector at a time
+(`ember_vcmp_wide`, `ember_vsel`), which gcc would otherwise turn into one scalar compare per lane.
 
 Values computed the same way in vector lanes and in the scalar tail agree bit for bit (`ember_vexpf` is the scalar
 `ember_expf` over lanes); libm functions use libmvec's variant in lanes and glibc's scalar function in the tail, both
@@ -41,6 +45,8 @@ _NARROW = {"i16", "i8", "u8", "u16"}
 _ACCUMULATES = {"float32", "float64", "int64", "int32"}  # accumulator dtypes updated as vectors (others by lanes)
 _ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
 _CMP = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+_CMP_CODE = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}  # ember_vcmp_wide's OP
+_SIGNED = {"float32": "int32", "float64": "int64", "float16": "int32", "bfloat16": "int32"}  # same-width ints
 _BOOL = {Op.AND: "&", Op.OR: "|", Op.XOR: "^", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^",
          Op.ADD: "|", Op.MUL: "&", Op.SUB: "^", Op.MAXIMUM: "|", Op.MINIMUM: "&", Op.NE: "^"}
 _ROUNDING = {Op.FLOOR: "ember_vfloor", Op.CEIL: "ember_vceil", Op.ROUND: "ember_vrint", Op.TRUNC: "ember_vtrunc"}
@@ -172,11 +178,16 @@ class VectorBody:
         return [f"const {self.vtype(i.dtype)} {i.out}_v = {self._cast(value, 'int64', i.dtype)};"]
 
     def _mask(self, expr: str, dtype: str) -> str:
-        """A comparison of `dtype` lanes as the int32 mask bools are held in."""
-        kind = _VALUE[dtype]
-        if kind in _WIDE or kind in _NARROW:
+        """A comparison of `dtype` lanes (narrower than 64 bits) as the int32 mask bools are held in."""
+        if _VALUE[dtype] in _NARROW:
             return f"__builtin_convertvector({expr}, ember_i32x{self.lanes})"
         return expr
+
+    def _compare(self, a: str, op: str, b: str, dtype: str) -> str:
+        """`a op b` over `dtype` lanes as an int32 mask; 64-bit lanes half a vector at a time (`ember_vcmp_wide`)."""
+        if _VALUE[dtype] in _WIDE:
+            return f"ember_vcmp_wide<{_CMP_CODE[op]}, ember_i32x{self.lanes}>({a}, {b})"
+        return self._mask(f"({a} {op} {b})", dtype)
 
     def _expression(self, op: Op, a: list[str], src: list[str], dtype: str) -> str | None:
         kind = src[0] if src else dtype
@@ -187,7 +198,7 @@ class VectorBody:
         if op in _CMP:
             if kind == "bool":
                 return f"({a[0]} {_CMP[op]} {a[1]})" if op in (Op.EQ, Op.NE) else None
-            return self._mask(f"({a[0]} {_CMP[op]} {a[1]})", kind)
+            return self._compare(a[0], _CMP[op], a[1], kind)
         if kind == "bool":
             if op is Op.NOT or op is Op.BITNOT:
                 return f"(~{a[0]})"
@@ -208,9 +219,10 @@ class VectorBody:
             Op.RECIPROCAL: f"({one} / {a[0]})", Op.SQRT: f"ember_vsqrt({a[0]})",
             Op.RSQRT: f"({one} / ember_vsqrt({a[0]}))", Op.MAXIMUM: f"ember_vmax({a[0]}, {a[-1]})",
             Op.MINIMUM: f"ember_vmin({a[0]}, {a[-1]})", Op.COPYSIGN: f"ember_vcopysign({a[0]}, {a[-1]})",
-            Op.ISNAN: self._mask(f"({a[0]} != {a[0]})", kind),
-            Op.ISINF: self._mask(f"(ember_vabs({a[0]}) == {literal(float('inf'), kind)})", kind),
-            Op.SIGNBIT: self._mask(f"((ember_{'i32' if f32 else 'i64'}x{self.lanes}){a[0]} < 0)", kind),
+            Op.ISNAN: self._compare(a[0], "!=", a[0], kind),
+            Op.ISINF: self._compare(f"ember_vabs({a[0]})", "==", self._splat(float("inf"), kind), kind),
+            Op.SIGNBIT: self._compare(f"(({self.vtype(_SIGNED[kind])}){a[0]})", "<", self._splat(0, _SIGNED[kind]),
+                                      _SIGNED[kind]),
         }
         if op in simple:
             return simple[op]
@@ -243,12 +255,15 @@ class VectorBody:
             return f"ember_vmin({a[0]}, {a[1]})"
         return None
 
+    def _splat(self, value: float, dtype: str) -> str:
+        return f"ember_vsplat<{self.vtype(dtype)}>({literal(value, dtype)})"
+
     def _cast(self, a: str, src: str, dst: str) -> str | None:
         """`cast` of `_cpp_rules` over lanes."""
         if src == dst or (src in ("float16", "bfloat16") and dst == "float32"):
             return a
         if dst == "bool":
-            return a if src == "bool" else self._mask(f"({a} != 0)", src)
+            return a if src == "bool" else self._compare(a, "!=", self._splat(0, src), src)
         value = f"({a} & 1)" if src == "bool" else a
         if dst in ("float16", "bfloat16"):
             f32 = value if src in ("float32", "float16", "bfloat16") else \
@@ -279,15 +294,29 @@ class VectorBody:
         return 1
 
     def _load(self, i: Instr) -> list[str] | None:
-        if i.srcs:  # masked: lanes that must not read
-            return None
         step = self._step(i)
         if step is None:
             return None
-        dtype = self.p.layout.buffers[i.buffer].dtype
         t = self.vtype(i.dtype)
+        if i.srcs:  # masked: one vector read where the mask holds in every lane, lane by lane where it varies
+            raw = self._contiguous_load(i) if step == 1 else None
+            if raw is None:
+                return None
+            mask, other = self.ref(i.srcs[0]), literal(i.value if i.value is not None else 0, i.dtype)
+            kept = len(self.lane_ops)
+            decl, *lanes = self._lanewise([i])
+            del self.lane_ops[kept:]  # only the vectors that straddle the mask's edge take this way
+            return [decl, f"if (ember_vall({mask})) {i.out}_v = {raw};",
+                    f"else if (ember_vnone({mask})) {i.out}_v = ember_vsplat<{t}>({other});",
+                    "else {", *("  " + x for x in lanes), "}"]
         if step == 0:
             return [*self.p._instr(i, None), f"const {t} {i.out}_v = ember_vsplat<{t}>({i.out});"]
+        raw = self._contiguous_load(i)
+        return None if raw is None else [f"const {t} {i.out}_v = {raw};"]
+
+    def _contiguous_load(self, i: Instr) -> str | None:
+        """The vector of `i`'s lanes read from consecutive elements, converted to its dtype's lanes."""
+        dtype = self.p.layout.buffers[i.buffer].dtype
         if dtype != i.dtype and not (dtype in ("float16", "bfloat16") and i.dtype in FLOATS - {"float64"}):
             return None
         raw = f"ember_vload<{self.vtype(dtype, memory=True)}>({self._address(i)})"
@@ -297,7 +326,7 @@ class VectorBody:
             raw = f"ember_vload_f16({raw})"
         elif dtype == "bool":
             raw = self._mask(f"({raw} != 0)", "uint8")
-        return [f"const {t} {i.out}_v = {raw};"]
+        return raw
 
     def _store(self, i: Instr) -> list[str] | None:
         if len(i.srcs) > 1 or self._step(i) != 1:

@@ -6,6 +6,8 @@ named t0, t1, ... in order of definition (index expressions that use them are re
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Callable, Iterable, Mapping
 
 import sympy
@@ -103,7 +105,15 @@ def _invariant(i: Instr, inner: set[str], reduce_vars: set[str], stored: set[str
 
 
 def _cse_key(i: Instr) -> tuple:
-    return (i.op, i.dtype, i.srcs, i.buffer, i.index, type(i.value).__name__, repr(i.value), len(i.outs))
+    value = i.value
+    if i.op is Op.CONST and i.dtype in _F32_HELD and isinstance(value, float):
+        # kernels hold these in float32: two Python floats that round to one float32 (1/sqrt(2) from GELU's
+        # forward and from its backward) are one constant, and what they feed is computed once
+        value = struct.unpack("f", struct.pack("f", value))[0] if math.isfinite(value) else value
+    return (i.op, i.dtype, i.srcs, i.buffer, i.index, type(value).__name__, repr(value), len(i.outs))
+
+
+_F32_HELD = ("float32", "float16", "bfloat16")
 
 
 def cse(body: Iterable[Stmt]) -> tuple[Stmt, ...]:
