@@ -105,6 +105,8 @@ class KernelPrinter:
         self.dtypes: dict[str, str] = {}
         self.names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
         self.ssa_nonneg: set[str] = set()
+        # x / c by a constant stays a division: x * (1/c) can differ by an ulp from eager's x / c (hardswish's / 6)
+        self.constants = {i.out for i in kernel.instrs() if i.op is Op.CONST}
         loop_vars = {d.var for d in kernel.dims}
         self.expr = ExprPrinter(self.names, lambda n: 0 if n in loop_vars or n in self.ssa_nonneg else
                                 layout.lowers.get(n))
@@ -501,7 +503,7 @@ class KernelPrinter:
         src = [self.dtypes[s] for s in i.srcs]
         a = [self.ref(x) for x in i.srcs]
         if op is Op.DIV and src[0] in FLOATS and self.loop_values is not None and i.srcs[1] not in self.loop_values \
-                and not self.block:
+                and i.srcs[1] not in self.constants and not self.block:
             rcp = f"ember_rcp_{i.srcs[1]}"  # loop-invariant divisor: one division per loop, not per element
             one = "1.0" if src[1] == "float64" else "1.0f"
             self.loop_head[rcp] = f"const {t} {rcp} = {one} / {a[1]};"
