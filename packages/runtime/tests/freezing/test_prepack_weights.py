@@ -124,3 +124,20 @@ def test_ops_below_the_size_limit_stay_aten():
     result = freeze(traced(f, *args, params=(1, 2)), args)
     assert result.counts["prepacked_weights"] == 0
     assert "aten.convolution.default" in ops(result.graph)
+
+
+def test_a_convolution_left_to_aten_after_a_packed_one_stays_channels_last(monkeypatch):
+    """A depthwise convolution below the size limit reads the packed one's channels-last result; ATen writes
+    channels-last from it, and the graph says so (it declared NCHW, and each call copied the result back)."""
+    monkeypatch.setattr(prepack, "MIN_MACS", {**prepack.MIN_MACS, prepack.CONVOLUTION: 50_000})
+
+    def f(x, w1, w2):
+        y = torch.relu(F.conv2d(x, w1, padding=1))
+        return F.conv2d(y, w2, padding=1, groups=8).sigmoid() + 1
+
+    args = [torch.randn(2, 8, 12, 12), torch.randn(8, 8, 3, 3), torch.randn(8, 1, 3, 3)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    strides = {n.op: result.graph.values[n.outputs[0]].stride for n in result.graph.nodes}
+    assert result.counts["prepacked_weights"] == 1 and "aten.convolution.default" in strides
+    assert strides["aten.convolution.default"] == (1152, 1, 96, 8)
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)

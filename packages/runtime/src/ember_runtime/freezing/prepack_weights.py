@@ -114,8 +114,9 @@ def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ..
     return tuple(out.stride())
 
 
-# Ops whose result takes its input's layout in eager (besides pointwise ops), and lowering's or ATen's alike
-LAYOUT_FOLLOWERS = ("aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default")
+# Ops whose result takes its input's layout in eager (besides pointwise ops), and lowering's or ATen's alike; a
+# convolution left to ATen (a depthwise one, below MIN_MACS) writes channels-last from channels-last input too
+LAYOUT_FOLLOWERS = ("aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default", CONVOLUTION)
 
 
 def _follows_layout(node: Node) -> bool:
