@@ -19,6 +19,13 @@ def test_a_clone_of_a_value_read_by_nothing_else_is_dropped():
     check(fn, X, W)
 
 
+def test_a_clone_of_a_dropped_clone_reads_the_original():
+    fn = lambda x, w: (x @ w).clone().clone() @ w.t()  # noqa: E731
+    graph = trace(fn, X, W)
+    assert clones(graph) == 2 and clones(drop_dead_clones(graph)) == 0
+    check(fn, X, W)
+
+
 def test_clones_that_are_observable_are_kept():
     cases = {
         "of an input": lambda x, w: x.clone(),

@@ -122,27 +122,22 @@ class Accumulator:
         """`update` for the lanes `at`.. of the accumulator at once, `v` a vector of type `vt` (the lanes of
         `state`); None where only the lane-by-lane update exists (argmax/argmin, any/all)."""
         a, op = self.acc, self.i.op
-        if self.welford and self.shifted:
-            return self._shifted_update(v, at, vt)
         if self.welford:
+            if not vt.startswith("ember_f64x"):  # Welford's lanes are double (`state`); anything else: lane by lane
+                return None
+            if self.shifted:
+                first = f"{welford_count(self.loop)} == 1"
+                return self._by_halves(v, vt, at, "msk", [
+                    f"if ({first}) ember_vstore(ember_pk, ember_y);",
+                    "const HALF ember_d = ember_y - ember_vload<HALF>(ember_pk);",
+                    "ember_vstore(ember_pm, ember_vload<HALF>(ember_pm) + ember_d);",
+                    "ember_vstore(ember_ps, ember_vload<HALF>(ember_ps) + ember_d * ember_d);"])
             inv = inverse_count(self.loop, self.state)
-            if self.state == "float64":
-                # A double vector of L lanes spans two registers, and gcc spills its product with a scalar to the
-                # stack (5x slower): the update runs on its halves (`ember_f64hL`, L/2 doubles, one register).
-                half, n = vt.replace("_f64x", "_f64h"), int(vt.removeprefix("ember_f64x")) // 2
-                ptr = [f"double* ember_p{f} = {a}{f} + {at} + {n} * ember_h;" for f in "ms"]
-                return ["{", f"  const {vt} ember_x = {v};",
-                        f"  {half} ember_xh[2]; __builtin_memcpy(ember_xh, &ember_x, sizeof ember_x);",
-                        "  for (int ember_h = 0; ember_h < 2; ++ember_h) {", "    " + " ".join(ptr),
-                        f"    const {half} ember_y = ember_xh[ember_h], ember_m = ember_vload<{half}>(ember_pm);",
-                        f"    const {half} ember_d = ember_y - ember_m, ember_m2 = ember_m + ember_d * {inv};",
-                        "    ember_vstore(ember_pm, ember_m2);",
-                        f"    ember_vstore(ember_ps, ember_vload<{half}>(ember_ps) + ember_d * (ember_y - ember_m2));",
-                        "  }", "}"]
-            return ["{", f"  const {vt} ember_m = ember_vload<{vt}>({a}m + {at}), ember_d = {v} - ember_m;",
-                    f"  const {vt} ember_m2 = ember_m + ember_d * {inv};",
-                    f"  ember_vstore({a}m + {at}, ember_m2);",
-                    f"  ember_vstore({a}s + {at}, ember_vload<{vt}>({a}s + {at}) + ember_d * ({v} - ember_m2));", "}"]
+            return self._by_halves(v, vt, at, "ms", [
+                "const HALF ember_m = ember_vload<HALF>(ember_pm);",
+                f"const HALF ember_d = ember_y - ember_m, ember_m2 = ember_m + ember_d * {inv};",
+                "ember_vstore(ember_pm, ember_m2);",
+                "ember_vstore(ember_ps, ember_vload<HALF>(ember_ps) + ember_d * (ember_y - ember_m2));"])
         if op not in (Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN):
             return None
         cur = f"ember_vload<{vt}>({a} + {at})"
@@ -155,28 +150,23 @@ class Accumulator:
             new = f"(({vt})(({u}){cur} {'+' if op is Op.REDUCE_SUM else '*'} ({u}){v}))"
         return [f"ember_vstore({a} + {at}, {new});"]
 
-    def _shifted_update(self, v: str, at: str, vt: str) -> list[str]:
-        """Shifted sums for lanes `at`..: each lane adds x - k and (x - k)^2, k being the lane's first value (taken in
-        the first step). Two operations a value and no division, where Welford's update is a chain of four through
-        the running mean: a float32 layer norm spent 1.8 of its 3.1 ms there. The shift keeps the sum of squares
-        from cancelling (it is about twice the lane's m2), and double holds both exactly enough for float32 data."""
-        a, first = self.acc, f"{welford_count(self.loop)} == 1"
-        if self.state == "float64" and vt.startswith("ember_f64x"):
-            # one register at a time: gcc spills double vectors of two registers (see the Welford update)
-            half, n = vt.replace("_f64x", "_f64h"), int(vt.removeprefix("ember_f64x")) // 2
-            ptr = [f"double* ember_p{f} = {a}{f} + {at} + {n} * ember_h;" for f in "msk"]
-            return ["{", f"  const {vt} ember_x = {v};",
-                    f"  {half} ember_xh[2]; __builtin_memcpy(ember_xh, &ember_x, sizeof ember_x);",
-                    "  for (int ember_h = 0; ember_h < 2; ++ember_h) {", "    " + " ".join(ptr),
-                    f"    if ({first}) ember_vstore(ember_pk, ember_xh[ember_h]);",
-                    f"    const {half} ember_d = ember_xh[ember_h] - ember_vload<{half}>(ember_pk);",
-                    f"    ember_vstore(ember_pm, ember_vload<{half}>(ember_pm) + ember_d);",
-                    f"    ember_vstore(ember_ps, ember_vload<{half}>(ember_ps) + ember_d * ember_d);",
-                    "  }", "}"]
-        return ["{", f"  if ({first}) ember_vstore({a}k + {at}, {v});",
-                f"  const {vt} ember_d = {v} - ember_vload<{vt}>({a}k + {at});",
-                f"  ember_vstore({a}m + {at}, ember_vload<{vt}>({a}m + {at}) + ember_d);",
-                f"  ember_vstore({a}s + {at}, ember_vload<{vt}>({a}s + {at}) + ember_d * ember_d);", "}"]
+    def _by_halves(self, v: str, vt: str, at: str, fields: str, body: list[str]) -> list[str]:
+        """A Welford update of lanes `at`.. by the double vector `v`, run on its halves (`ember_f64hL`, one register
+        each: gcc spills a product of a two-register double vector with a scalar to the stack, 5x slower). `body`
+        sees the half `ember_y` and `ember_p<f>`, the half's place in array `<f>` for each of `fields`; HALF in
+        it is the half's type.
+
+        Row lanes (`shifted`) keep shifted sums: x - k and (x - k)^2, k the lane's first value (taken in the first
+        step). Two operations a value and no division, where Welford's update is a chain of four through the
+        running mean (the moments loop of a float32 layer norm took about 1.1 of the kernel's 3.1 ms). The shift
+        keeps the sum of squares from cancelling (it is about twice the lane's m2)."""
+        half, n = vt.replace("_f64x", "_f64h"), int(vt.removeprefix("ember_f64x")) // 2
+        ptr = " ".join(f"double* ember_p{f} = {self.acc}{f} + {at} + {n} * ember_h;" for f in fields)
+        return ["{", f"  const {vt} ember_x = {v};",
+                f"  {half} ember_xh[2]; __builtin_memcpy(ember_xh, &ember_x, sizeof ember_x);",
+                "  for (int ember_h = 0; ember_h < 2; ++ember_h) {", f"    {ptr}",
+                f"    const {half} ember_y = ember_xh[ember_h];",
+                *("    " + line.replace("HALF", half) for line in body), "  }", "}"]
 
     def shifted_to_welford(self) -> list[str]:
         """Each lane's (mean, m2) from its shifted sums, before the lanes merge: mean = k + p/n, m2 = q - p^2/n."""

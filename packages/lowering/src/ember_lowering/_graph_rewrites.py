@@ -97,7 +97,7 @@ def drop_dead_clones(graph: Graph) -> Graph:
                 or vx.base is not None or not returns_new_storage(made_by.op)
                 or (vx.shape, vx.stride, vx.dtype) != (vy.shape, vy.stride, vy.dtype)):
             continue
-        renamed[y] = x
+        renamed[y] = renamed.get(x, x)  # a clone of a dropped clone reads what that one read
         log.debug("drop %s = clone(%s): nothing else reads %s", y, x, x)
     if not renamed:
         return graph
