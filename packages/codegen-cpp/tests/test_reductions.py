@@ -165,14 +165,16 @@ def test_whole_tensor_reductions_over_several_r_dims_and_views():
     check(lambda x: (x.sum(), x.amax(), x.argmax()), ints)
 
 
-def test_row_moments_of_data_far_from_zero_are_accurate():
-    """A row's Welford runs as sums shifted by each lane's first value: data at 1e6 with unit spread (a plain sum of
-    squares would cancel 1e12-fold, past what double holds) still gives float64's variance, and data at 1e4 its
-    layer norm up to the float32 rounding of the mean."""
+@pytest.mark.parametrize("n", [3000, 20000], ids=["split", "welford"])
+def test_row_moments_of_data_far_from_zero_are_accurate(n):
+    """Rows of up to 16K elements split into two sums (lowering's split-moments: the corrected two-pass
+    algorithm), longer ones run Welford as sums shifted by each lane's first value. Either way data at 1e6 with
+    unit spread (a plain sum of squares would cancel 1e12-fold, past what double holds) gives float64's variance,
+    and data at 1e4 its layer norm up to the float32 rounding of the mean."""
     torch.manual_seed(0)
-    far = 1e6 + torch.randn(64, 3000)
+    far = 1e6 + torch.randn(16, n)
     var = compile_fn(lambda x: (x.var(1),), far)([far])[0]
     torch.testing.assert_close(var, far.double().var(1).float(), rtol=1e-5, atol=0)
-    x = 1e4 + torch.randn(64, 3000)
-    ln = compile_fn(lambda x: (torch.nn.functional.layer_norm(x, (3000,)),), x)([x])[0]
-    torch.testing.assert_close(ln, torch.nn.functional.layer_norm(x.double(), (3000,)).float(), rtol=0, atol=2e-3)
+    x = 1e4 + torch.randn(16, n)
+    ln = compile_fn(lambda x: (torch.nn.functional.layer_norm(x, (n,)),), x)([x])[0]
+    torch.testing.assert_close(ln, torch.nn.functional.layer_norm(x.double(), (n,)).float(), rtol=0, atol=2e-3)

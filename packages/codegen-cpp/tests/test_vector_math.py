@@ -75,3 +75,17 @@ def test_kernels_of_pointwise_functions_are_explicit_vectors():
         compile_fn(lambda t: ((t.sin() * t.cos() + t.exp()).tanh(), (t > 0).float() + t.floor()), x)([x])
     simd = [s for e in events.events if e.kind == "kernels_generated" for s in e.data["simd"].values()]
     assert simd and all(s == f"explicit {vector_lanes()[0]} lanes" for s in simd), simd
+
+
+def test_a_value_put_in_every_lane_keeps_minus_zero_and_nan():
+    """A row's value used by every element of the row (its max, here) is one value copied into all lanes: -0.0
+    must stay -0.0 (copysign reads its sign) and NaN stay NaN."""
+    x = torch.tensor([[-0.0] * 40, [float("nan")] * 40, [0.0] * 40, [-3.0] * 40])
+    ones = torch.ones(4, 40)
+
+    def fn(x, y):
+        return (torch.copysign(y, x.amax(1, keepdim=True)),)
+
+    got = compile_fn(fn, x, ones)([x, ones])[0]
+    torch.testing.assert_close(got, fn(x, ones)[0], equal_nan=True)
+    assert torch.equal(torch.signbit(got), torch.signbit(fn(x, ones)[0]))

@@ -21,7 +21,7 @@ def test_sum_mean_amax_amin_over_any_dims(dims, keepdim):
 @pytest.mark.parametrize("dims", DIMS, ids=str)
 def test_var_and_std_use_welford(dims):
     plan = check(lambda x: (x.var(dims), x.std(dims, keepdim=True), torch.var_mean(x, dims, correction=0),
-                            torch.std_mean(x, dims)), X3)
+                            torch.std_mean(x, dims)), X3, passes=())  # as lowered: split-moments may split them
     assert any(i.op is Op.REDUCE_WELFORD for k in plan.kernels for i in k.instrs())
 
 

@@ -85,8 +85,8 @@ def test_decisions_are_logged_with_reasons(caplog):
 
 def test_passes_are_stamped_and_kernels_named_by_kind_and_shape():
     plan = lower(trace(lambda x: (x.exp(), x.sum(1), x.t().sin()), X), emit_event=False)
-    assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "coalesce-dims", "stash-values",
-                           "extern-in-place", "plan-buffers")
+    assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "coalesce-dims", "split-moments",
+                           "stash-values", "extern-in-place", "plan-buffers")
     assert sorted(k.name for k in plan.kernels) == ["pointwise_32x8", "reduce_8x32"]
 
 

@@ -289,10 +289,11 @@ template <typename V, typename T> EMBER_INLINE V ember_vload(const T* p) {
   return v;
 }
 template <typename T, typename V> EMBER_INLINE void ember_vstore(T* p, V v) { __builtin_memcpy(p, &v, sizeof v); }
+// s in every lane. As scalar minus a zero vector (exact for every value, -0 and NaN included; gcc folds it to one
+// broadcast): a store into each lane became a chain of 16 masked broadcasts where the value was not constant.
 template <typename V, typename S> EMBER_INLINE V ember_vsplat(S s) {
-  V v;
-  for (unsigned l = 0; l < sizeof(V) / sizeof(v[0]); ++l) v[l] = s;
-  return v;
+  typedef __typeof__(((V*)0)[0][0]) T;
+  return (T)s - (V){};
 }
 template <typename V> EMBER_INLINE V ember_viota() {  // 0, 1, 2, ... in the lanes
   V v;

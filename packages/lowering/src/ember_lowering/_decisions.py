@@ -21,6 +21,7 @@ VERDICTS = frozenset({
     "stashed",  # a value is kept per row for a later loop (stash-values)
     "recomputed",  # a value is computed again where it is needed
     "reused",  # a buffer takes a dead buffer's storage (plan-buffers)
+    "split",  # one reduction became two passes over its row (split-moments)
 })
 
 
