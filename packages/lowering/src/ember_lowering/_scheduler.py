@@ -42,8 +42,8 @@ def default_passes() -> tuple[Pass, ...]:
     from .passes.split_moments import SplitMoments
     from .passes.stash_values import StashValues
 
-    return (FuseInline(), FuseVertical(), FuseSiblings(), CoalesceDims(), SplitMoments(), StashValues(), ExternInPlace(),
-            PlanBuffers())
+    return (FuseInline(), FuseVertical(), FuseSiblings(), CoalesceDims(), SplitMoments(), StashValues(),
+            ExternInPlace(), PlanBuffers())
 
 
 def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: bool = False,

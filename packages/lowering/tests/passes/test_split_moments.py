@@ -6,7 +6,8 @@ from ember_lowering import Op, lower_graph, parse_plan, schedule
 from ember_lowering.passes.split_moments import SplitMoments
 from lowering_checks import before_after, check, run_passes, trace, verdicts
 
-HEAD = "# ember kernel plan 'g' on {device}\n# passes: lower\ndef g(x):\n  x: f32[4, {n}] input\n  y: f32[4, {n}] output\n"
+HEAD = ("# ember kernel plan 'g' on {device}\n# passes: lower\ndef g(x):\n  x: f32[4, {n}] input\n"
+        "  y: f32[4, {n}] output\n")
 NORM = """\
   kernel reduce_4x{n}[i0 < 4, r0 < {n}]:
     loop:
