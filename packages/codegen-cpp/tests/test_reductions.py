@@ -43,7 +43,8 @@ def test_long_rows_of_welford_and_argmax_with_tails():
 
 def test_float_sums_keep_lanes_in_registers_and_fold_outside_the_vector_loop():
     """A sum waits on its own additions with one vector of partials: lane arrays of two or more vectors, folded
-    into the cascade once per chunk (outside the vector loop) and merged pairwise. softmax's exp sum likewise."""
+    into the cascade once per chunk (outside the vector loop) and merged pairwise, half onto half in registers
+    (`ember_fold`). softmax's exp sum likewise."""
     rms = lambda x, w: (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,)  # noqa: E731
     x, w = torch.randn(6, 3000) * 3, torch.randn(3000)  # 3000 = 2 folds + a part chunk + a scalar tail of 24
     for source in (check(rms, x, w, mode="real", atol=1e-5, rtol=1e-5).source,
@@ -51,7 +52,14 @@ def test_float_sums_keep_lanes_in_registers_and_fold_outside_the_vector_loop():
         assert "ember_a_" in source and "reduction(+:" not in source
         lane_loop = source[source.index("for (; ember_rb < ember_ce"):source.index("++ember_steps")]
         assert "ember_vstore(ember_a_" in lane_loop and "_1[ember_l] +=" not in lane_loop  # no fold in the loop
-        assert "ember_h /= 2" in source  # pairwise merge
+        assert "ember_h /= 2" not in source and "ember_fold<32>" in source  # pairwise merge, as vectors
+
+
+def test_a_short_row_sums_without_the_cascade_and_folds_its_lanes_as_vectors():
+    x = torch.randn(6, 1000)  # at most FOLD elements a row: each lane adds up at most 32 values
+    source = check(lambda x: (x.sum(1), x.amax(1), x.amin(1), x.prod(1)), x, mode="real").source
+    assert "ember_steps" not in source and "ember_a_t1_1" not in source
+    assert source.count("ember_fold<32>") == 4
 
 
 def test_long_cheap_sums_cascade_across_many_folds():

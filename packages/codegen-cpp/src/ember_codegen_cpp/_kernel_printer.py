@@ -400,7 +400,9 @@ class KernelPrinter:
         *serial, last = self.k.reduce_dims
         self.loop_id += 1
         k = self.loop_id
-        accs = [Accumulator(i, self._src_dtype(i), k, shifted=True) for i in loop.body if i.op in REDUCTIONS]
+        sizes = [as_sympy(d.size) for d in self.k.reduce_dims]
+        row = int(sympy.Mul(*sizes)) if self.split is None and all(s.is_Integer for s in sizes) else None
+        accs = [Accumulator(i, self._src_dtype(i), k, shifted=True, row=row) for i in loop.body if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
         self.loop_values, self.loop_head = set(), {}
         # The tail's element r goes to lane r % LANES, as in the lane loop: a short row (n < LANES, every element

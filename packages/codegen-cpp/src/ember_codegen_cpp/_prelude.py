@@ -376,6 +376,22 @@ template <int OP, typename M, typename V> EMBER_INLINE M ember_vcmp_wide(V a, V 
 // max/min: NaN wins, as the scalar ember_max.
 template <typename V> EMBER_INLINE V ember_vmax(V a, V b) { return ((a > b) | (a != a)) ? a : b; }
 template <typename V> EMBER_INLINE V ember_vmin(V a, V b) { return ((a < b) | (a != a)) ? a : b; }
+// An accumulator's N lanes a[0..N) combined pairwise by f, half onto half (a[l] = f(a[l], a[l + N/2]) for l < N/2,
+// then N/4, ... 1), as vectors in registers: the same tree as a loop over halving spans, which gcc left as scalar
+// loads and stores through the stack, some hundred cycles at the end of each row.
+template <typename V, typename F> EMBER_INLINE auto ember_fold_halves(V v, F f) {
+  if constexpr (sizeof(V) == sizeof(v[0])) {
+    return v[0];
+  } else {
+    typename ember_halves<V>::H h[2];
+    ember_split(v, h);
+    return ember_fold_halves(f(h[0], h[1]), f);
+  }
+}
+template <int N, typename T, typename F> EMBER_INLINE T ember_fold(const T* a, F f) {
+  typedef T V __attribute__((vector_size(N * sizeof(T))));
+  return ember_fold_halves(ember_vload<V>(a), f);
+}
 """
 
 _VECTOR_HELPERS = r"""

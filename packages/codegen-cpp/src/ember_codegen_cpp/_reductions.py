@@ -41,8 +41,9 @@ def inverse_count(loop: int, dtype: str) -> str:
 class Accumulator:
     """The C++ of one reduce instruction: `init()` before the loop, `update(lane)` in it, `merge()` after."""
 
-    def __init__(self, instr: Instr, src_dtype: str, loop: int, lanes: int = LANES, shifted: bool = False):
-        self.i, self.src, self.loop, self.lanes = instr, src_dtype, loop, lanes
+    def __init__(self, instr: Instr, src_dtype: str, loop: int, lanes: int = LANES, shifted: bool = False,
+                 row: int | None = None):
+        self.i, self.src, self.loop, self.lanes, self.row = instr, src_dtype, loop, lanes, row
         # A row's Welford (not a block's, whose lanes are i-points) runs as shifted sums: see `shifted_sums`
         self.shifted = shifted and instr.op is Op.REDUCE_WELFORD
         self.acc = f"ember_a_{instr.out}"
@@ -52,8 +53,10 @@ class Accumulator:
     @property
     def cascade(self) -> bool:
         """float32 sums fold their lanes into two more levels, every `FOLD` elements and every 32 folds (cascade
-        summation: a lane's error grows with about 32 + 32 + n/32K additions, not n, as torch's cascade sum)."""
-        return self.i.op is Op.REDUCE_SUM and self.i.dtype == "float32"
+        summation: a lane's error grows with about 32 + 32 + n/32K additions, not n, as torch's cascade sum). A row
+        known to be at most `FOLD` long (`row`) needs none: each lane adds up at most FOLD / LANES values."""
+        short = self.row is not None and self.row <= FOLD
+        return self.i.op is Op.REDUCE_SUM and self.i.dtype == "float32" and not short
 
     def flush(self, counter: str) -> list[str]:
         """Lines to run after each chunk of `FOLD` elements (`counter` counts the chunks). They stay out of the
@@ -202,6 +205,9 @@ class Accumulator:
         # Pairwise over the lanes: log2(LANES) vector steps rather than a chain of LANES - 1 scalar ones.
         lanes = f"for (int ember_l = 0; ember_l < {self.lanes}; ++ember_l)"
         total = [f"{lanes} {a}[ember_l] = {self._total('ember_l')};"] if self.cascade else []
+        if i.dtype in FLOATS and i.op in _FOLD_LANES:
+            pair = f"[](auto ember_x, auto ember_y) {{ return {_FOLD_LANES[i.op]}; }}"
+            return [*total, f"const {t} {i.out} = ember_fold<{self.lanes}>({a}, {pair});"]
         half = f"for (int ember_h = {self.lanes // 2}; ember_h > 0; ember_h /= 2)"
         pair = combine(i.op, i.dtype, f"{a}[ember_l]", f"{a}[ember_l + ember_h]")
         return [*total,
@@ -252,6 +258,10 @@ def combine(op: Op, dtype: str, acc: str, v: str) -> str:
         return f"(bool)({acc} | ({v} != 0))"
     return f"(bool)({acc} & ({v} != 0))"
 
+
+# the pairwise step of `ember_fold` (vectors of lanes): as `combine`, for float lanes
+_FOLD_LANES = {Op.REDUCE_SUM: "ember_x + ember_y", Op.REDUCE_PROD: "ember_x * ember_y",
+               Op.REDUCE_MAX: "ember_vmax(ember_x, ember_y)", Op.REDUCE_MIN: "ember_vmin(ember_x, ember_y)"}
 
 _MERGE_KINDS = frozenset({Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ANY,
                           Op.REDUCE_ALL, Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN, Op.REDUCE_WELFORD})
