@@ -82,13 +82,17 @@ def _raw_writes(step: Step) -> set[str]:
     return {i.buffer for i in step.instrs() if i.op is Op.STORE}
 
 
-def step_reads(step: Step, roots: dict[str, str]) -> set[str]:
-    """Buffers a step reads, views resolved to the buffer whose storage they read."""
-    return {roots.get(n, n) for n in _memo("reads", step, _raw_reads)}
+def step_reads(step: Step, roots: dict[str, str]) -> frozenset[str]:
+    """Buffers a step reads, views resolved to the buffer whose storage they read. (Fusion asks this of every step
+    after each merge: the memoized set itself where no view is involved, not a copy.)"""
+    raw = _memo("reads", step, _raw_reads)
+    if roots.keys().isdisjoint(raw):
+        return raw
+    return frozenset(roots.get(n, n) for n in raw)
 
 
-def step_writes(step: Step) -> set[str]:
-    return set(_memo("writes", step, _raw_writes))
+def step_writes(step: Step) -> frozenset[str]:
+    return _memo("writes", step, _raw_writes)
 
 
 @dataclass

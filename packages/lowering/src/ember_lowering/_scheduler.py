@@ -112,13 +112,12 @@ def order_buffers(plan: KernelPlan) -> KernelPlan:
             rank.setdefault(o, len(rank))
     by_name = plan.buffer_map
     order = sorted(plan.buffers, key=lambda b: rank.get(b.name, len(rank)))
-    placed: list = []
+    placed: dict[str, object] = {}  # by name: a list's `in` compared whole Buffers, sympy fields and all (O(n^2))
     for b in order:  # a view or reuse comes after the buffer it names
-        if b.base is not None and b.base in by_name and by_name[b.base] not in placed:
-            placed.append(by_name[b.base])
-        if b not in placed:
-            placed.append(b)
-    return plan.replace(buffers=tuple(placed))
+        if b.base is not None and b.base in by_name:
+            placed.setdefault(b.base, by_name[b.base])
+        placed.setdefault(b.name, b)
+    return plan.replace(buffers=tuple(placed.values()))
 
 
 def drop_unused_buffers(plan: KernelPlan) -> KernelPlan:
