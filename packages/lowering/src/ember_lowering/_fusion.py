@@ -354,9 +354,10 @@ def forward_stores(kernel: Kernel) -> Kernel:
 # ---------------------------------------------------------------------------------------------- plan edits
 
 
-def remove_dead_stores(plan: KernelPlan) -> KernelPlan:
+def remove_dead_stores(plan: KernelPlan, lost: frozenset[str] | None = None) -> KernelPlan:
     """Drop stores to temps nothing reads (no later load, extern, view or output); then kernels that store
-    nothing."""
+    nothing. `lost`: the only buffers that may have lost their readers since the plan had no dead store (a
+    fusion's), so only kernels writing them are looked at; None: every kernel."""
     roots = view_roots(plan)
     read: set[str] = {roots.get(o, o) for o in plan.outputs if isinstance(o, str)}
     for step in plan.steps:
@@ -364,7 +365,8 @@ def remove_dead_stores(plan: KernelPlan) -> KernelPlan:
     kinds = {b.name: b.kind for b in plan.buffers}
     steps: list[Step] = []
     for step in plan.steps:
-        if isinstance(step, Kernel) and not all(_live(i, read, kinds) for i in step.instrs()):
+        suspect = lost is None or not lost.isdisjoint(step_writes(step))
+        if suspect and isinstance(step, Kernel) and not all(_live(i, read, kinds) for i in step.instrs()):
             body = tuple(Loop(tuple(i for i in s.body if _live(i, read, kinds))) if isinstance(s, Loop) else s
                          for s in step.body if not isinstance(s, Instr) or _live(s, read, kinds))
             step = canonicalize(step.replace(body=body))
@@ -379,10 +381,16 @@ def _live(i: Instr, read: set[str], kinds: dict[str, str]) -> bool:
 
 
 def replace_steps(plan: KernelPlan, drop: set[int], put: dict[int, Step]) -> KernelPlan:
-    """Put `put[k]` at index k, drop indices `drop`, re-sort by dependencies, drop dead stores."""
+    """Put `put[k]` at index k, drop indices `drop`, re-sort by dependencies, drop the stores that died (to buffers
+    that the replaced steps read and the new ones do not). Fusion calls this once per merge: it must not look
+    at every kernel's every instruction again (quadratic in a big training graph)."""
+    roots = view_roots(plan)
+    old = [plan.steps[k] for k in (*drop, *put)]
+    lost = frozenset().union(*(step_reads(s, roots) for s in old)).difference(
+        *(step_reads(s, roots) for s in put.values()))
     steps = [put.get(k, s) for k, s in enumerate(plan.steps) if k not in drop]
-    plan = plan.replace(steps=toposort(steps, view_roots(plan)))
-    return remove_dead_stores(plan)
+    plan = plan.replace(steps=toposort(steps, roots))
+    return remove_dead_stores(plan, lost)
 
 
 def describe(step: Step) -> str:
