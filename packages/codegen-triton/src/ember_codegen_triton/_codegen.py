@@ -39,6 +39,9 @@ class TritonCodegen(PlanCodegen):
     device = "cuda"
     stage = "codegen-triton"
     language = "Triton"
+    # a row that fits a block computes its moments in two passes over registers already (`_accumulators.py`); a
+    # longer one loops, and a second pass would read it from memory again
+    skip_passes = frozenset({"split-moments"})
 
     def serves(self, device: str) -> bool:
         kind = torch.device(device).type

@@ -23,6 +23,7 @@ from ._loop_ir import KernelPlan
 from ._lowering import lower
 from ._parser import parse_plan
 from ._printer import format_plan
+from ._scheduler import default_passes
 from ._verify import verify_plan
 
 log = logging.getLogger("ember.cache")
@@ -31,15 +32,19 @@ FORMAT = "ember loop-IR text 1"
 PLANS: ResultCache[KernelPlan] = ResultCache("plans", "plan", "lowering", "kernel plan")
 
 
-def lower_cached(graph: Graph, *, cache: bool = True) -> KernelPlan:
-    """`lower(graph)` through the disk cache of plans (`cache=False`: lowered, nothing read or stored)."""
+def lower_cached(graph: Graph, *, cache: bool = True, skip: frozenset[str] = frozenset()) -> KernelPlan:
+    """`lower(graph)` through the disk cache of plans (`cache=False`: lowered, nothing read or stored), without the
+    default passes whose ids are in `skip` (a codegen's choice; part of the cache entry's facts)."""
+    def lowered() -> KernelPlan:
+        return lower(graph, passes=tuple(p for p in default_passes() if p.id not in skip)) if skip else lower(graph)
+
     if not cache:
-        return lower(graph)
-    facts = plan_facts(graph)
+        return lowered()
+    facts = plan_facts(graph) | ({"skip": ",".join(sorted(skip))} if skip else {})
     plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph))
     if plan is not None:
         return plan
-    plan = lower(graph)
+    plan = lowered()
     text = format_plan(plan)
     if parse_plan(text) == plan:
         PLANS.store(facts, graph, text)

@@ -41,12 +41,14 @@ GRAPHED_MODES = ("reduce-overhead", "max-autotune")
 
 class PlanCodegen:
     """The shared flow; `name` labels results, `device` is the device type plans must be for, `stage` names the
-    codegen in events (`codegen-cpp`) and `language` its kernels in messages (`C++`)."""
+    codegen in events (`codegen-cpp`) and `language` its kernels in messages (`C++`). `skip_passes`: ids of
+    lowering's default passes this codegen's plans go without (Triton keeps its own Welford: `split-moments`)."""
 
     name = "plan"
     device = "cpu"
     stage = "codegen"
     language = "native"
+    skip_passes: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ what a subclass provides
 
@@ -94,7 +96,7 @@ class PlanCodegen:
         """The compiled graph, and the binding its first call waits for (None when no kernel is built). The plan
         comes from lowering's disk cache of plans unless the `cache` option is off."""
         try:
-            plan = lower_cached(graph, cache=(options or {}).get("cache", True))
+            plan = lower_cached(graph, cache=(options or {}).get("cache", True), skip=self.skip_passes)
         except Exception as e:  # noqa: BLE001 - any lowering failure means: run the graph as it is
             return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}", "lowering"), None
         if not self.serves(plan.device):

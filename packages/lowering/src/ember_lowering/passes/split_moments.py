@@ -18,7 +18,7 @@ A Welford is split when its kernel has i-dims (a whole-tensor reduction keeps it
 all of the tensor), the r-dims are static with at most `max_elements` elements (a row that does not fit in the
 cache would be read twice from memory), and what computes its operand reads no buffer its loop writes (pass 1
 would read it before pass 2 writes it). Pass 1 computes only the operand; stores and other reductions stay in
-pass 2. The pass runs for the devices it is given (the CPU by default: Triton's codegen keeps its Welford).
+pass 2. A codegen may go without the pass (`PlanCodegen.skip_passes`): Triton's keeps its own Welford.
 """
 
 from __future__ import annotations
@@ -38,12 +38,10 @@ class SplitMoments:
     # reads what its loop writes
     reasons = frozenset({"short-row", "whole-tensor", "symbolic-rows", "row-too-long", "reads-written-buffer"})
 
-    def __init__(self, max_elements: int = MAX_ELEMENTS, devices: tuple[str, ...] = ("cpu",)):
-        self.max_elements, self.devices = max_elements, devices
+    def __init__(self, max_elements: int = MAX_ELEMENTS):
+        self.max_elements = max_elements
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
-        if plan.device.split(":")[0] not in self.devices:
-            return plan
         steps = tuple(self.split(s, note) if isinstance(s, Kernel) and _welfords(s) else s for s in plan.steps)
         return plan.replace(steps=steps)
 
