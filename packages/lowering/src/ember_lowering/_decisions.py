@@ -18,6 +18,7 @@ VERDICTS = frozenset({
     "fused",  # two steps became one (fuse-inline, fuse-vertical, fuse-siblings)
     "kept",  # left apart or as it is
     "merged",  # two dims became one (coalesce-dims)
+    "reordered",  # a kernel's dims nest in another order (order-dims)
     "stashed",  # a value is kept per row for a later loop (stash-values)
     "recomputed",  # a value is computed again where it is needed
     "reused",  # a buffer takes a dead buffer's storage (plan-buffers)

@@ -32,17 +32,18 @@ class Pass(Protocol):
 
 def default_passes() -> tuple[Pass, ...]:
     """Fusion first (it matches iteration spaces dim by dim), then the shape of each kernel's loops
-    (coalesce-dims, split-moments, stash-values), then storage (extern-in-place, plan-buffers)."""
+    (order-dims, coalesce-dims, split-moments, stash-values), then storage (extern-in-place, plan-buffers)."""
     from .passes.coalesce_dims import CoalesceDims
     from .passes.extern_in_place import ExternInPlace
     from .passes.fuse_inline import FuseInline
     from .passes.fuse_siblings import FuseSiblings
     from .passes.fuse_vertical import FuseVertical
+    from .passes.order_dims import OrderDims
     from .passes.plan_buffers import PlanBuffers
     from .passes.split_moments import SplitMoments
     from .passes.stash_values import StashValues
 
-    return (FuseInline(), FuseVertical(), FuseSiblings(), CoalesceDims(), SplitMoments(), StashValues(),
+    return (FuseInline(), FuseVertical(), FuseSiblings(), OrderDims(), CoalesceDims(), SplitMoments(), StashValues(),
             ExternInPlace(), PlanBuffers())
 
 

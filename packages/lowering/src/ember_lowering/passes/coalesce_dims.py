@@ -15,7 +15,7 @@ from __future__ import annotations
 import sympy
 
 from .._decisions import Note
-from .._indexing import sym
+from .._indexing import Ranges, flat_index, simplify, sym
 from .._loop_ir import Buffer, Dim, Kernel, KernelPlan, Op
 from .._rewrite import substitute_vars
 
@@ -58,12 +58,12 @@ def _pairs(kernel: Kernel) -> list[tuple[Dim, Dim]]:
 def _exprs(kernel: Kernel, buffers: dict[str, Buffer]) -> list[sympy.Expr]:
     """Every expression a dim var appears in: the element offset of each access, the value of each `index`."""
     out = []
+    ranges = Ranges({d.var: d.size for d in kernel.dims})  # folds a merged pair back: 3*floor(v/3) + Mod(v, 3) = v
     for i in kernel.instrs():
         if i.op in (Op.LOAD, Op.STORE):
-            stride = buffers[i.buffer].stride
-            out.append(sympy.expand(sum((e * s for e, s in zip(i.index, stride)), sympy.Integer(0))))
+            out.append(flat_index(i.index, buffers[i.buffer].stride, ranges=ranges))
         elif i.op is Op.INDEX:
-            out.append(sympy.expand(i.index[0]))
+            out.append(simplify(sympy.expand(i.index[0]), ranges))
     return out
 
 
