@@ -49,6 +49,30 @@ def test_linear_with_activation_is_one_onednn_call(act):
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("act", ["gelu", "silu"])
+def test_linear_on_3d_input_fuses_the_activation_after_the_view(act):
+    """`F.linear` on [B, T, D] is view(addmm(view(x))): the activation reads the view of the result."""
+    def f(x, w, b, w2):
+        return F.linear(ACTIVATIONS[act](F.linear(x, w, b)), w2)
+
+    args = [torch.randn(2, 3, 16), torch.randn(8, 16), torch.randn(8), torch.randn(4, 8)]
+    result = freeze(traced(f, *args, params=(1, 2, 3)), args)
+    assert [op for op in ops(result.graph) if "view" not in op] == ["mkldnn._linear_pointwise.default"] * 2
+    assert result.counts["fused_epilogues"] == 1
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_an_activation_after_a_view_read_elsewhere_stays():
+    def f(x, w):
+        y = F.linear(x, w)
+        return F.gelu(y), y
+
+    args = [torch.randn(2, 3, 16), torch.randn(8, 16)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    assert result.counts["fused_epilogues"] == 0
+    torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)
+
+
 def test_convolution_output_layout_is_onednns():
     def f(x, w):
         return F.conv2d(x, w).sum(1)

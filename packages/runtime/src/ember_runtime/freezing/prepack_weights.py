@@ -22,11 +22,11 @@ import math
 from typing import Any
 
 import torch
-from ember_core import Graph, GraphError, Node, Ref, graph_device, node_refs, resolve_op, to_dtype
+from ember_core import Graph, GraphError, Node, Ref, graph_device, node_refs, rename_reads, resolve_op, to_dtype
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._edit import add_constant, constant_of, fresh_name, output_names, readers
-from ._epilogues import match_epilogue
+from ._epilogues import Epilogue, match_epilogue
 
 PASS_ID = "prepack-weights"
 CONVOLUTION = "aten.convolution.default"
@@ -158,17 +158,42 @@ def follow_layouts(graph: Graph, changed: set[str]) -> Graph:
     return graph.replace(values=values)
 
 
-def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple) -> tuple[Node, tuple[int, ...]] | None:
-    """The fused node replacing node i, and the indices of the activation's nodes it absorbed."""
+VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+
+
+def _through_view(graph: Graph, y: str, read: dict, outputs: set[str]) -> tuple[str, Epilogue] | None:
+    """A linear layer on 3-d input is `view(addmm(view(x)))`: the activation reads the view of the result. When a
+    view alone reads `y` and an activation alone reads the view, the activation can run first (it is elementwise):
+    the view's result and the epilogue to fuse into `y`'s op."""
+    users = read.get(y, [])
+    if y in outputs or len(users) != 1:
+        return None
+    view = graph.nodes[users[0]]
+    if view.op not in VIEWS or not view.args or view.args[0] != Ref(y) or len(view.outputs) != 1:
+        return None
+    act = match_epilogue(graph, view.outputs[0], read, outputs)
+    return (view.outputs[0], act) if act is not None and act.final not in outputs else None
+
+
+def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple,
+             renames: dict[str, str]) -> tuple[Node, tuple[int, ...]] | None:
+    """The fused node replacing node i, and the indices of the activation's nodes it absorbed. An activation after
+    a view of the result (`_through_view`) is fused too; its readers then read the view (put in `renames`)."""
     taken, constants, values = state
     node = graph.nodes[i]
     is_conv = node.op == CONVOLUTION
     act = match_epilogue(graph, node.outputs[0], read, outputs)
+    through = None if act is not None or is_conv else _through_view(graph, node.outputs[0], read, outputs)
+    if through is not None:
+        act = through[1]
     args = (_conv_args if is_conv else _linear_args)(graph, node, taken, constants)
     if args is None:
         return None
     attr, scalars, algorithm = (act.attr, act.scalars, act.algorithm) if act else ("none", (), "")
     final = act.final if act else node.outputs[0]
+    if through is not None:
+        renames[act.final] = through[0]
+        final = node.outputs[0]
     op = CONV_POINTWISE if is_conv else LINEAR_POINTWISE
     args += [attr, scalars, algorithm or None] if is_conv else [attr, scalars, algorithm]
     values[final] = values[final].replace(stride=_layout(op, graph, args, constants))
@@ -185,10 +210,11 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
     state = (set(), constants, values)
     nodes: list[Node | None] = list(graph.nodes)
     packed = fused = 0
+    renames: dict[str, str] = {}
     for i, node in enumerate(graph.nodes):
         if node.op not in (CONVOLUTION, "aten.addmm.default", "aten.mm.default") or len(node.outputs) != 1:
             continue
-        done = _rewrite(graph.replace(constants=constants, values=values), i, read, outputs, state)
+        done = _rewrite(graph.replace(constants=constants, values=values), i, read, outputs, state, renames)
         if done is None:
             continue
         nodes[i], absorbed = done
@@ -196,7 +222,7 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
         fused += bool(absorbed)
         for j in absorbed:
             nodes[j] = None
-    kept = tuple(n for n in nodes if n is not None)
+    kept = tuple(rename_reads(n, renames) if renames else n for n in nodes if n is not None)
     relaid = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
     out = graph.replace(nodes=kept, constants=constants, values=values)
     return follow_layouts(out, relaid) if relaid else out, packed, fused
