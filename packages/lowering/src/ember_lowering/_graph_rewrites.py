@@ -91,10 +91,8 @@ def drop_dead_clones(graph: Graph) -> Graph:
         if node.op != "aten.clone.default" or not node.args or not isinstance(node.args[0], Ref):
             continue
         x, y = node.args[0].name, node.outputs[0]
-        made_by = producer.get(x)
         vx, vy = graph.values.get(x), graph.values.get(y)
-        if (made_by is None or uses[x] != 1 or y in outputs or x in outputs or vx is None or vy is None
-                or vx.base is not None or not returns_new_storage(made_by.op)
+        if (uses[x] != 1 or y in outputs or vx is None or vy is None or not _private(x, graph, producer, uses, outputs)
                 or (vx.shape, vx.stride, vx.dtype) != (vy.shape, vy.stride, vy.dtype)):
             continue
         renamed[y] = renamed.get(x, x)  # a clone of a dropped clone reads what that one read
@@ -103,3 +101,24 @@ def drop_dead_clones(graph: Graph) -> Graph:
         return graph
     nodes = tuple(rename_reads(n, renamed) for n in graph.nodes if n.outputs[0] not in renamed)
     return graph.replace(nodes=nodes)
+
+
+_RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
+
+
+def _private(x: str, graph: Graph, producer: dict[str, Node], uses: Counter, outputs: set[str]) -> bool:
+    """Is `x` storage of its own that nothing but its one reader sees: made by an op that returns new storage, or
+    a reshape of such a value read by that reshape alone (eval-mode dropout after a linear layer on 3-d input is
+    `clone(view(addmm))`), and no graph output on the way?"""
+    while x not in outputs:
+        made_by, value = producer.get(x), graph.values.get(x)
+        if made_by is None or value is None:
+            return False
+        if made_by.op not in _RESHAPES:
+            return value.base is None and returns_new_storage(made_by.op)
+        if not isinstance(made_by.args[0], Ref):
+            return False
+        x = made_by.args[0].name
+        if uses[x] != 1:
+            return False
+    return False
