@@ -192,3 +192,17 @@ def test_two_models_with_equal_weights_do_not_share_frozen_constants(frontend):
         torch.testing.assert_close(compiled_first(x), first(x), rtol=1e-4, atol=1e-4)
     torch._dynamo.reset()
     _run_frozen(second, x, frontend)
+
+
+@pytest.mark.skipif(not ONEDNN, reason="needs oneDNN")
+def test_a_flattened_channels_last_activation_runs_in_the_interpreter_codegen(frontend):
+    """The packed convolution writes channels-last; the flatten after it was traced as `view` on a contiguous
+    value, which ATen cannot do on the new layout. The interpreter codegen (every codegen's fallback) runs the
+    graph op by op in ATen, so the frozen graph must say `reshape` there."""
+    model = _inference(nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 10 * 10, 5)))
+    x = torch.randn(2, 3, 12, 12)
+    compiled = ember.compile(model, options={"frontend": frontend, "codegen.cpu": "interpreter"})
+    with torch.no_grad(), ember.record_events() as rec:
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    frozen = rec.kinds("graph_frozen")
+    assert frozen and any(n.op.startswith("mkldnn._convolution") for e in frozen for n in e.graph.nodes)

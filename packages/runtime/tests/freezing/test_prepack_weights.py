@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import pytest
@@ -140,27 +141,72 @@ def test_activations_after_the_convolution_stay_channels_last():
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
 
 
-def test_ops_below_the_size_limit_stay_aten():
-    def f(x, w1, w2):
-        return F.linear(torch.relu(F.conv2d(x, w1)).flatten(1), w2)
+@contextlib.contextmanager
+def threads(n: int):
+    """Freeze at `n` threads: which convolutions are worth packing depends on it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
-    args = [torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(5, 144)]
-    result = freeze(traced(f, *args, params=(1, 2)), args)
+
+def small_conv_and_linear(x, w1, w2):
+    return F.linear(torch.relu(F.conv2d(x, w1)).flatten(1), w2)
+
+
+SMALL_ARGS = [torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(5, 144)]
+
+
+def test_ops_below_the_size_limit_stay_aten_at_one_thread():
+    with threads(1):
+        result = freeze(traced(small_conv_and_linear, *SMALL_ARGS, params=(1, 2)), SMALL_ARGS)
     assert result.counts["prepacked_weights"] == 0
     assert "aten.convolution.default" in ops(result.graph)
 
 
+def test_small_convolutions_are_packed_from_two_threads_on_not_small_linear_layers_size():
+    with threads(2):
+        result = freeze(traced(small_conv_and_linear, *SMALL_ARGS, params=(1, 2)), SMALL_ARGS)
+    assert result.counts["prepacked_weights"] == 1
+    assert prepack.CONV_POINTWISE in ops(result.graph) and "aten.convolution.default" not in ops(result.graph)
+    torch.testing.assert_close(run_frozen(result, SMALL_ARGS)[0], small_conv_and_linear(*SMALL_ARGS))
+
+
+def test_a_small_depthwise_convolution_is_packed_at_one_thread_too_size():
+    def f(x, w):
+        return F.conv2d(x, w, padding=1, groups=8)
+
+    args = [torch.randn(1, 8, 8, 8), torch.randn(8, 1, 3, 3)]
+    with threads(1):
+        result = freeze(traced(f, *args, params=(1,)), args)
+    assert result.counts["prepacked_weights"] == 1
+    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_a_linear_layer_with_a_large_weight_is_packed_from_two_rows_on_size(rows):
+    """Few multiply-adds, but a weight of 300K elements: reading it is the time, and the packed op reads it faster
+    than addmm reads it transposed; on one row addmm runs a GEMV and stays."""
+    args = [torch.randn(rows, 300), torch.randn(1024, 300), torch.randn(1024)]
+    result = freeze(traced(F.linear, *args, params=(1, 2)), args)
+    assert result.counts["prepacked_weights"] == (rows >= 2)
+    torch.testing.assert_close(run_frozen(result, args)[0], F.linear(*args), rtol=1e-4, atol=1e-4)
+
+
 def test_a_convolution_left_to_aten_after_a_packed_one_stays_channels_last(monkeypatch):
-    """A depthwise convolution below the size limit reads the packed one's channels-last result; ATen writes
-    channels-last from it, and the graph says so (it declared NCHW, and each call copied the result back)."""
+    """A 1x1 convolution below the size limit (at one thread) reads the packed one's channels-last result; ATen
+    writes channels-last from it, and the graph says so (it declared NCHW, and each call copied the result back)."""
     monkeypatch.setattr(prepack, "MIN_MACS", {**prepack.MIN_MACS, prepack.CONVOLUTION: 50_000})
 
     def f(x, w1, w2):
         y = torch.relu(F.conv2d(x, w1, padding=1))
-        return F.conv2d(y, w2, padding=1, groups=8).sigmoid() + 1
+        return F.conv2d(y, w2).sigmoid() + 1
 
-    args = [torch.randn(2, 8, 12, 12), torch.randn(8, 8, 3, 3), torch.randn(8, 1, 3, 3)]
-    result = freeze(traced(f, *args, params=(1, 2)), args)
+    args = [torch.randn(2, 8, 12, 12), torch.randn(8, 8, 3, 3), torch.randn(8, 8, 1, 1)]
+    with threads(1):
+        result = freeze(traced(f, *args, params=(1, 2)), args)
     strides = {n.op: result.graph.values[n.outputs[0]].stride for n in result.graph.nodes}
     assert result.counts["prepacked_weights"] == 1 and "aten.convolution.default" in strides
     assert strides["aten.convolution.default"] == (1152, 1, 96, 8)

@@ -12,8 +12,9 @@ convolution writes channels-last). Lowering calls them as extern ATen kernels, l
 ops and pooling after them take that layout as eager would (`follow_layouts`), so the next convolution gets
 channels-last input, which oneDNN reads without a reorder; graph outputs keep their layout. The new layouts are safe
 for the nodes after: lowering's views are index maps over logical indices, whatever the strides. Left alone:
-symbolic sizes, other dtypes and devices, ops smaller than `MIN_MACS` (the fused ops' fixed cost outweighs what
-they save), and every node when oneDNN is not available.
+symbolic sizes, other dtypes and devices, ops where ATen's own is faster (`conv_worth_packing`,
+`linear_worth_packing`: small dense convolutions at one thread, small linear layers), and every node when oneDNN is
+not available. A view of a value whose layout changed becomes `reshape` (ATen could not view it).
 `benchmarks/freezing_ops.py` measures what each rewrite gains."""
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ LINEAR_POINTWISE = "mkldnn._linear_pointwise.default"
 # (`benchmarks/freezing_ops.py`; one thread: a 3->8 channel 3x3 convolution on 32x32 takes 19 us in eager, 42 us
 # fused; a 4x16x64 linear 3 us against 15 us; they break even near these sizes).
 MIN_MACS = {CONVOLUTION: 2_000_000, "aten.addmm.default": 4_000_000, "aten.mm.default": 4_000_000}
+# A linear layer on two rows or more with a weight of this many elements is faster packed, whatever its
+# multiply-adds: its time is reading the weight, and addmm reads the transposed weight slowly (mobilenetv3's
+# classifier, 2x1024 by 1024x1000: addmm 145-234 us, the packed op 56-92; at one row addmm's GEMV wins).
+MIN_PACKED_WEIGHT = 256 * 1024
+
+
+def conv_worth_packing(macs: int, depthwise: bool) -> bool:
+    """Is a convolution of `macs` multiply-adds faster as oneDNN's fused op than as `aten.convolution`, at the
+    thread count the model is frozen at? Below `MIN_MACS` ATen's own direct kernel wins at one thread (mobilenetv3's
+    squeeze-excite 1x1 convolutions: 5-20 us against 25-55 us). From two threads on ATen hands such a convolution
+    to oneDNN unpacked, which costs 60-130 us where the packed op takes 30-60; and a depthwise convolution is faster
+    packed at any thread count (10-30 us less each). `benchmarks/conv_choices.py` measures both per convolution."""
+    return depthwise or torch.get_num_threads() > 1 or macs >= MIN_MACS[CONVOLUTION]
+
+
+def linear_worth_packing(op: str, rows: int, weight: torch.Tensor) -> bool:
+    return rows * weight.numel() >= MIN_MACS[op] or (rows >= 2 and weight.numel() >= MIN_PACKED_WEIGHT)
 
 
 def available(graph: Graph) -> bool:
@@ -66,7 +84,8 @@ def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> li
         return None
     shape = list(graph.values[x.name].shape)
     out = graph.values[node.outputs[0]].shape
-    if not all(isinstance(d, int) for d in out) or math.prod(out) * w[0].numel() < MIN_MACS[CONVOLUTION]:
+    if not all(isinstance(d, int) for d in out) or not conv_worth_packing(math.prod(out) * w[0].numel(),
+                                                                           depthwise=groups > 1 and w.shape[1] == 1):
         return None
     packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), list(padding), list(stride), list(dilation),
                                                          groups, shape)
@@ -85,7 +104,7 @@ def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> 
         return None
     if b_ref is not None and (b is None or b.dim() != 1 or b.dtype != torch.float32 or b.shape[0] != w.shape[1]):
         return None
-    if graph.values[x.name].shape[0] * w.numel() < MIN_MACS[node.op]:
+    if not linear_worth_packing(node.op, graph.values[x.name].shape[0], w):
         return None
     batch = graph.values[x.name].shape[0]
     packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), batch)
@@ -115,7 +134,7 @@ def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ..
 
 
 # Ops whose result takes its input's layout in eager (besides pointwise ops), and lowering's or ATen's alike; a
-# convolution left to ATen (a depthwise one, below MIN_MACS) writes channels-last from channels-last input too
+# convolution left to ATen (a small one, at one thread) writes channels-last from channels-last input too
 LAYOUT_FOLLOWERS = ("aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default", CONVOLUTION)
 
 
@@ -155,10 +174,18 @@ def follow_layouts(graph: Graph, changed: set[str]) -> Graph:
             if isinstance(t, torch.Tensor) and tuple(t.stride()) != values[name].stride:
                 values[name] = values[name].replace(stride=tuple(t.stride()))
                 changed.add(name)
-    return graph.replace(values=values)
+    nodes = tuple(node.replace(op=RESHAPE) if node.op in STRICT_VIEWS and node.args and isinstance(node.args[0], Ref)
+                  and node.args[0].name in changed else node for node in graph.nodes)
+    return graph.replace(nodes=nodes, values=values)
 
 
-VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+# ATen's `view` fails where the new layout cannot be viewed (a channels-last activation flattened: eager, tracing
+# contiguous values, recorded a view where it would have copied). A view of a relaid value becomes `reshape`, which
+# copies only then. Lowering treats the three alike; the interpreter codegen (every codegen's fallback) runs them
+# as ATen does.
+STRICT_VIEWS = ("aten.view.default", "aten._unsafe_view.default")
+RESHAPE = "aten.reshape.default"
+VIEWS = (*STRICT_VIEWS, RESHAPE)
 
 
 def _through_view(graph: Graph, y: str, read: dict, outputs: set[str]) -> tuple[str, Epilogue] | None:
