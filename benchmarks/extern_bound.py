@@ -1,10 +1,10 @@
 """How far ember's own kernels can move a zoo model's inference: the time spent in extern calls (GEMMs, attention,
 convolutions, pooling, embedding lookups) that ember and Inductor both hand to ATen, oneDNN or MKL.
 
-For eager, ember and Inductor on one model: the median time per call, and the self time of the extern ops in the
-torch profiler per call. `bound` is Inductor's time over ember's extern time alone: Inductor / ember if ember's own
-kernels and wrapper cost nothing. Where it is near the issue's target, the target needs faster externs, not faster
-generated code.
+For eager, ember and Inductor on one model: the median time per call (taking turns in every repeat,
+`_harness.timed`), and the self time of ember's extern ops per call in the torch profiler. `bound` is Inductor's
+time over ember's extern time alone: Inductor / ember if ember's own kernels and wrapper cost nothing. Where it is
+near the issue's target, the target needs faster externs, not faster generated code.
 
 Usage: python benchmarks/extern_bound.py [--models vit_tiny_patch16_224,bert] [--threads 1]
 """
@@ -12,13 +12,13 @@ Usage: python benchmarks/extern_bound.py [--models vit_tiny_patch16_224,bert] [-
 from __future__ import annotations
 
 import argparse
+import functools
 import re
-import statistics
-import time
 
 import ember
 import torch
 import zoo
+from _harness import timed
 from torch.profiler import profile
 
 EXTERN = re.compile(r"^(aten::(addmm|mm|bmm|baddbmm|matmul|linear|mkldnn_convolution|_slow_conv2d_forward|"
@@ -26,18 +26,12 @@ EXTERN = re.compile(r"^(aten::(addmm|mm|bmm|baddbmm|matmul|linear|mkldnn_convolu
                     r"embedding|index_select|copy_)|mkldnn::.*|aten::_mkl.*)$")
 
 
-def per_call(fn, args, kwargs, calls: int = 20) -> tuple[float, float]:
-    """Median seconds per call, and the extern ops' self seconds per call."""
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(*args, **kwargs)
-        times.append(time.perf_counter() - start)
+def extern_s(fn, args, kwargs, calls: int = 20) -> float:
+    """The extern ops' self seconds per call, from the torch profiler."""
     with profile() as prof:
         for _ in range(calls):
             fn(*args, **kwargs)
-    extern = sum(e.self_cpu_time_total for e in prof.key_averages() if EXTERN.match(e.key)) / calls / 1e6
-    return statistics.median(times), extern
+    return sum(e.self_cpu_time_total for e in prof.key_averages() if EXTERN.match(e.key)) / calls / 1e6
 
 
 def main() -> None:
@@ -57,8 +51,9 @@ def main() -> None:
             for fn in fns.values():
                 for _ in range(3):
                     fn(*args, **kwargs)
-            got = {k: per_call(fn, args, kwargs) for k, fn in fns.items()}
-        (eager, _), (inductor, _), (mine, extern) = got["eager"], got["inductor"], got["ember"]
+            times = timed({k: functools.partial(fn, *args, **kwargs) for k, fn in fns.items()}, (), repeats=7)
+            extern = extern_s(fns["ember"], args, kwargs)
+        eager, inductor, mine = times["eager"], times["inductor"], times["ember"]
         print(f"| {name} | {eager * 1e3:.2f} | {inductor * 1e3:.2f} | {mine * 1e3:.2f} | {extern * 1e3:.2f} | "
               f"{extern / mine:.0%} | {inductor / extern:.2f} |", flush=True)
 

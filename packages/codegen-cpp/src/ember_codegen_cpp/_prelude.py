@@ -517,9 +517,8 @@ def _scale_by_pow2(lanes: int) -> str:
 
 def vector_layer(lanes: int) -> str:
     """The vector types and functions at `lanes` float32 lanes."""
-    text = _VECTOR_TYPES + _VECTOR_HELPERS + _vector_libm(lanes, vector_libm()) + "\n"
-    scale = string.Template(_scale_by_pow2(lanes)).substitute(L=lanes)
-    return string.Template(text).substitute(L=lanes, SCALE_BY_POW2=scale)
+    helpers = _VECTOR_HELPERS.replace("$SCALE_BY_POW2", _scale_by_pow2(lanes))
+    return string.Template(_VECTOR_TYPES + helpers + _vector_libm(lanes, vector_libm()) + "\n").substitute(L=lanes)
 
 
 @functools.cache

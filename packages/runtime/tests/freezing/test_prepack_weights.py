@@ -166,7 +166,7 @@ def test_ops_below_the_size_limit_stay_aten_at_one_thread():
     assert "aten.convolution.default" in ops(result.graph)
 
 
-def test_small_convolutions_are_packed_from_two_threads_on_not_small_linear_layers_size():
+def test_small_convolutions_are_packed_from_two_threads_on_whatever_their_size():
     with threads(2):
         result = freeze(traced(small_conv_and_linear, *SMALL_ARGS, params=(1, 2)), SMALL_ARGS)
     assert result.counts["prepacked_weights"] == 1
@@ -175,7 +175,7 @@ def test_small_convolutions_are_packed_from_two_threads_on_not_small_linear_laye
                                atol=1e-4)
 
 
-def test_a_small_depthwise_convolution_is_packed_at_one_thread_too_size():
+def test_a_depthwise_convolution_is_packed_at_any_size_and_thread_count():
     def f(x, w):
         return F.conv2d(x, w, padding=1, groups=8)
 
@@ -187,7 +187,7 @@ def test_a_small_depthwise_convolution_is_packed_at_one_thread_too_size():
 
 
 @pytest.mark.parametrize("rows", [1, 2])
-def test_a_linear_layer_with_a_large_weight_is_packed_from_two_rows_on_size(rows):
+def test_a_linear_layer_with_a_large_weight_is_packed_from_two_rows_on_whatever_its_size(rows):
     """Few multiply-adds, but a weight of 300K elements: reading it is the time, and the packed op reads it faster
     than addmm reads it transposed; on one row addmm runs a GEMV and stays."""
     args = [torch.randn(rows, 300), torch.randn(1024, 300), torch.randn(1024)]

@@ -104,9 +104,9 @@ def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> 
         return None
     if b_ref is not None and (b is None or b.dim() != 1 or b.dtype != torch.float32 or b.shape[0] != w.shape[1]):
         return None
-    if not linear_worth_packing(node.op, graph.values[x.name].shape[0], w):
-        return None
     batch = graph.values[x.name].shape[0]
+    if not linear_worth_packing(node.op, batch, w):
+        return None
     packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), batch)
     return [x, add_constant(constants, fresh_name(graph, f"{w_ref.name}_packed", taken), packed), b_ref]
 
