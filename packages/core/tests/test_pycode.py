@@ -70,3 +70,22 @@ def test_keyword_text_that_is_not_an_identifier_never_reaches_the_source():
     with pytest.raises(GraphError, match="not an identifier"):
         python_function(g)
     assert not hasattr(builtins, "EMBER_CANARY")
+
+
+def test_names_python_normalizes_alike_stay_two_values():
+    # Python reads `ｘ` in source as `x` (NFKC): printed as themselves, the two inputs would be one variable.
+    t = Value(shape=(2,), stride=(1,))
+    g = _graph([Node(("y",), "aten.sub.Tensor", (Ref("x"), Ref("ｘ")))], ["y"], {"x": t, "ｘ": t, "y": t},
+               inputs=("x", "ｘ"))
+    fn, source = python_function(g)
+    assert source.isascii()
+    torch.testing.assert_close(fn([torch.ones(2), torch.full((2,), 3.0)])[0], torch.full((2,), -2.0))
+
+
+@pytest.mark.parametrize("name", ["Ｂlock", "ｘ", "x²", "x¼", "日本", "a-b", "class"])
+def test_a_graph_of_any_name_gets_a_function(name):
+    t = Value(shape=(2,), stride=(1,))
+    g = Graph(name, (Input("x"),), (Node(("y",), "aten.neg.default", (Ref("x"),)),), (Output("y"),), {"x": t, "y": t})
+    fn, source = python_function(g)
+    assert source.isascii()
+    torch.testing.assert_close(fn([torch.ones(2)])[0], -torch.ones(2))

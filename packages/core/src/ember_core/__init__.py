@@ -32,6 +32,7 @@ from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
 from ._grad_rules import grad_rules
+from ._identifiers import is_source_identifier, source_identifier
 from ._interpreter import Interpreter, interpret
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
 from ._op_set import decompositions, is_random
@@ -92,6 +93,7 @@ __all__ = [
     "format_node", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json", "graph_to_json", "has_effect",
     "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
     "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "private_cache_dir",
+    "is_source_identifier", "source_identifier",
     "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_new_storage",
     "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
     # functionalization that keeps effectful ops as nodes (see has_effect)

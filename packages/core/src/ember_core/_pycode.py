@@ -8,7 +8,6 @@ show the generated line.
 from __future__ import annotations
 
 import itertools
-import keyword
 import linecache
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 
 from ._custom_function import node_callable
 from ._errors import GraphError
+from ._identifiers import is_source_identifier, source_identifier
 from ._interpreter import Interpreter
 from ._ops import resolve_op
 from ._schema import Graph, Ref, Sym, has_sym, node_refs
@@ -33,7 +33,7 @@ class _Namer:
 
     def local(self, value: str) -> str:
         if value not in self.locals:
-            ok = value.isidentifier() and not keyword.iskeyword(value) and not value.startswith("_")
+            ok = is_source_identifier(value) and not value.startswith("_")
             self.locals[value] = value if ok else f"v{len(self.locals)}"
         return self.locals[value]
 
@@ -58,7 +58,7 @@ def python_source(graph: Graph, overrides: Mapping[str, Callable] | None = None)
     """The source of `def <name>(inputs): ...` and the globals it needs; `overrides` as for `Interpreter`."""
     overrides = overrides or {}
     namer = _Namer()
-    fn_name = f"graph_{graph.name}" if graph.name.isidentifier() else "graph"
+    fn_name = f"graph_{source_identifier(graph.name)}"
     lines = [f"def {fn_name}(inputs):"]
     params = [namer.local(i.name) for i in graph.inputs]
     if params:
@@ -106,7 +106,7 @@ def load_function(source: str, env: dict[str, Any], fn_name: str, label: str) ->
 def keyword_name(key: str) -> str:
     """A keyword argument's name, fit to print into generated source: an identifier, else `GraphError`. (Graph
     text reaches generated Python only as identifiers, `repr` literals and names ember made.)"""
-    if not (isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key)):
+    if not (isinstance(key, str) and is_source_identifier(key)):
         raise GraphError(f"keyword argument name {key!r} is not an identifier"[:200])
     return key
 

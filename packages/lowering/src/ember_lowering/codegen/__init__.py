@@ -21,14 +21,14 @@ from ._fallback import (
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
 from ._profiling import flop_rules, program_costs
-from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, identifier, kernel_name, plan_program
+from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, kernel_name, plan_program
 from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
 from ._wrapper import WrapperWriter, interpreted_kernel
 
 __all__ = [
     "TUNED_MODES", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "IndexPrinter", "InterpretedKernel",
     "InterpreterFallback", "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel", "Program", "Segment", "Step",
-    "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "identifier", "interpreted_kernel", "non_overlapping",
+    "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "interpreted_kernel", "non_overlapping",
     "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode",
     # profiling: each step's bytes and FLOPs (the wrapper's profiled twin names its ranges the same)
     "flop_rules", "kernel_name", "program_costs",

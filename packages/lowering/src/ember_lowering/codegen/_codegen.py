@@ -24,7 +24,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from ember_core import CompiledGraph, Event, Graph, Stopwatch, cuda_graphed, emit, load_function, register_costs
+from ember_core import (
+    CompiledGraph,
+    Event,
+    Graph,
+    Stopwatch,
+    cuda_graphed,
+    emit,
+    load_function,
+    register_costs,
+    source_identifier,
+)
 
 from .._loop_ir import Kernel
 from .._plan_cache import lower_cached
@@ -33,7 +43,7 @@ from ._fallback import InterpreterFallback, UseFallback, relayout, report_fallba
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
 from ._profiling import program_costs
-from ._program import PrintedKernel, Program, identifier, plan_program
+from ._program import PrintedKernel, Program, plan_program
 from ._wrapper import WrapperWriter
 
 GRAPHED_MODES = ("reduce-overhead", "max-autotune")
@@ -107,7 +117,7 @@ class PlanCodegen:
             program = plan_program(plan, self.print_kernel)
             program.options = dict(options or {})
             program.source = self.unit_source(program) if program.segments else ""
-            fn_name = "graph_" + identifier(graph.name)
+            fn_name = "graph_" + source_identifier(graph.name)
             writer = self.wrapper_writer(program, fn_name, {n: c.tensor for n, c in graph.constants.items()})
             wrapper, env = writer.source()
         except CannotPrint as e:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ember_core import source_identifier
+
 from .._loop_ir import Extern, Kernel, KernelPlan
 from ..passes.stash_values import recompute_locals
 from ._errors import CannotPrint
@@ -134,10 +136,6 @@ def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
 
 def kernel_name(kernel: Kernel, step: int) -> str:
     """`k0_softmax_reduce_8x32`: the plan step, the first graph node the kernel computes, its kind and shape."""
-    origin = identifier(kernel.origins[0]).strip("_") if kernel.origins else ""
-    return f"k{step}_{origin}_{identifier(kernel.name)}" if origin else f"k{step}_{identifier(kernel.name)}"
-
-
-def identifier(name: str) -> str:
-    """`name` with every character that cannot be in an identifier made `_`."""
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    origin = source_identifier(kernel.origins[0]).strip("_") if kernel.origins else ""
+    name = source_identifier(kernel.name)
+    return f"k{step}_{origin}_{name}" if origin else f"k{step}_{name}"
