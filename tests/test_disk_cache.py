@@ -6,7 +6,6 @@ change of options or of requires_grad misses."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,9 @@ import ember_runtime
 import pytest
 import torch
 from ember_codegen_cpp import cache_dir, compiler
+from ember_core._cache_dir import signing_key
+from ember_core._sidecar import sign
+from ember_core.testing import restamp
 from ember_runtime import record_events
 from models import MLP
 
@@ -293,12 +295,7 @@ def restamped(change):
     """Rewrite an entry's file with `change(text)` and its sidecar's sha256 to match: a consistent entry that is
     wrong inside, as an entry an older ember wrote would be."""
     def corrupt(path: Path) -> None:
-        text = change(path.read_text()).encode()
-        path.write_bytes(text)
-        sidecar = path.with_suffix(".json")
-        data = json.loads(sidecar.read_text())
-        data["files"][path.suffix[1:]] = hashlib.sha256(text).hexdigest()
-        sidecar.write_text(json.dumps(data))
+        restamp(path, change(path.read_text()).encode())
     return corrupt
 
 
@@ -309,12 +306,14 @@ def json_field(**fields):
 
 
 def sidecar_with_fields(meta: dict | None = None, **fields):
-    """The sidecar with top-level fields (its format version `ember_cache`) or facts in its meta replaced."""
+    """The sidecar with top-level fields (its format version `ember_cache`) or facts in its meta replaced, signed
+    again with this user's key (as an older ember of this user's could have written it)."""
     def corrupt(path: Path) -> None:
         data = json.loads(path.read_text())
         data.update(fields)
         data["meta"].update(meta or {})
-        path.write_text(json.dumps(data))
+        data.pop("mac")
+        path.write_text(json.dumps(sign(data, signing_key(path.parent))))
     return corrupt
 
 
@@ -329,15 +328,15 @@ BAD_ENTRIES = {
     "partition-graph-wrong-version": ("partitions", "graphs", restamped(
         lambda t: t.replace('"version":[1,', '"version":[7,', 1)), "runtime", "schema version 7."),
     "partition-sidecar-flipped": ("partitions", "json", flip, "runtime", "sidecar"),
-    "partition-sidecar-wrong-version": ("partitions", "json", sidecar_with_fields(ember_cache=2), "runtime",
-                                        "sidecar format 2 is not 1"),
+    "partition-sidecar-wrong-version": ("partitions", "json", sidecar_with_fields(ember_cache=1), "runtime",
+                                        "sidecar format 1 is not 2"),
     "plan-flipped": ("plans", "plan", flip, "lowering", "does not match its recorded sha256"),
     "plan-truncated": ("plans", "plan", restamped(lambda t: t[: len(t) // 2]), "lowering", "line"),
     "plan-sidecar-truncated": ("plans", "json", truncate, "lowering", "sidecar is not JSON"),
     "plan-sidecar-wrong-version": ("plans", "json", sidecar_with_fields({"format": "ember loop-IR text 0"}),
                                    "lowering", "its format differs"),
     "library-sidecar-wrong-version": ("cpp", "json", sidecar_with_fields(ember_cache=0), "codegen-cpp",
-                                      "sidecar format 0 is not 1"),
+                                      "sidecar format 0 is not 2"),
     "library-flipped": ("cpp", "so", flip, "codegen-cpp", "does not match its recorded sha256"),
     "source-flipped": ("cpp", "cpp", flip, "codegen-cpp", "does not match its recorded sha256"),
 }

@@ -4,8 +4,16 @@ miss event, and an entry the reader refuses is a logged miss, removed, that name
 import json
 
 import pytest
-from ember_core import Graph, ResultCache, SchemaError, _cache_dir, clear_result_caches, facts_key, record_events
-from ember_core._cache_files import sha256_bytes
+from ember_core import (
+    Graph,
+    ResultCache,
+    SchemaError,
+    _cache_dir,
+    clear_result_caches,
+    facts_key,
+    record_events,
+    testing,
+)
 
 FACTS = {"graph": "f" * 32, "stage": "toy 1.0"}
 GRAPH = Graph(name="g")
@@ -30,14 +38,9 @@ def entry_file(cache: ResultCache):
     return cache.disk.path(facts_key(FACTS), "txt")
 
 
-def restamp(cache: ResultCache, text: bytes) -> None:
+def restamp(cache: ResultCache, text: bytes, signed: bool = True) -> None:
     """Rewrite the entry's file and its sidecar's sha256, as a consistent entry of other contents would be."""
-    key = facts_key(FACTS)
-    entry_file(cache).write_bytes(text)
-    sidecar = cache.disk.path(key, "json")
-    data = json.loads(sidecar.read_text())
-    data["files"]["txt"] = sha256_bytes(text)
-    sidecar.write_text(json.dumps(data))
+    testing.restamp(entry_file(cache), text, signed=signed)
 
 
 def test_a_stored_result_reads_back_as_a_hit_event(cache):
@@ -110,3 +113,14 @@ def test_clear_result_caches_empties_every_result_cache(cache):
     cache.store(FACTS, GRAPH, json.dumps({"n": 7}))
     assert clear_result_caches() >= 1
     assert cache.load(FACTS, GRAPH, read_number) is None
+
+
+def test_an_entry_changed_consistently_without_the_users_key_is_a_miss(cache):
+    # Files and sha256s agree, as anyone could make them agree; the signature is what only this user can make.
+    cache.store(FACTS, GRAPH, json.dumps({"n": 7}))
+    restamp(cache, json.dumps({"n": 8}).encode(), signed=False)
+    with record_events() as rec:
+        assert cache.load(FACTS, GRAPH, read_number) is None
+    assert "not signed with this user's cache key" in rec.kinds("disk_cache_miss")[0].data["reason"]
+    cache.store(FACTS, GRAPH, json.dumps({"n": 7}))
+    assert cache.load(FACTS, GRAPH, read_number) == 7

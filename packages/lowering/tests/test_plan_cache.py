@@ -3,12 +3,9 @@ again; an entry that does not parse, verify or fit the graph is a logged miss na
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from ember_core import facts_key, record_events
-from ember_core._cache_files import sha256_bytes
+from ember_core import facts_key, record_events, testing
 from ember_lowering import PLANS, PlanError, format_plan, lower, lower_cached, plan_facts, read_plan
 from lowering_checks import trace
 
@@ -28,11 +25,7 @@ def entry(g) -> dict:
 
 def restamp(g, text: str) -> None:
     """Give the entry other text with a sidecar that matches it (an entry another ember could have written)."""
-    paths = entry(g)
-    paths["plan"].write_text(text)
-    sidecar = json.loads(paths["sidecar"].read_text())
-    sidecar["files"]["plan"] = sha256_bytes(text.encode())
-    paths["sidecar"].write_text(json.dumps(sidecar))
+    testing.restamp(entry(g)["plan"], text.encode())
 
 
 def lowered_again(g) -> tuple[list[str], str]:

@@ -123,8 +123,8 @@ def run_compiler(cxx: str, flags: tuple[str, ...], source: str, work: Path) -> P
 
 @dataclass
 class LibrariesBuild(Build):
-    """The build of a unit split in parts: a hit when every part is; the future resolves to each part's files, in
-    order, or raises the first part's error. `key` hashes the parts' keys."""
+    """The build of a unit split in parts: a hit when every part is; the future resolves to each part's verified
+    entry, in order, or raises the first part's error. `key` hashes the parts' keys."""
 
     parts: tuple[Build, ...] = ()
 
@@ -151,6 +151,11 @@ class LibrariesBuild(Build):
         for p in parts:
             p.future.add_done_callback(done)
         return build
+
+    def rebuild(self, reason: str) -> Build | None:
+        """Every part built again (which of them failed to bind is not known)."""
+        parts = [p.rebuild(reason) for p in self.parts]
+        return None if None in parts else LibrariesBuild.joined(parts)
 
 
 class Builder:

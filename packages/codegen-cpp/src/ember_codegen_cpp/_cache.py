@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ember_core import DiskCache, cache_root
 
-CACHE = DiskCache("cpp", ("so", "cpp"))
+CACHE = DiskCache("cpp", ("so", "cpp"), loaded=("so",))  # the library is loaded by its verified descriptor
 
 
 def cache_dir() -> Path:

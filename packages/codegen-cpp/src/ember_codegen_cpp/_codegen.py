@@ -12,6 +12,7 @@ import torch
 from ember_core import Graph
 from ember_lowering import Kernel
 from ember_lowering.codegen import (
+    BindError,
     LazyBinding,
     PlanCodegen,
     PlanLayout,
@@ -76,7 +77,7 @@ class CppCodegen(PlanCodegen):
             try:
                 lazy.bind_now()
                 return lazy
-            except OSError as e:
-                log.warning("loading cached library %s failed (%s); its stubs will report it", build.key, e)
+            except BindError as e:
+                log.warning("loading cached library %s failed (%s); its stubs rebuild it", build.key, e)
         lazy.install_stubs()
         return lazy

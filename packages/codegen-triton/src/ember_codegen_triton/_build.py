@@ -1,20 +1,21 @@
 """A program's Triton module through ember-core's verified disk cache: the generated source is stored as
-`<key>.py` (the key hashes the source, Triton's version, `FORMAT` and the check's flavor) and imported from
-there, so that Triton's JIT reads the kernels' source from a real file and tracebacks show it. On a GPU the build
-also compiles every kernel before the entry is stored (`check`, see `_precompile.py`): an entry exists only for a
-module whose kernels all compiled."""
+`<key>.py` (the key hashes the source, Triton's version, `FORMAT` and the check's flavor). The module is run from
+the bytes the cache verified, never read again from the cache directory: they are also what `linecache` serves
+for its file name, so that Triton's JIT reads the kernels' source from them and tracebacks show it. On a GPU the
+build also compiles every kernel before the entry is stored (`check`, see `_precompile.py`): an entry exists only
+for a module whose kernels all compiled."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import triton
-from ember_core import DiskCache
+from ember_core import CacheLookup, DiskCache
 from ember_lowering.codegen import Build, BuildError, BuildPool
 
 FORMAT = "1"  # bump when the meaning of generated code changes without its text changing
@@ -31,30 +32,33 @@ def module_build(source: str, check: Callable[[ModuleType], None] | None = None,
 
     def make(work: Path):
         if check is not None:
-            path = work / f"{key}.py"
-            path.write_text(source)
-            check(_load(f"ember_triton_check_{key}", path))
+            check(_load(f"ember_triton_check_{key}", work / f"{key}.py", source.encode()))
         return {"py": source.encode()}, {"triton": triton.__version__}
 
     return _POOL.get(key, expect, make)
 
 
-def import_module(key: str, path: Path) -> ModuleType:
+def import_module(key: str, found: CacheLookup) -> ModuleType:
     """The module of a verified entry (once per process and key)."""
     name = f"ember_triton_{key}"
     if name not in sys.modules:
-        sys.modules[name] = _load(name, path)
+        sys.modules[name] = _load(name, found.files["py"], found.data["py"])
     return sys.modules[name]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise BuildError(f"cannot import the Triton module {path}")
-    module = importlib.util.module_from_spec(spec)
+def _load(name: str, path: Path, source: bytes) -> ModuleType:
+    """`source` run as module `name` whose file is `path` (what tracebacks and Triton's JIT see)."""
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BuildError(f"the Triton module {path} is not UTF-8: {e}") from e
+    filename = str(path)
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # no mtime: never reread
+    module = ModuleType(name)
+    module.__file__ = filename
     sys.modules[name] = module  # while it runs: Triton's JIT looks its module up to read the kernels' source
     try:
-        spec.loader.exec_module(module)  # ember's own generated source, verified against its sidecar
+        exec(compile(text, filename, "exec"), module.__dict__)  # ember's own generated source, verified
     except Exception as e:
         raise BuildError(f"the Triton module {path} failed to load: {type(e).__name__}: {e}") from e
     finally:

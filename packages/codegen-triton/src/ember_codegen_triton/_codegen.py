@@ -15,7 +15,7 @@ import os
 
 import torch
 import triton
-from ember_core import Graph
+from ember_core import CacheLookup, Graph
 from ember_lowering import Kernel
 from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
 
@@ -74,8 +74,8 @@ class TritonCodegen(PlanCodegen):
         report_build(self.stage, graph, build, "module")
         names = [k.name for k in program.kernels]
 
-        def bind(files: dict, env: dict) -> None:
-            module = import_module(build.key, files["py"])
+        def bind(found: CacheLookup, env: dict) -> None:
+            module = import_module(build.key, found)
             for name in names:
                 env[name] = getattr(module, name)
 

@@ -12,7 +12,7 @@ from ._custom_function import (
     node_callable,
     subgraph_scope,
 )
-from ._disk_cache import CacheLookup, DiskCache
+from ._disk_cache import CacheLookup, DiskCache, EntryFile
 from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
 from ._dump import DumpWriter
 from ._effects import EffectfulFunctionalMode, has_effect
@@ -84,7 +84,8 @@ __version__ = "0.1.0"
 __all__ = [
     "CudaBackend", "CudaGraphed", "cuda_graphed",
     "grad_rules",
-    "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "Event",
+    "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "EntryFile",
+    "Event",
     "ExprError", "Frontend", "Graph", "GraphError", "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph",
     "Node", "OptionError", "OptionSpec", "Output", "Partition", "PluginError", "PluginManager", "PluginRegistry", "Ref",
     "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy",

@@ -1,10 +1,13 @@
 """Where ember's disk caches live, and keeping each place private and tidy.
 
-Root: `$EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`. Each cache (the C++ codegen's is
-`cpp`) is a subdirectory of it, created with mode 0700 and marked by a `CACHEDIR.TAG` (the tag backup tools know;
-`ember cache` uses it to find ember's subdirectories). One that another user owns, that is a symlink or not a
-directory is refused: the process then works in a fresh temporary directory `ember-cache-<name>-*`, which it
-removes at exit (and which a later process removes after a day, if its owner died without cleaning up).
+Root: `$EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`, created with mode 0700 if missing.
+A root another user owns or may write to, or one below a directory another user may write to (not sticky), is
+refused (see `_trust.unsafe_root`): whoever can rename what a directory holds can swap a cache's files between
+ember's checks. Each cache (the C++ codegen's is `cpp`) is a subdirectory of the root, created with mode 0700 and
+marked by a `CACHEDIR.TAG` (the tag backup tools know; `ember cache` uses it to find ember's subdirectories). One
+that another user owns, that is a symlink or not a directory is refused. Refused, the process works in a fresh
+temporary directory `ember-cache-<name>-*` instead, with a warning saying why, which it removes at exit (and which
+a later process removes after a day, if its owner died without cleaning up).
 
 The first use of a subdirectory in a process tidies it: work folders (`.build-*`), temporary files (`.*.tmp`),
 lock files and files of half-written entries that are older than `STALE_SECONDS` and not held by a live build are
@@ -39,6 +42,7 @@ from ._cache_files import (
 )
 from ._file_lock import file_lock
 from ._sidecar import BadEntry, read_regular
+from ._trust import Untrusted, open_directory, open_file, unsafe_root
 
 log = logging.getLogger("ember.cache")
 
@@ -52,8 +56,13 @@ FALLBACK_PREFIX = "ember-cache-"
 _LEGACY_FALLBACK = re.compile(r"ember-cpp-[A-Za-z0-9_]{8}")  # what ember-codegen-cpp 0.1 made
 _ALIVE = ".alive.lock"  # flocked by the process that made a fallback directory, for its whole life
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # tidying on first use reads the root's verdict again
 _opened: dict[tuple[str, str], Path] = {}
+_roots: dict[str, tuple[Path | None, str]] = {}  # root as configured → (resolved root, or None and why not)
+_keys: dict[str, bytes] = {}  # resolved root → its signing key
+_PROCESS_KEY = os.urandom(32)  # signs the entries of temporary directories, which live as long as this process
+KEY_NAME = "signing.key"
+KEY_BYTES = 32
 _alive_fds: list[int] = []
 _swept_temp = False
 
@@ -73,9 +82,96 @@ def open_subdir(name: str) -> Path:
     with _lock:
         hit = _opened.get((str(root), name))
         if hit is None:
-            hit = _opened[str(root), name] = _private(root / name, name)
+            trusted, problem = _trusted_root(root)
+            if trusted is None:
+                hit = _opened[str(root), name] = _fallback(name)
+                log.warning("ember cache root %s is not safe to use (%s); cache %r uses %s for this process", root,
+                            problem, name, hit)
+                return hit
+            hit = _opened[str(root), name] = _private(trusted / name, name)
             _start_up(hit, name)
         return hit
+
+
+def signing_key(directory: Path) -> bytes:
+    """The key that signs the sidecars of the cache in `directory` (see `_sidecar`): its trusted root's, a secret
+    file of the user's (`signing.key`, mode 0600, made on first use); for a temporary directory, or where the root's
+    key cannot be read or made, this process's own."""
+    with _lock:
+        root = _trusted_root(directory.parent)[0]
+        if root is None or root != Path(os.path.realpath(directory.parent)):
+            return _PROCESS_KEY
+        key = _keys.get(str(root))
+        if key is None:
+            key = _keys[str(root)] = _root_key(root)
+        return key
+
+
+def _root_key(root: Path) -> bytes:
+    for _ in range(3):
+        try:
+            return _read_key(root)
+        except FileNotFoundError:
+            _make_key(root)
+        except (OSError, Untrusted, ValueError) as e:
+            log.warning("ember cache key %s cannot be used (%s); entries this process writes are its own",
+                        root / KEY_NAME, e)
+            return _PROCESS_KEY
+    return _PROCESS_KEY
+
+
+def _read_key(root: Path) -> bytes:
+    directory = open_directory(root, private=False)
+    try:
+        fd = open_file(directory, KEY_NAME)
+    finally:
+        os.close(directory)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_mode & 0o077:
+            raise ValueError("other users may read it")
+        key = f.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"it holds {len(key)} bytes, not {KEY_BYTES}")
+    return key
+
+
+def _make_key(root: Path) -> None:
+    """A new random key at `root/signing.key`, unless another process made one first (link, never overwrite)."""
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{KEY_NAME}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(KEY_BYTES))
+        try:
+            os.link(tmp, root / KEY_NAME)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+
+
+def root_problem(root: Path) -> str | None:
+    """Why the cache root is not safe to use (see `_trust.unsafe_root`), or None; it is made if missing."""
+    with _lock:
+        return _trusted_root(root)[1] or None
+
+
+def _trusted_root(root: Path) -> tuple[Path | None, str]:
+    """(the resolved root, "") when it is safe to use, else (None, why not); decided once per root and process."""
+    known = _roots.get(str(root))
+    if known is None:
+        known = _roots[str(root)] = _check_root(root)
+    return known
+
+
+def _check_root(root: Path) -> tuple[Path | None, str]:
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, exist_ok=True)
+        resolved = Path(os.path.realpath(root))
+        problem = unsafe_root(resolved)
+    except OSError as e:
+        return None, f"cannot use it: {e}"
+    return (resolved, "") if problem is None else (None, problem)
 
 
 def private_cache_dir(name: str) -> Path:
@@ -91,12 +187,13 @@ def forget_opened() -> None:
     """Let the next use of each cache check and tidy its directory again (tests)."""
     with _lock:
         _opened.clear()
+        _roots.clear()
+        _keys.clear()
 
 
 def _private(path: Path, name: str) -> Path:
     """path as a directory only this user can use; a fresh temporary one when it cannot be made so."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:

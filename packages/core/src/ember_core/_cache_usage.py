@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._cache_dir import TAG_NAME, cache_root, check_private, is_tagged
+from ._cache_dir import TAG_NAME, cache_root, check_private, is_tagged, root_problem
 from ._cache_files import (
     ENTRY_FILE,
     LOCK,
@@ -71,10 +71,14 @@ def subdirectories(root: Path | None = None) -> list[tuple[str, Path, str | None
         names = sorted(e.name for e in os.scandir(root))
     except OSError:
         return []
+    unsafe = root_problem(root)
     found = []
     for name in names:
         path = root / name
         if not is_tagged(path):  # only what ember tagged: never a folder that merely has a cache's name
+            continue
+        if unsafe is not None:  # left alone: its files may be anybody's
+            found.append((name, path, f"the cache root is not safe to use: {unsafe}"))
             continue
         try:
             found.append((name, path, check_private(path)))

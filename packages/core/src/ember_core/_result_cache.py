@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Generic, TypeVar
 
 from ._disk_cache import DiskCache
@@ -28,12 +27,12 @@ from ._errors import EmberError
 from ._events import Event
 from ._plugins import emit
 from ._schema import Graph
-from ._sidecar import BadEntry, read_regular
+from ._sidecar import BadEntry
 
 log = logging.getLogger("ember.cache")
 
 T = TypeVar("T")
-MAX_TEXT_BYTES = 256 << 20  # an entry's text; a larger result is not stored, a larger file is refused
+MAX_TEXT_BYTES = 256 << 20  # an entry's text; a larger result is not stored (a larger file: `DiskCache` refuses it)
 Facts = Mapping[str, str]
 # read(text) -> the result, or raises naming what is wrong (the cache adds the file)
 Reader = Callable[[str], T]
@@ -75,7 +74,7 @@ class ResultCache(Generic[T]):
             return None
         path = found.files[self.suffix]
         try:
-            result = read(_text(path))
+            result = read(found.data[self.suffix].decode("utf-8"))
         except Exception as e:  # noqa: BLE001 - the boundary of untrusted data: any failure means rebuild
             reason = f"{path}: {_first_line(e)}"
             self.disk.discard(key, reason)
@@ -107,13 +106,6 @@ class ResultCache(Generic[T]):
         emit(Event("disk_cache_miss", self.stage, f"graph {graph.name!r}: no {self.what} in the disk cache "
                    f"({self.name} {key[:12]}: {reason})", graph=graph,
                    data={"cache": self.name, "key": key, "reason": reason}))
-
-
-def _text(path: Path) -> str:
-    data = read_regular(path, MAX_TEXT_BYTES + 1)
-    if len(data) > MAX_TEXT_BYTES:
-        raise BadEntry(f"more than {MAX_TEXT_BYTES} bytes")
-    return data.decode("utf-8")
 
 
 def _first_line(e: Exception) -> str:

@@ -1,14 +1,21 @@
 """The JSON sidecar of a disk-cache entry: what it must hold, and a reader that trusts nothing it reads.
 
-    {"ember_cache": 1, "key": "<key>", "files": {"<suffix>": "<sha256 hex>", ...}, "meta": {"<name>": value}}
+    {"ember_cache": 2, "key": "<key>", "files": {"<suffix>": "<sha256 hex>", ...}, "meta": {"<name>": value},
+     "mac": "<hmac-sha256 hex>"}
 
-Reading is bounded: a regular file only (never through a symlink, never a fifo), at most `MAX_BYTES`, UTF-8,
-nesting at most `MAX_DEPTH`, parsed by `json` (no NaN or Infinity) and then checked field by field. Nothing in it
-is evaluated. Every problem is a `BadEntry` naming it; the caller treats it as a miss.
+`mac` signs the rest (its canonical JSON) with the cache's signing key, a secret of the user's (see
+`_cache_dir.signing_key`): an entry whose files were changed and whose sha256s were brought up to date by anyone who
+cannot read that key is refused, however consistent it looks.
+
+Reading is bounded: at most `MAX_BYTES`, UTF-8, nesting at most `MAX_DEPTH`, parsed by `json` (no NaN or Infinity)
+and then checked field by field. Nothing in it is evaluated. Every problem is a `BadEntry` naming it; the caller
+treats it as a miss.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -17,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-FORMAT = 1
+FORMAT = 2  # 2: signed (`mac`)
 MAX_BYTES = 64 * 1024
 MAX_DEPTH = 4
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -35,36 +42,36 @@ class Sidecar:
     meta: dict[str, MetaValue]
 
 
-def encode(sidecar: Sidecar) -> bytes:
+def encode(sidecar: Sidecar, signing_key: bytes) -> bytes:
     data = {"ember_cache": FORMAT, "key": sidecar.key, "files": sidecar.files, "meta": sidecar.meta}
-    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False).encode()
+    return json.dumps(sign(data, signing_key), indent=1, sort_keys=True, allow_nan=False).encode()
 
 
-def read(path: Path, key: str, suffixes: tuple[str, ...]) -> Sidecar:
-    """The checked sidecar at path for entry `key` with files `suffixes`; FileNotFoundError when there is none."""
-    text = _read_text(path)
-    if _depth(text) > MAX_DEPTH:
-        raise BadEntry(f"sidecar nests deeper than {MAX_DEPTH}")
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:
-        raise BadEntry(f"sidecar is not JSON ({_short(e)})") from None
-    return _check(data, key, suffixes)
+def sign(data: dict[str, Any], signing_key: bytes) -> dict[str, Any]:
+    """`data` (a sidecar's fields but `mac`) with its `mac`."""
+    return {**data, "mac": _mac(data, signing_key)}
 
 
-def _read_text(path: Path) -> str:
-    st = os.lstat(path)  # FileNotFoundError: not cached
-    if not stat.S_ISREG(st.st_mode):
-        raise BadEntry(f"sidecar is a {file_kind(st.st_mode)}, not a file")
-    if st.st_size > MAX_BYTES:
-        raise BadEntry(f"sidecar is {st.st_size} bytes (more than {MAX_BYTES})")
-    data = read_regular(path, MAX_BYTES + 1)
+def parse(data: bytes, key: str, suffixes: tuple[str, ...], signing_key: bytes) -> Sidecar:
+    """The checked sidecar in `data` (a file's bytes) for entry `key` with files `suffixes`."""
     if len(data) > MAX_BYTES:
         raise BadEntry(f"sidecar is more than {MAX_BYTES} bytes")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise BadEntry("sidecar is not UTF-8 text") from None
+    if _depth(text) > MAX_DEPTH:
+        raise BadEntry(f"sidecar nests deeper than {MAX_DEPTH}")
+    try:
+        record = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise BadEntry(f"sidecar is not JSON ({_short(e)})") from None
+    return _check(record, key, suffixes, signing_key)
+
+
+def _mac(data: dict[str, Any], signing_key: bytes) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    return hmac.new(signing_key, canonical, hashlib.sha256).hexdigest()
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -123,12 +130,15 @@ def _short(e: Exception) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _check(data: Any, key: str, suffixes: tuple[str, ...]) -> Sidecar:
+def _check(data: Any, key: str, suffixes: tuple[str, ...], signing_key: bytes) -> Sidecar:
     if not isinstance(data, dict):
         raise BadEntry(f"sidecar holds a JSON {type(data).__name__}, not an object")
     version = data.get("ember_cache")
     if type(version) is not int or version != FORMAT:
         raise BadEntry(f"sidecar format {_shown(version)} is not {FORMAT}")
+    mac = data.pop("mac", None)
+    if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(data, signing_key)):
+        raise BadEntry("sidecar is not signed with this user's cache key (written by someone else, or altered)")
     if data.get("key") != key or not isinstance(data.get("key"), str):
         raise BadEntry(f"sidecar names key {_shown(data.get('key'))}, not this entry's")
     return Sidecar(key, _check_files(data.get("files"), suffixes), _check_meta(data.get("meta")))

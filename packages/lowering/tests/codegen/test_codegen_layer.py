@@ -70,8 +70,8 @@ class ToyCodegen(PlanCodegen):
 
         build = self.pool.get(hashlib.sha256(program.source.encode()).hexdigest()[:40], {"graph": graph.name}, make)
 
-        def bind(files: dict, env: dict) -> None:
-            assert files["txt"].read_text() == program.source  # what the build made is what was printed
+        def bind(found, env: dict) -> None:
+            assert found.data["txt"] == program.source.encode()  # what the build made is what was printed
             for k in program.kernels:
                 step = InterpretedKernel(k.kernel, "toy")
                 env[k.name] = interpreted_kernel(program.plan, step, list(k.touched), program.layout.symbols)

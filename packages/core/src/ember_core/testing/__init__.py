@@ -1,7 +1,7 @@
 """Test helpers for ember and its plugins: the graph battery, reference joint graphs and partition, the conformance
 kits (codegen, frontend, autograd, partitioner), a graph with a custom autograd function call, golden snapshots,
-random inputs and fuzzing helpers. The pytest plugin (`gpu` marker) is `ember_core.testing.pytest_plugin`,
-loaded by entry point.
+random inputs, fuzzing helpers and `restamp` (a disk-cache entry changed consistently). The pytest plugin (`gpu`
+marker) is `ember_core.testing.pytest_plugin`, loaded by entry point.
 
 Names load on first use, so the pytest plugin's import stays cheap."""
 
@@ -29,6 +29,7 @@ _EXPORTS = {
     "random_inputs": "._inputs",
     "Gate": "._custom_function", "gate_graph": "._custom_function",
     "in_threads": "._threads",
+    "restamp": "._cache_entries",
     "PAYLOADS": "._fuzz", "assert_no_code_ran": "._fuzz", "fuzz_examples": "._fuzz", "fuzz_settings": "._fuzz",
 }
 __all__ = sorted(_EXPORTS)

@@ -7,7 +7,7 @@ wrapper calls a segment (see ember-codegen-cpp)."""
 
 from ._build_pool import Build, BuildPool, report_build
 from ._codegen import PlanCodegen
-from ._errors import BuildError, CannotPrint
+from ._errors import BindError, BuildError, CannotPrint
 from ._exprs import IndexPrinter
 from ._fallback import (
     InterpreterFallback,
@@ -26,8 +26,9 @@ from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
 from ._wrapper import WrapperWriter, interpreted_kernel
 
 __all__ = [
-    "TUNED_MODES", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "IndexPrinter", "InterpretedKernel",
-    "InterpreterFallback", "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel", "Program", "Segment", "Step",
+    "TUNED_MODES", "BindError", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "IndexPrinter",
+    "InterpretedKernel", "InterpreterFallback", "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel",
+    "Program", "Segment", "Step",
     "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "interpreted_kernel", "non_overlapping",
     "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode",
     # profiling: each step's bytes and FLOPs (the wrapper's profiled twin names its ranges the same)

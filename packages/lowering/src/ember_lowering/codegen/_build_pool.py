@@ -4,7 +4,9 @@
 that a worker thread is making (`make` typically runs a compiler as a subprocess, so builds of several graphs
 overlap on several cores). Threads of one process share the build of a key (`_inflight`); processes share one
 through the cache entry's lock: a worker holds it while it builds, and one that waited for it looks up again.
-The future resolves to the entry's files ({suffix: path}) or raises `BuildError`.
+The future resolves to the entry's verified lookup (`CacheLookup`: its bytes, or its open library file; a new
+build is looked up again once stored, so a binary is always loaded from what was checked) or raises `BuildError`.
+`Build.rebuild(reason)` discards the entry and makes it again: for an entry that verified but cannot be bound.
 
 Every build started here is counted by `_progress.PROGRESS`, which shows them on a terminal as one line
 (`ember: building 3 C++ libraries (2 done)…`; `EMBER_PROGRESS`).
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ember_core import DiskCache, Event, Graph, Stopwatch, emit
+from ember_core import CacheLookup, DiskCache, Event, Graph, Stopwatch, emit
 
 from ._errors import BuildError
 from ._progress import PROGRESS
@@ -38,6 +40,7 @@ class Build:
     hit: bool
     reason: str = ""  # why it was not a hit
     clock: Stopwatch = field(default_factory=Stopwatch)  # from the request to the future's result
+    remake: Callable[[str], Build] | None = field(default=None, repr=False)  # see `rebuild`
 
     def __post_init__(self) -> None:
         self.seconds: float | None = None  # the build's time, once its future is done
@@ -45,6 +48,11 @@ class Build:
 
     def _done(self, _future: Future) -> None:
         self.seconds = self.clock.seconds
+
+    def rebuild(self, reason: str) -> Build | None:
+        """A new build of this one's key, its cache entry discarded first (`reason` is logged); None if it cannot
+        be made again."""
+        return self.remake(reason) if self.remake is not None else None
 
     @classmethod
     def failed(cls, error: Exception, reason: str) -> Build:
@@ -85,39 +93,57 @@ class BuildPool:
 
     def get(self, key: str, expect: Mapping[str, str], make: Maker) -> Build:
         """The entry `key` whose sidecar holds `expect`, from the cache or made by `make` in a worker."""
+        remake = lambda reason: self._remake(key, expect, make, reason)  # noqa: E731
         with self._lock:
             running = self._inflight.get(key)
             if running is not None:
-                return Build(key, running, False, "being built")
+                return Build(key, running, False, "being built", remake=remake)
             found = self.cache.lookup(key, dict(expect))
             if found.hit:
                 done: Future = Future()
-                done.set_result(found.files)
-                return Build(key, done, True)
-            PROGRESS.started(self.what)
-            try:
-                future = self.pool().submit(self._build, key, dict(expect), make)
-            except BaseException:
-                PROGRESS.finished(self.what, failed=True)
-                raise
-            self._inflight[key] = future
+                done.set_result(found)
+                return Build(key, done, True, remake=remake)
+            return Build(key, self._submit(key, expect, make, lookup_first=True), False, found.reason, remake=remake)
+
+    def _remake(self, key: str, expect: Mapping[str, str], make: Maker, reason: str) -> Build:
+        with self._lock:
+            running = self._inflight.get(key)
+            if running is None:
+                self.cache.discard(key, reason)
+                running = self._submit(key, expect, make, lookup_first=False)
+        return Build(key, running, False, reason)
+
+    def _submit(self, key: str, expect: Mapping[str, str], make: Maker, lookup_first: bool) -> Future:
+        """A worker's future of the build (called with `_lock` held)."""
+        PROGRESS.started(self.what)
+        try:
+            future = self.pool().submit(self._build, key, dict(expect), make, lookup_first)
+        except BaseException:
+            PROGRESS.finished(self.what, failed=True)
+            raise
+        self._inflight[key] = future
         future.add_done_callback(lambda _f, key=key: self._forget(key))
         future.add_done_callback(lambda f: PROGRESS.finished(self.what, failed=f.cancelled() or bool(f.exception())))
-        return Build(key, future, False, found.reason)
+        return future
 
     def _forget(self, key: str) -> None:
         with self._lock:
             self._inflight.pop(key, None)
 
-    def _build(self, key: str, expect: dict[str, str], make: Maker) -> dict[str, Path]:
-        """Make the entry under the key's lock, unless the process we waited for has made it meanwhile."""
+    def _build(self, key: str, expect: dict[str, str], make: Maker, lookup_first: bool) -> CacheLookup:
+        """Make the entry under the key's lock, unless the process we waited for has made it meanwhile; the result
+        is the stored entry looked up (verified) again."""
         with self.cache.lock(key):
-            found = self.cache.lookup(key, expect)
-            if found.hit:
-                return found.files
+            found = self.cache.lookup(key, expect) if lookup_first else None
+            if found is not None and found.hit:
+                return found
             with self.cache.work_folder(key) as work:
                 files, meta = make(work)
                 try:
-                    return self.cache.store(key, files, {**expect, **meta})
+                    self.cache.store(key, files, {**expect, **meta})
                 except OSError as e:
                     raise BuildError(f"the {self.name} cache could not keep the build of {key}: {e}") from e
+            found = self.cache.lookup(key, expect)
+            if not found.hit:
+                raise BuildError(f"the {self.name} cache's new entry {key} does not verify: {found.reason}")
+            return found

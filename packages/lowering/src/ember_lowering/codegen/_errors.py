@@ -1,4 +1,4 @@
-"""The two failures a codegen built on this layer has, and neither reaches a user: each has a fallback."""
+"""The failures a codegen built on this layer has, and none reaches a user: each has a fallback."""
 
 from __future__ import annotations
 
@@ -12,3 +12,8 @@ class CannotPrint(Exception):
 
 class BuildError(EmberError):
     """Making a kernel binary failed (a compiler error, a missing compiler); the message says how."""
+
+
+class BindError(Exception):
+    """A verified build that cannot be bound (a library that does not load, or lacks a function it must export):
+    its cache entry is discarded and the build made again, once (see `LazyBinding`)."""

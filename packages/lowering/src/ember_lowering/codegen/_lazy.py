@@ -4,7 +4,9 @@
 stub called waits for the build, lets the codegen bind the real callables into the wrapper's globals (`bind`:
 codegen-cpp loads a library with ctypes), so later calls go straight to the kernels. If the build failed, the
 stubs raise `UseFallback` instead: the wrapper then runs the graph in the interpreter codegen, now and on every
-call, and the failure is reported once as a `fallback` event.
+call, and the failure is reported once as a `fallback` event. A build that verified but does not bind (`BindError`:
+a library that does not load, or lacks a function) is a corrupt cache entry: it is discarded and built again, once,
+before the graph falls back.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from ember_core import Event, Graph, Stopwatch, emit
 
 from ._build_pool import Build
-from ._errors import BuildError
+from ._errors import BindError, BuildError
 from ._fallback import UseFallback, report_fallback
 
 Binder = Callable[[Any, dict[str, Any]], None]  # (the build's result, the wrapper's globals)
@@ -31,6 +33,7 @@ class LazyBinding:
         self.names = tuple(names)
         self._lock = threading.Lock()
         self._bound = False
+        self._rebuilt = False  # a build that did not bind was made again (once)
         self.failed: str | None = None
 
     def install_stubs(self) -> None:
@@ -53,8 +56,8 @@ class LazyBinding:
                 return
             waiting = Stopwatch()
             try:
-                self.bind(self.build.future.result(), self.env)
-            except (BuildError, OSError) as e:
+                self._bind_or_rebuild()
+            except (BuildError, BindError, OSError) as e:
                 self.failed = f"the build failed, the graph runs in the interpreter codegen: {e}"
                 report_fallback(self.stage, self.graph, self.failed, "build")
                 self.install_stubs()  # in case bind set some: each stub now raises UseFallback from load()
@@ -62,6 +65,16 @@ class LazyBinding:
             self._bound = True
             if not self.build.hit:
                 self._report_built(waiting.seconds)
+
+    def _bind_or_rebuild(self) -> None:
+        try:
+            self.bind(self.build.future.result(), self.env)
+        except BindError as e:
+            again = None if self._rebuilt else self.build.rebuild(f"it does not bind: {e}")
+            if again is None:
+                raise
+            self.build, self._rebuilt = again, True
+            self.bind(again.future.result(), self.env)
 
     def _report_built(self, waited: float) -> None:
         """The `kernels_built` event: how long the build took, and how long the first call waited for it."""
@@ -72,8 +85,14 @@ class LazyBinding:
                    data={"seconds": seconds, "waited": waited}))
 
     def bind_now(self) -> None:
-        """Bind a build that is already done (a cache hit) without stubs; OSError if it cannot be bound."""
+        """Bind a build that is already done (a cache hit) without stubs; `BindError` if it cannot be bound, after
+        starting its rebuild (which the stubs then wait for)."""
         with self._lock:
-            self.bind(self.build.future.result(), self.env)
+            try:
+                self.bind(self.build.future.result(), self.env)
+            except BindError as e:
+                self.build = self.build.rebuild(f"it does not bind: {e}") or self.build
+                self._rebuilt = True
+                raise
             self._bound = True
 

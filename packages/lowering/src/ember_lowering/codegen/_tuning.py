@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -103,8 +102,8 @@ class Tuner:
         if not found.hit:
             return None
         try:
-            data = json.loads(Path(found.files["choice"]).read_text())
-        except (OSError, ValueError):
+            data = json.loads(found.data["choice"])
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past recursion
             return None
         if not isinstance(data, list) or not all(type(v) is int for v in data):
             return None
