@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import ember
@@ -44,10 +45,15 @@ def fresh_process() -> None:
     _cache_dir.forget_opened()
 
 
-def run(k: float, root: Path, monkeypatch) -> list:
-    """Compile relu(x)*k+1 with the cache at `root` as a new process would, check it against eager; its events."""
+def run(k: float, root: Path, monkeypatch, new_process: bool = True) -> list:
+    """Compile relu(x)*k+1 with the cache at `root` as a new process would (or, `new_process=False`, as the same
+    process compiling another function), check it against eager; its events."""
     monkeypatch.setenv("EMBER_CACHE_DIR", str(root))
-    fresh_process()
+    if new_process:
+        fresh_process()
+    else:
+        torch._dynamo.reset()
+        ember_runtime.clear_cache()
     f = ember.compile(lambda x: torch.relu(x) * k + 1, options={"frontend": "trace"})
     x = torch.randn(4, 8)
     with record_events() as rec, FallbackRecorder() as fallbacks:
@@ -69,35 +75,71 @@ def forget(monkeypatch):
     fresh_process()
 
 
+def plant(shared: Path, stage: Path, key: str) -> None:
+    """The neighbour's steps: `shared/cpp` moved aside and a new one made holding the genuine source, the tag, their
+    library under the entry's key and the genuine sidecar with the library's sha256 brought up to date."""
+    if (shared / "cpp").exists():
+        (shared / "cpp").rename(shared / "cpp-aside")
+    planted = shared / "cpp"
+    planted.mkdir(mode=0o755)
+    for name in ("CACHEDIR.TAG", f"{key}.cpp", f"{key}.so", f"{key}.json"):
+        shutil.copy(stage / name, planted / name)
+
+
+def as_another_user(steps) -> None:
+    """Run `steps()` in a child process as uid 65534 (nobody)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            steps()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the neighbour's steps failed"
+
+
+@pytest.mark.parametrize("neighbour", ["same-uid", pytest.param("another-uid", marks=pytest.mark.skipif(
+    os.getuid() != 0, reason="acting as another user needs root"))])
 def test_a_neighbour_swapping_the_cpp_folder_of_a_shared_root_never_gets_a_library_loaded(tmp_path, monkeypatch,
-                                                                                          caplog):
+                                                                                          caplog, neighbour):
     # The neighbour learns the entry's key and genuine files by compiling the same program in a cache of their own.
     own = tmp_path / "neighbours-own"
     run(3.25, own, monkeypatch)
     (sidecar,) = (own / "cpp").glob("*.json")
     key = sidecar.stem
-    marker = tmp_path / "pwned"
-    hostile = shared_library(HOSTILE % marker, tmp_path / "hostile.so")
+    area = Path(tempfile.mkdtemp(prefix="ember-shared-"))  # a place both users reach (tmp_path is root's, 0700)
+    area.chmod(0o755)
+    marker = area / "pwned"
+    stage = area / "stage"
+    stage.mkdir()
+    shared_library(HOSTILE % marker, stage / f"{key}.so")
+    shutil.copy(own / "cpp" / "CACHEDIR.TAG", stage)
+    shutil.copy(own / "cpp" / f"{key}.cpp", stage)
+    data = json.loads(sidecar.read_text())
+    data["files"]["so"] = hashlib.sha256((stage / f"{key}.so").read_bytes()).hexdigest()
+    (stage / f"{key}.json").write_text(json.dumps(data))
+    for p in stage.iterdir():
+        p.chmod(0o644)
 
-    shared = tmp_path / "shared"
+    shared = area / "shared"
     shared.mkdir()
     shared.chmod(0o777)  # anyone may rename what it holds
     caplog.set_level(logging.WARNING, logger="ember.cache")
-    run(1.5, shared, monkeypatch)  # the victim's first compile (of another program)
-    if (shared / "cpp").exists():
-        (shared / "cpp").rename(shared / "cpp-aside")
-    planted = shared / "cpp"
-    planted.mkdir(mode=0o700)
-    shutil.copy(own / "cpp" / "CACHEDIR.TAG", planted)
-    shutil.copy(own / "cpp" / f"{key}.cpp", planted)
-    shutil.copy(hostile, planted / f"{key}.so")
-    data = json.loads(sidecar.read_text())
-    data["files"]["so"] = hashlib.sha256(hostile.read_bytes()).hexdigest()
-    (planted / f"{key}.json").write_text(json.dumps(data))
-
-    run(3.25, shared, monkeypatch)  # the victim's next compile, and a new process of theirs
-    assert not marker.exists(), "a library planted in a shared cache root was loaded"
-    assert f"ember cache root {shared} is not safe to use" in caplog.text and "other users may write" in caplog.text
+    try:
+        run(1.5, shared, monkeypatch)  # the victim's first compile (of another program)
+        steps = lambda: plant(shared, stage, key)  # noqa: E731
+        steps() if neighbour == "same-uid" else as_another_user(steps)
+        run(3.25, shared, monkeypatch, new_process=False)  # the victim's next compile
+        run(3.25, shared, monkeypatch)  # and a new process of theirs
+        assert not marker.exists(), "a library planted in a shared cache root was loaded"
+        assert f"ember cache root {shared} is not safe to use" in caplog.text
+        assert "other users may write" in caplog.text
+    finally:
+        shutil.rmtree(area, ignore_errors=True)
 
 
 def test_a_plan_changed_consistently_without_the_users_key_gives_eager_results(tmp_path, monkeypatch):
