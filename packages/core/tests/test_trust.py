@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 from ember_core import DiskCache, _cache_dir
-from ember_core._trust import Untrusted, open_directory, open_file, unsafe_root
+from ember_core._trust import Untrusted, _private_group, open_directory, open_file, unsafe_root
 from ember_core.testing import restamp
 
 as_root = pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
@@ -36,11 +36,21 @@ def stored(cache: DiskCache) -> None:
     cache.store("k1", {"so": b"library bytes", "src": b"source"}, {"source_sha256": "k1"})
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777])
-def test_a_root_group_or_others_may_write_to_is_refused_for_a_temporary_cache(base, monkeypatch, caplog, mode):
+def shared_group(path) -> None:
+    """Give path a group other users are in (as root; other users cannot)."""
+    if os.getuid() != 0:
+        pytest.skip("giving a folder to another group needs root")
+    os.chown(path, -1, NOBODY)
+
+
+@pytest.mark.parametrize("mode, group", [(0o777, "own"), (0o775, "shared"), (0o757, "own"), (0o1777, "own")])
+def test_a_root_group_or_others_may_write_to_is_refused_for_a_temporary_cache(base, monkeypatch, caplog, mode,
+                                                                               group):
     root = base / "root"
     root.mkdir()
     root.chmod(mode)
+    if group == "shared":
+        shared_group(root)
     cache = use_root(root, monkeypatch)
     with caplog.at_level(logging.WARNING, logger="ember.cache"):
         directory = cache.directory
@@ -48,6 +58,15 @@ def test_a_root_group_or_others_may_write_to_is_refused_for_a_temporary_cache(ba
     assert f"ember cache root {root} is not safe to use" in caplog.text and "other users may write" in caplog.text
     stored(cache)
     assert cache.lookup("k1").hit  # the temporary cache works as any other
+
+
+def test_a_root_only_the_users_private_group_may_write_to_is_used(base, monkeypatch):
+    if not _private_group(os.getgid()):
+        pytest.skip("this user's primary group is not a private group")
+    root = base / "root"
+    root.mkdir()
+    root.chmod(0o775)  # umask 002, with a group of the user's own
+    assert unsafe_root(root) is None and use_root(root, monkeypatch).directory == root / "unit"
 
 
 def test_a_root_below_a_folder_others_may_rename_in_is_refused_and_below_a_sticky_one_is_not(base, monkeypatch):
@@ -79,11 +98,13 @@ def test_an_entry_file_another_user_owns_is_refused_and_removed_even_signed(base
     assert not found.hit and "owned by uid 65534" in found.reason and not cache.path("k1", "so").exists()
 
 
-@pytest.mark.parametrize("mode", [0o664, 0o646])
-def test_an_entry_file_group_or_others_may_write_is_refused(base, monkeypatch, mode):
+@pytest.mark.parametrize("mode, group", [(0o664, "shared"), (0o646, "own")])
+def test_an_entry_file_group_or_others_may_write_is_refused(base, monkeypatch, mode, group):
     cache = use_root(base / "root", monkeypatch)
     stored(cache)
     cache.path("k1", "src").chmod(mode)
+    if group == "shared":
+        shared_group(cache.path("k1", "src"))
     found = cache.lookup("k1")
     assert not found.hit and "other users may write" in found.reason
 

@@ -3,7 +3,8 @@
 A cache file is trusted only when nobody but the current user could have put its bytes there:
 - the cache root is a directory the user owns that neither group nor others may write, and every directory above
   it is owned by the user or by root and may be written by nobody else, unless it is sticky (`/tmp`: others may
-  then add names but not rename or remove ours);
+  then add names but not rename or remove ours). A group that is the user's private group (named after the user,
+  no other members: what `umask 002` systems give every user) counts as the user: its write bit is allowed;
 - the cache's subdirectory is the user's, mode 0700 (see `_cache_dir.check_private`);
 - the file is a regular file the user owns that neither group nor others may write.
 
@@ -14,7 +15,9 @@ check and the read cannot hand ember someone else's file. Any failure is `Untrus
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -34,7 +37,7 @@ def unsafe_root(root: Path) -> str | None:
         return f"{root} is not a directory"
     if st.st_uid != os.getuid():
         return f"{root} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
-    if st.st_mode & _NOT_SHARED:
+    if _others_may_write(st):
         return f"{root} has mode {oct(stat.S_IMODE(st.st_mode))}: other users may write to it"
     for parent in root.parents:
         problem = _unsafe_parent(parent)
@@ -47,9 +50,24 @@ def _unsafe_parent(path: Path) -> str | None:
     st = os.stat(path)
     if st.st_uid not in (0, os.getuid()):
         return f"{path}, above it, is owned by uid {st.st_uid}"
-    if st.st_mode & _NOT_SHARED and not st.st_mode & stat.S_ISVTX:
+    if _others_may_write(st) and not st.st_mode & stat.S_ISVTX:
         return f"{path}, above it, has mode {oct(stat.S_IMODE(st.st_mode))}: other users may rename what it holds"
     return None
+
+
+def _others_may_write(st: os.stat_result) -> bool:
+    return bool(st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st.st_gid))
+
+
+def _private_group(gid: int) -> bool:
+    """Whether group `gid` is the user's own: their primary group, named after them, with no other members."""
+    if gid != os.getgid():
+        return False
+    try:
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.getuid())
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
 
 
 def open_directory(path: Path, private: bool = True) -> int:
@@ -82,5 +100,5 @@ def open_file(directory: int, name: str) -> int:
 def _check(st: os.stat_result, name: str, forbidden: int) -> None:
     if st.st_uid != os.getuid():
         raise Untrusted(f"{name} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})")
-    if st.st_mode & forbidden:
+    if st.st_mode & forbidden and (forbidden != _NOT_SHARED or _others_may_write(st)):
         raise Untrusted(f"{name} has mode {oct(stat.S_IMODE(st.st_mode))}: other users may write to it")
