@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 from ember_capture import TraceFrontend
 from ember_core import CUSTOM_FUNCTION
+from torch.autograd import Function
 from torch.testing import assert_close
 
 
@@ -120,3 +122,93 @@ def test_other_threads_keep_the_original_apply_during_a_capture(compile_graph):
     thread.join(10)
     assert seen["fn"] == "WaitsBackward"
     assert any(n.op == CUSTOM_FUNCTION for n in compile_graph.graphs[-1].nodes)
+
+
+class Doubles(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_a_call_that_needs_no_gradient_runs_inline(compile_graph, events):
+    """A tensor that does not require grad: the call is the original `apply`, inline in the graph (on torch 2.14,
+    whose `apply` is a `classmethod_descriptor` without `__func__`, this raised AttributeError)."""
+    compiled = TraceFrontend().wrap(lambda x: Doubles.apply(x) + 1, compile_graph, {})
+    x = torch.randn(4)
+    assert_close(compiled(x), x * 2 + 1)
+    assert not events.of("fallback") and compile_graph.count == 1
+    assert not any(n.op == CUSTOM_FUNCTION for n in compile_graph.graphs[-1].nodes)
+
+
+class _BoundLikeAClassmethod:
+    """A descriptor that binds as `classmethod` does but has no `__func__`: the shape of torch 2.14's
+    `classmethod_descriptor`, on any torch."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __get__(self, obj, cls=None):
+        return self.inner.__get__(obj, cls)
+
+
+@pytest.fixture
+def apply_without_func(monkeypatch):
+    monkeypatch.setattr(Function, "apply", _BoundLikeAClassmethod(Function.__dict__["apply"]))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_apply_is_called_through_whatever_descriptor_torch_defines(apply_without_func, compile_graph, events,
+                                                                   requires_grad):
+    compiled = TraceFrontend().wrap(lambda x: Doubles.apply(x).sin(), compile_graph, {})
+    x = torch.randn(4, requires_grad=requires_grad)
+    xe = x.detach().clone().requires_grad_(requires_grad)
+    out, expected = compiled(x), Doubles.apply(xe).sin()
+    assert_close(out, expected)
+    if requires_grad:
+        out.sum().backward()
+        expected.sum().backward()
+        assert_close(x.grad, xe.grad)
+    assert not events.of("fallback")
+    assert isinstance(Function.__dict__["apply"], _BoundLikeAClassmethod)  # put back as it was
+
+
+def test_other_threads_call_apply_without_grad_during_a_capture(apply_without_func, compile_graph):
+    """While one thread captures, eager calls in another thread, with and without grad, are eager's."""
+    seen = {}
+    started, release = threading.Event(), threading.Event()
+    capturing = threading.current_thread()
+
+    class Waits(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if threading.current_thread() is capturing:
+                started.set()
+                release.wait(10)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    def other_thread():
+        try:
+            started.wait(10)
+            seen["no_grad"] = Waits.apply(torch.ones(2))
+            seen["grad"] = type(Waits.apply(torch.ones(1, requires_grad=True)).grad_fn).__name__
+        except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
+            seen["error"] = e
+        finally:
+            release.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    compiled = TraceFrontend().wrap(lambda x: Waits.apply(x), compile_graph, {})
+    assert_close(compiled(torch.ones(2)), torch.full((2,), 2.0))
+    thread.join(10)
+    assert "error" not in seen, seen.get("error")
+    assert_close(seen["no_grad"], torch.full((2,), 2.0))
+    assert seen["grad"] == "WaitsBackward"

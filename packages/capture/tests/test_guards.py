@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
-from ember_capture._guards import GuardBuilder, shape_env_checks, tensor_checks, value_check
+from ember_capture._guards import GuardBuilder, GuardCodeError, shape_env_checks, tensor_checks, value_check
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
@@ -58,3 +59,28 @@ def test_shape_environment_guards_are_rewritten_over_locals():
     check, explain, _ = g.build()
     assert check([torch.zeros(7)], None) and check([torch.zeros(2)], None)
     assert explain([torch.zeros(1)], None) == "shape guard failed: 2 <= x.size()[0]"
+
+
+class _PrintsAsCode(int):
+    def __repr__(self):
+        return "__import__('os').system('true')"
+
+
+def test_only_builtin_values_are_printed_into_the_code():
+    g = GuardBuilder()
+    assert [g.literal("C", v) for v in (None, True, 3, (1, 2), ())] == ["None", "True", "3", "(1, 2)", "()"]
+    for value in (_PrintsAsCode(3), 2.5, "x", (1, _PrintsAsCode(2)), [1]):
+        name = g.literal("C", value)
+        assert name.isidentifier() and g.ns[name] is value
+
+
+@pytest.mark.parametrize("code", [
+    "a0.training is not True and __import__('os').system('true')",
+    "a0.__class__", "open('f')", "(lambda: 1)()", "a0.size() != 'text'", "[x for x in flat]", "torch.load",
+    "unknown_name",
+])
+def test_code_that_is_not_a_form_ember_writes_is_refused(code):
+    g = GuardBuilder()
+    g.let("a0", "flat[0]")
+    with pytest.raises(GuardCodeError):
+        g.check(code, "refused")

@@ -9,6 +9,7 @@ import torch
 from ember_capture import CaptureError
 from ember_capture._guards import GuardBuilder
 from ember_capture._reads import find_reads
+from ember_capture._stand_ins import StandIns
 
 RATE = 0.5
 TABLE = {"w": torch.ones(2), "k": 3}
@@ -121,10 +122,22 @@ def test_tensors_are_fetched_live_and_substituted_while_tracing(monkeypatch):
     new = torch.zeros(2)
     monkeypatch.setitem(TABLE, "w", new)
     assert fetch[1]() is new
-    stand_ins = [torch.empty(3), torch.empty(2)]
-    with reads.substituted(stand_ins):
-        assert holder[0] is stand_ins[0] and TABLE["w"] is stand_ins[1]
+    stand_ins = [torch.full((3,), 5.0), torch.full((2,), 7.0)]
+    with StandIns(reads.pairs(stand_ins)):
+        assert holder[0] is w and TABLE["w"] is new  # nothing is written where they were found
+        assert torch.equal(holder[0] * 1, stand_ins[0])  # but this thread's torch calls see the stand-ins
+        assert torch.equal(f(torch.zeros(3)), torch.full((3,), 5.0))  # `new`, found after the walk, has none
     assert holder[0] is w and TABLE["w"] is new
+
+
+def test_a_tensor_put_where_one_was_found_is_put_back_and_refused():
+    w = torch.ones(3)
+    holder = [w]
+    reads = find_reads(lambda x: x + holder[0])
+    with pytest.raises(CaptureError, match=r"puts another tensor in holder\[0\]"):
+        with reads.kept():
+            holder[0] = w * 2
+    assert holder[0] is w
 
 
 class _Table:
@@ -134,9 +147,9 @@ class _Table:
 def test_a_class_attribute_tensor_is_substituted_and_put_back():
     reads = find_reads(lambda x: x * _Table.WEIGHTS)
     assert [r.label for r in reads.tensors] == ["_Table.WEIGHTS"]
-    original, stand_in = _Table.WEIGHTS, torch.empty(2)
-    with reads.substituted([stand_in]):
-        assert _Table.WEIGHTS is stand_in
+    original, stand_in = _Table.WEIGHTS, torch.zeros(2)
+    with StandIns(reads.pairs([stand_in])):
+        assert _Table.WEIGHTS is original and torch.equal(_Table.WEIGHTS * 3, stand_in)
     assert _Table.WEIGHTS is original
 
 

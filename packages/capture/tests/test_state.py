@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+from ember_capture import CaptureError
 from ember_capture._guards import GuardBuilder
 from ember_capture._reads import find_reads
+from ember_capture._stand_ins import StandIns
 from ember_capture._state import ModuleState, find_owners
 
 _MODEL = torch.nn.Linear(2, 2)
@@ -30,7 +33,7 @@ def test_owners_in_containers_and_shared_tensors_are_lifted_once():
     state = ModuleState(find_owners(lambda x: blocks["first"](x) + blocks["all"](x)))
     assert state.names == ["blocks['all'].0.weight", "blocks['all'].0.bias", "blocks['all'].1.weight",
                            "blocks['all'].1.bias"]
-    with state.substituted([torch.zeros_like(t) for t in state.tensors]):
+    with StandIns(state.pairs([torch.zeros_like(t) for t in state.tensors])):
         assert inner.weight is outer[0].weight and not inner.weight.any()
 
 
@@ -40,9 +43,26 @@ def test_state_lists_params_then_buffers_and_substitutes_them():
     assert state.names[:4] == ["0.weight", "0.bias", "1.weight", "1.bias"]
     assert state.kinds == ["param"] * 4 + ["buffer"] * 3
     zeros = [torch.zeros_like(t) for t in state.tensors]
-    with state.substituted(zeros):
-        assert model[0].weight is zeros[0]
+    with StandIns(state.pairs(zeros)):
+        assert model[0].weight is state.tensors[0]  # the module is left as it is: other threads see its tensors
+        assert torch.equal(model(torch.ones(3, 2)), torch.zeros(3, 2))  # torch calls in this thread see the zeros
+        running_mean = model[1].running_mean
+        assert running_mean.add_(1) is running_mean  # an in-place op gives back the real tensor, as it was called
+        assert torch.equal(running_mean * 1, torch.ones(2))
     assert model[0].weight is state.tensors[0]
+    assert torch.equal(running_mean, torch.zeros(2)) and torch.equal(zeros[4], torch.ones(2))  # the stand-in took it
+
+
+def test_a_parameter_or_buffer_assigned_while_traced_is_put_back_and_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    state = ModuleState(find_owners(model))
+    weight, mean = model[0].weight, model[1].running_mean
+    with pytest.raises(CaptureError, match=r"assigns 0\.weight, 1\.cache, 1\.running_mean while it runs"):
+        with state.kept():
+            model[0].weight = torch.nn.Parameter(torch.zeros(2, 2))
+            model[1].running_mean = mean + 1
+            model[1].cache = torch.ones(1)
+    assert model[0].weight is weight and model[1].running_mean is mean and not hasattr(model[1], "cache")
 
 
 def test_guard_fails_when_a_parameter_is_replaced_or_mode_changes():

@@ -69,3 +69,121 @@ def test_print_inside_a_traced_function_still_falls_back_and_is_restored(compile
     assert compiled.fallback_reason is not None and "print" in compiled.fallback_reason
     assert builtins.print is PRINT and torch.Tensor.register_hook is REGISTER_HOOK
     assert "inside" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- other threads
+# While one thread traces, the trace's stand-ins (functional and fake tensors, symbolic floats) must never be
+# where another thread can see them: in a module's parameters, in a global, in a closure cell.
+
+
+def _tracing(x) -> bool:
+    return type(x) is not torch.Tensor  # the traced function sees functional stand-ins, eager calls real tensors
+
+
+class _Paused:
+    """Holds the first trace open until another thread has done its eager work (`run`), then lets it go on."""
+
+    def __init__(self, run):
+        self.run, self.done, self.error = run, False, None
+
+    def __call__(self, x) -> None:
+        if self.done or not _tracing(x):
+            return
+        self.done = True
+        worker = threading.Thread(target=self._other_thread)
+        worker.start()
+        worker.join(30)
+
+    def _other_thread(self) -> None:
+        try:
+            self.run()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+            self.error = e
+
+
+class _PausingModel(torch.nn.Module):
+    def __init__(self, pause):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.register_buffer("offset", torch.ones(4))
+        self.pause = pause
+
+    def forward(self, x):
+        self.pause(x)
+        return self.fc(x) + self.offset
+
+
+def test_eager_calls_of_a_module_in_another_thread_see_its_own_parameters(compile_graph):
+    x = torch.randn(3, 4)
+    seen = {}
+
+    def eager_elsewhere():
+        seen["weight"] = model.fc.weight
+        seen["out"] = model(x)
+
+    pause = _Paused(eager_elsewhere)
+    model = _PausingModel(pause)
+    weight = model.fc.weight
+    with torch.no_grad():
+        expected = model.fc(x) + model.offset
+    compiled = TraceFrontend().wrap(model, compile_graph, {})
+    assert_close(compiled(x), expected)
+    assert pause.done and pause.error is None, pause.error
+    assert seen["weight"] is weight and type(seen["weight"]) is torch.nn.Parameter
+    assert_close(seen["out"], expected)
+    assert model.fc.weight is weight
+
+
+WEIGHT = torch.randn(4, 4)
+SCALE = 0.5
+
+
+def test_globals_and_cells_read_by_a_trace_stay_real_for_other_threads(compile_graph):
+    cell = torch.randn(4)
+    seen = []
+
+    def look():
+        seen.append((WEIGHT, cell, SCALE))
+
+    pause = _Paused(look)
+
+    def f(x):
+        pause(x)
+        return (x @ WEIGHT + cell) * SCALE
+
+    compiled = TraceFrontend().wrap(f, compile_graph, {})
+    x = torch.randn(3, 4)
+    global SCALE
+    for scale in (0.5, 2.0, 3.0):  # the second value retraces with SCALE as a graph input
+        SCALE = scale
+        pause.done = False
+        assert_close(compiled(x), (x @ WEIGHT + cell) * scale)
+        assert pause.error is None, pause.error
+    SCALE = 0.5
+    assert seen, "no trace was held open"
+    for weight, c, scale in seen:
+        assert weight is WEIGHT and c is cell and type(scale) is float
+
+
+class _RebindsItsBuffer(torch.nn.Module):
+    """`self.total = self.total + x`: a new tensor assigned to a buffer, which no graph can replay."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x):
+        self.total = self.total + x.sum(0)
+        return x * 2
+
+
+def test_a_buffer_rebound_while_traced_runs_eagerly_and_is_kept(compile_graph, events):
+    model, twin = _RebindsItsBuffer(), _RebindsItsBuffer()
+    compiled = TraceFrontend().wrap(model, compile_graph, {})
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        assert_close(compiled(x), twin(x))
+        assert type(model.total) is torch.Tensor
+        assert_close(model.total, twin.total)
+    assert compiled.fallback_reason is not None and "total" in compiled.fallback_reason
+    assert events.of("fallback")

@@ -1,11 +1,18 @@
 """`Function.apply` while ember traces Python: a custom autograd function becomes an `ember.custom_function` call.
 
 The trace frontend runs the user's Python under make_fx, so it meets `MyFunction.apply(x)` itself (Dynamo's graphs
-hold `autograd_function_apply` instead, see `_aten.py`). While a thread captures a graph, `intercepting_functions`
-puts a replacement of `torch.autograd.Function.apply` in place for that thread: a call that needs a gradient is
-traced as a forward and a backward (`traced_body`) and handed to the graph's `CustomFunctions`; any other call,
-and every call in other threads, is the original `apply`. The replacement is installed by the first capture and
-the original put back by the last, under a lock.
+hold `autograd_function_apply` instead, see `_aten.py`). `apply` reaches no torch function mode, so torch offers no
+per-thread way in: while any thread captures a graph, `intercepting_functions` puts a replacement of
+`torch.autograd.Function.apply` in place whose effect is per thread. In the capturing thread, a call that needs a
+gradient is traced as a forward and a backward (`traced_body`) and handed to the graph's `CustomFunctions`; any
+other call, and every call in other threads, is the original `apply`, with the same arguments and result. The
+replacement is installed by the first capture and the original put back by the last, under a lock.
+
+The original is called as `cls.apply` would find it: through its descriptor's `__get__(None, cls)`, which binds a
+`classmethod` (torch 2.11 to 2.13) and a `classmethod_descriptor` (torch 2.14, written in C, without `__func__`)
+alike. No version is named anywhere. In the capturing thread the call's tensors are first swapped for the trace's
+stand-ins (`_stand_ins.to_stand_ins`): `Function.apply` is no torch function, so the trace's `StandIns` mode does not
+see a parameter passed to it.
 
 The forward and backward run with a stand-in ctx (`_TracedCtx`) that records what the author's code tells it:
 `save_for_backward`, `mark_non_differentiable`, `mark_dirty` (refused), `set_materialize_grads`, and tensors or sizes
@@ -26,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ._custom_functions import CustomFunctions, FunctionBody, needs_gradient
 from ._errors import CaptureError
+from ._stand_ins import to_stand_ins
 
 _CTX_FIELDS = frozenset({"to_save", "non_differentiable", "dirty_tensors", "materialize_grads", "needs_input_grad",
                          "saved_for_forward", "_saved"})
@@ -168,8 +176,10 @@ class _Interception:
 
     def apply(self, cls: type, *args: Any, **kwargs: Any) -> Any:
         custom = self.active()
+        if custom is not None:
+            args, kwargs = to_stand_ins((args, kwargs))
         if custom is None or not needs_gradient(args) and not needs_gradient(tuple(kwargs.values())):
-            return self.original.__func__(cls, *args, **kwargs)
+            return _bound(self.original, cls)(*args, **kwargs)
         body, operands = traced_body(cls, _bound_arguments(cls, args, kwargs))
         return custom.call(body, operands)
 
@@ -191,6 +201,12 @@ class _Interception:
                 self.captures -= 1
                 if self.captures == 0 and Function.__dict__.get("apply") is self.installed:
                     Function.apply = self.original
+
+
+def _bound(descriptor: Any, cls: type) -> Any:
+    """What `cls.apply` is when `descriptor` is `Function.__dict__["apply"]`: the attribute lookup's own binding."""
+    get = getattr(type(descriptor), "__get__", None)
+    return descriptor if get is None else get(descriptor, None, cls)
 
 
 intercepting_functions = _Interception()

@@ -7,7 +7,9 @@ a code object loads as globals (`LOAD_GLOBAL`), its closure cells (`co_freevars`
 names (helpers, methods, the `forward` of every module it reaches). Each value found is a `Read`, kept by kind:
 - `value`: a Python scalar (None, bool, int, float, str, dtype, ...), guarded by type and value; a float the
   frontend made dynamic (`Reads.dynamic`, by label: it changed between calls) is guarded by type only, and is a
-  graph input instead, fetched on every call like a tensor;
+  graph input instead, fetched on every call like a tensor. Only a float the function reads from its own globals or
+  closure cells, and no other code reads, can be made dynamic (`dynamic_floats`): the trace reads it through a copy
+  of the function (`with_floats`), since a float cannot be swapped where other threads see it;
 - `tensor`: a graph input like a parameter, fetched again from where it was found on every call (new values and new
   tensors of the same metadata reuse the graph), guarded by its metadata;
 - `module`: an `nn.Module`, guarded by identity; its parameters and buffers are lifted by `_state.py`;
@@ -19,9 +21,11 @@ The walk over-approximates: a name loaded on a branch not taken is guarded too. 
 user's files (torch, ember, the standard library, installed packages), and it cannot see names made at run time
 (`globals()[name]`, `getattr(obj, name)`).
 
-Guards reach every value through constants (the globals dict, the cell, the key): no name or key becomes code.
-While the function is traced, `Reads.substituted` puts the trace's stand-ins where the tensors were found, as
-`ModuleState` does for parameters, and puts the originals back afterwards.
+Guards reach every value through constants (the globals dict, the cell, the key): no name, key or value becomes code.
+While the function is traced, it reads the trace's stand-ins in place of the tensors found through `StandIns`
+(`pairs`), a per-thread torch function mode: nothing is written where the tensors were found, so other threads see
+the user's objects. A function that puts another tensor where one was found (`CACHE[0] = CACHE[0] * 2`) cannot be
+a graph: `kept` puts the found one back and refuses the trace.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ import ember_core
 import torch
 
 from ._errors import CaptureError, is_torch_file
-from ._guards import GuardBuilder, Live, tensor_checks, value_check
+from ._guards import GuardBuilder, Live, shown, tensor_checks, value_check
+from ._stand_ins import function_of, with_values
 
 MAX_READS = 10_000  # more than this and the function falls back to eager: pass such state as arguments
 _SCALARS = (type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.memory_format, torch.layout)
@@ -116,8 +121,7 @@ class Read:
             return g.const("O", how[1])
         parent = self.parent.var
         if how[0] == "item":
-            key = how[1]
-            return f"{parent}[{key:d}]" if type(key) is int else f"{parent}[{g.const('K', key)}]"
+            return f"{parent}[{g.literal('K', how[1])}]"
         if how[0] == "attr":
             return f"{parent}.__dict__.get({g.const('N', how[1])})"
         return f"{parent}._modules.get({g.const('N', how[1])})"
@@ -138,6 +142,9 @@ class Reads:
 
     found: list[Read] = field(default_factory=list)
     dynamic: frozenset[str] = frozenset()  # labels of float values made graph inputs
+    root: Any = None  # the Python function the walk started from, when a copy of it can stand in for it
+    loaders: dict[int, set[int]] = field(default_factory=dict)  # id(root read) → ids of the code objects loading it
+    walks: dict[int, int] = field(default_factory=dict)  # id(code) → how many times the walk reached it
 
     @property
     def floats(self) -> list[Read]:
@@ -187,24 +194,58 @@ class Reads:
             elif r.kind in ("module", "object") and r.step[0] != "const":  # a constant root is itself
                 g.check(f"{r.var} is not {g.const('O', r.value)}", "{label}: is a different object", label=r.label)
 
+    def dynamic_floats(self, labels: frozenset[str]) -> frozenset[str]:
+        """The labels among `labels` whose every float read `with_floats` can give the trace: a global or closure
+        cell of the function itself, read by no other code (a helper, a method) and the function reached once.
+        The others stay constants, guarded by value."""
+        code = getattr(self.root, "__code__", None)
+        if code is None or self.walks.get(id(code)) != 1:
+            return frozenset()
+        floats = [r for r in self.found if r.kind == "value" and type(r.value) is float and r.label in labels]
+        refused = {r.label for r in floats if r.parent is not None or self.loaders.get(id(r)) != {id(code)}}
+        return frozenset(r.label for r in floats) - refused
+
+    def with_floats(self, fn: Callable, values: Sequence[Any]) -> Callable:
+        """`fn`, reading `values` (in `self.floats` order) for the dynamic floats: a copy of it when there are
+        any (see `_stand_ins.with_values`)."""
+        value_of = {r.label: v for r, v in zip(self.floats, values)}
+        places = [r for r in self.found if r.label in value_of and self._is_dynamic(r)]
+        globals_ = {r.step[2]: value_of[r.label] for r in places if r.step[0] == "global"}
+        cells = {id(r.step[1]): value_of[r.label] for r in places if r.step[0] == "cell"}
+        return with_values(fn, globals_, cells)
+
+    def pairs(self, values: list[Any]) -> list[tuple[torch.Tensor, Any]]:
+        """(tensor, its stand-in from `values`, in `self.tensors` order), for `StandIns`."""
+        return [(r.value, v) for r, v in zip(self.tensors, values)]
+
     @contextlib.contextmanager
-    def substituted(self, values: list[Any], floats: Sequence[Any] = ()) -> Iterator[None]:
-        """While inside, every place a tensor of `self.tensors` was found holds its stand-in from `values`, and
-        every place of a float of `self.floats` its stand-in from `floats` (a symbolic float)."""
-        stand_in = {id(r.value): v for r, v in zip(self.tensors, values)}
-        float_of = {r.label: v for r, v in zip(self.floats, floats)}
-        places = [(r, stand_in[id(r.value)]) for r in self.found if r.kind == "tensor"]
-        places += [(r, float_of[r.label]) for r in self.found if r.label in float_of and self._is_dynamic(r)]
-        done: list[tuple[Read, Any]] = []
+    def kept(self) -> Iterator[None]:
+        """While inside, the function may put other tensors where tensors were found; on the way out, the found ones
+        are put back, and `CaptureError` says where (after an error inside, they are put back and the error goes on)."""
+        places = [r for r in self.found if r.kind == "tensor"]
         try:
-            for r, value in places:
-                before = r.fetch()
-                r.assign(value)
-                done.append((r, before))
             yield
-        finally:
-            for r, before in reversed(done):
-                r.assign(before)
+        except BaseException:
+            _put_back(places)
+            raise
+        moved = _put_back(places)
+        if moved:
+            raise CaptureError(f"the function puts another tensor in {', '.join(moved)} while it runs, which a graph "
+                               "cannot replay")
+
+
+def _put_back(places: list[Read]) -> list[str]:
+    """Puts each read's tensor back where it was found, if something else is there now; returns their labels."""
+    moved = []
+    for r in places:
+        try:
+            now = r.fetch()
+        except Exception:  # noqa: BLE001 - the path to it is gone (a key deleted): nothing to put back through
+            continue
+        if now is not r.value:
+            r.assign(r.value)
+            moved.append(r.label)
+    return moved
 
 
 def _container_checks(g: GuardBuilder, r: Read) -> None:
@@ -217,10 +258,10 @@ def _container_checks(g: GuardBuilder, r: Read) -> None:
                 old=keys, new=Live(f"list({r.var})"))
     elif isinstance(r.value, (set, frozenset)):
         g.check(f"{r.var} != {g.const('C', frozenset(r.value))}", "{label}: changed from {old} to {new}",
-                label=r.label, old=sorted(map(repr, r.value)), new=Live(f"sorted(map(repr, {r.var}))"))
+                label=r.label, old=sorted(map(shown, r.value)), new=Live(f"sorted(map(_shown, {r.var}))"))
     else:
-        g.check(f"len({r.var}) != {len(r.value)}", "{label}: length changed from {old} to {new}", label=r.label,
-                old=len(r.value), new=Live(f"len({r.var})"))
+        g.check(f"len({r.var}) != {g.literal('L', len(r.value))}", "{label}: length changed from {old} to {new}",
+                label=r.label, old=len(r.value), new=Live(f"len({r.var})"))
 
 
 # ---------------------------------------------------------------------------------------------- the walk
@@ -248,7 +289,7 @@ def find_reads(fn: Callable) -> Reads:
         root = Read(None, ("const", fn, "self"), fn, "object", "self")
         walk.add(root)
         walk.method(root, "__call__")
-    return Reads(walk.found)
+    return Reads(walk.found, root=function_of(fn), loaders=walk.loaders, walks=walk.walks)
 
 
 class _Walk:
@@ -257,6 +298,8 @@ class _Walk:
         self.roots: dict[tuple[int, str], Read] = {}  # (globals dict or cell, name) → its read: each visited once
         self.walked: set[tuple[int, int]] = set()  # (code, self object) pairs already walked
         self.added: set[int] = set()  # ids of the reads in `found`
+        self.loaders: dict[int, set[int]] = {}  # id(root read) → ids of the code objects that load it
+        self.walks: dict[int, int] = {}  # id(code) → how many times it was reached, from anywhere
 
     def add(self, r: Read) -> None:
         """Record `r`, after the parents it is reached through (a submodule's path is recorded only when needed)."""
@@ -277,6 +320,7 @@ class _Walk:
         code = getattr(fn, "__code__", None)
         if code is None or not is_user_code(code):
             return
+        self.walks[id(code)] = self.walks.get(id(code), 0) + 1
         key = (id(code), id(self_read.value) if self_read is not None else 0)
         if key in self.walked:
             return
@@ -287,24 +331,26 @@ class _Walk:
                 value = cell.cell_contents
             except ValueError:  # not bound yet
                 continue
-            self.root(("cell", cell, name), value, name, attrs)
+            self.root(("cell", cell, name), value, name, attrs, code)
         namespace = fn.__globals__
         for name in globals_:
             if name in namespace:
-                self.root(("global", namespace, name), namespace[name], name, attrs)
+                self.root(("global", namespace, name), namespace[name], name, attrs, code)
         if self_read is not None:
             self.attributes(self_read, attrs)
 
-    def root(self, step: tuple, value: Any, label: str, attrs: frozenset[str]) -> None:
+    def root(self, step: tuple, value: Any, label: str, attrs: frozenset[str], loader: types.CodeType) -> None:
+        """A global or closure cell that `loader`'s code loads."""
         key = (id(step[1]), step[2] if step[0] == "global" else "")
         known = self.roots.get(key)
         if known is None:
             r = Read(None, step, value, "", label)
             if not self.visit(r, attrs):
                 return
-            self.roots[key] = r
+            self.roots[key] = known = r
         elif known.kind in ("object", "module"):  # reached again from other code: the attributes it loads
             self.attributes(known, attrs)
+        self.loaders.setdefault(id(known), set()).add(id(loader))
 
     def visit(self, r: Read, attrs: frozenset[str], depth: int = 0) -> bool:
         """Record `r` by its value's kind and go on into what the value holds. False when it is not worth a read."""

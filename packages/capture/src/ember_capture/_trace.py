@@ -46,12 +46,13 @@ from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unfla
 
 from ._aten import capture_graph, readable_name
 from ._errors import CaptureError, located
-from ._guards import GuardBuilder, Live, shape_env_checks, static_ints, tensor_checks, value_check
+from ._guards import GuardBuilder, Live, Metadata, shape_env_checks, static_ints, tensor_checks, value_check
 from ._inputs import InputLayout
 from ._options import options_of
 from ._reads import find_reads
 from ._report import qualname, report
 from ._runner import GraphRunner
+from ._stand_ins import StandIns
 from ._state import ModuleState
 
 PRODUCER = "ember-capture 0.1.0 trace"
@@ -201,7 +202,7 @@ class TracedFunction:
         labels = leaf_labels(self.fn, args, kwargs)
         leaves = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
         reads = find_reads(self.fn)
-        reads.dynamic = frozenset(self._dynamic_reads)
+        reads.dynamic = reads.dynamic_floats(frozenset(self._dynamic_reads))
         state = ModuleState(reads.owners)
         name = re.sub(r"\W", "_", self.name) + f"_{self.compiles}"
         _anchor_stack_traces(self.fn)
@@ -232,7 +233,7 @@ class TracedFunction:
         """(graph, fake inputs, shape environment, output layout) of one trace with `layout`'s inputs."""
         shape_env = ShapeEnv(allow_scalar_outputs=True, allow_dynamic_output_shape_ops=False)
         fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
-        fakes = layout.fakes(fake_mode, lambda i, k: self._fake(fake_mode, flat[i], i, k))
+        fakes = _fakes(layout, fake_mode, lambda i, k: self._fake(fake_mode, flat[i], i, k))
         outputs = _OutputLayout()
         traced = _flat_function(self.fn, layout, flat, spec, outputs)
         graph = _capture(traced, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode,
@@ -240,7 +241,8 @@ class TracedFunction:
         return graph, fakes, shape_env, outputs
 
     def _fake(self, fake_mode: FakeTensorMode, x: torch.Tensor, leaf: int, k: int) -> torch.Tensor:
-        dims = [DimDynamic.DYNAMIC if self._is_dynamic(leaf, d) else DimDynamic.STATIC for d in range(x.dim())]
+        rank = len(Metadata(x).sizes)
+        dims = [DimDynamic.DYNAMIC if self._is_dynamic(leaf, d) else DimDynamic.STATIC for d in range(rank)]
         return fake_mode.from_tensor(x, source=LocalSource(f"t{k}"),
                                      symbolic_context=StatelessSymbolicContext(dynamic_sizes=dims))
 
@@ -251,7 +253,8 @@ class TracedFunction:
         g.check(f"spec != {g.const('SPEC', spec)}", "argument structure changed (pytree of {old} leaves, now {new})",
                 old=len(flat), new=Live("len(flat)"))
         grad = torch.is_grad_enabled()
-        g.check(f"is_grad_enabled() is not {grad}", "grad mode changed from {old} to {new}", old=grad, new=not grad)
+        g.check(f"is_grad_enabled() is not {g.literal('B', grad)}", "grad mode changed from {old} to {new}", old=grad,
+                new=not grad)
         fakes = dict(zip(layout.user, user_fakes))
         fakes.update((i, fakes[j]) for i, j in layout.same_leaf if j in fakes)
         floats = set(layout.float_leaves)
@@ -309,6 +312,18 @@ class _OutputLayout:
         return run
 
 
+def _fakes(layout: InputLayout, fake_mode: FakeTensorMode, user_fake: Callable[[int, int], Any]) -> list:
+    """`layout.fakes`, with a tensor torch cannot make a fake of (a subclass whose Python-level metadata is not a
+    tensor's: a `requires_grad` that is no bool) turned into a `CaptureError`: the function then runs eagerly."""
+    try:
+        return layout.fakes(fake_mode, user_fake)
+    except CaptureError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever torch raised, the call must not fail where eager would not
+        raise CaptureError(f"torch cannot make a fake tensor of an input ({type(e).__name__}: {_first_line(e)})") \
+            from e
+
+
 def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
     """`capture_graph`, with every reason a function cannot be one graph turned into a `CaptureError`."""
     try:
@@ -336,10 +351,12 @@ def _flat_function(fn: Callable, layout: InputLayout, flat: list, spec: Any,
         for i, v in layout.leaf_values(inputs).items():
             values[i] = v
         args, kwargs = unflatten_args(values, spec)
-        with layout.state.substituted(list(inputs[:n_state])), \
-                layout.reads.substituted(layout.read_values(inputs), layout.read_floats(inputs)):
-            result = fn(*args, **kwargs)
-        return outputs.record(result)
+        stand_ins = StandIns(layout.state.pairs(list(inputs[:n_state])) +
+                             layout.reads.pairs(layout.read_values(inputs)))
+        target = layout.reads.with_floats(fn, layout.read_floats(inputs))
+        with layout.state.kept(), layout.reads.kept(), stand_ins:
+            result = target(*args, **kwargs)
+        return outputs.record(stand_ins.to_stand_ins(result))  # `return self.weight` returns the graph's input
 
     return traced
 
