@@ -63,10 +63,13 @@ PACKAGES = {
     "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "codegen-triton", "runtime"],
 }
 EXAMPLES = ["examples/ember-fold-mul-one"]
-# The fuzz tests of every loader: graph JSON, graph text, cache sidecars, loop-IR text (one pytest run each: test
-# file names repeat across packages).
+# The fuzz tests of every loader: graph JSON, graph text, constants (inline and side files), cache sidecars and
+# entries, loop-IR text, DOT diagrams, and the `ember` command itself (one pytest run each: test file names repeat
+# across packages).
 FUZZ_TESTS = ["packages/core/tests/test_fuzz_graph_json.py", "packages/core/tests/test_fuzz_graph_text.py",
-              "packages/core/tests/test_disk_cache.py", "packages/lowering/tests/test_fuzz_plan_text.py"]
+              "packages/core/tests/test_fuzz_constants.py", "packages/core/tests/test_disk_cache.py",
+              "tests/test_fuzz_cache_entries.py", "packages/lowering/tests/test_fuzz_plan_text.py",
+              "packages/ember/tests/test_fuzz_dot.py", "packages/ember/tests/test_fuzz_cli.py"]
 # expecttest: torch's OpInfo table (torch.testing._internal) imports it; tests/opinfo and its CI subset need the table.
 TEST_TOOLS = ["pytest>=8", "jsonschema>=4", "numpy", "hypothesis>=6", "expecttest"]
 OPINFO_SHARDS = 8
@@ -116,10 +119,14 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def fuzz(session: nox.Session) -> None:
-    """The fuzz tests of every loader (graph JSON and text, loop-IR text, cache sidecars) with many more cases than CI
-    runs, on a fresh seed each time: `EMBER_FUZZ_EXAMPLES=100000 nox -s fuzz` for a long run."""
+    """The fuzz tests of every loader (graph JSON and text, constants, loop-IR text, caches, DOT) and of the
+    `ember` command with many more cases than CI runs, on a fresh seed each time: `EMBER_FUZZ_EXAMPLES=100000 nox -s
+    fuzz` for a long run. The command's cases that start a process (a second or two each) are counted apart:
+    `EMBER_FUZZ_CLI_EXAMPLES`. Each test file prints its tally: accepted, refused, code runs, crashes, hangs and
+    wrongly accepted files (any of the last four fails the run)."""
     install_siblings(session, [f"packages/{p}" for p in PACKAGES])
     session.env.setdefault("EMBER_FUZZ_EXAMPLES", "5000")
+    session.env.setdefault("EMBER_FUZZ_CLI_EXAMPLES", "100")
     session.env.setdefault("EMBER_FUZZ_SEED", "random")
     for path in FUZZ_TESTS:
         pytest(session, "-k", "fuzz", path)

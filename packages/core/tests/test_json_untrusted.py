@@ -4,6 +4,8 @@ quickly, with nothing run."""
 import builtins
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -193,3 +195,68 @@ def test_file_over_the_size_limit_is_refused(tmp_path, monkeypatch):
 def test_valid_golden_files_still_load_and_verify(tmp_path):
     for path in sorted(GOLDEN.glob("*.json")):
         ec.verify(ec.load(path))
+
+
+# ---------------------------------------------------------------------------------------------- numbers that do not fit
+
+def test_constant_whose_row_major_strides_overflow_int64_is_refused(tmp_path):
+    data = golden("constants")
+    name, const = next((k, c) for k, c in data["constants"].items() if "data" in c)
+    const["shape"], const["data"] = [0, 2**63 - 1, 4], []  # no elements, but a stride of 4 * (2**63 - 1)
+    with pytest.raises(SchemaError, match=rf"constants\.{name}\.shape: .*stride"):
+        load_and_verify(data, tmp_path)
+
+
+@pytest.mark.parametrize("size", ["1/3", "s75/2", "ToFloat(s75)", "-s75", "s75 - 7", "PowByNatural(7, 10**30)",
+                                  "LShift(1, s75)"])
+def test_sizes_that_are_not_non_negative_integers_at_the_hints_are_refused(tmp_path, size):
+    data = golden()
+    name = first_value(data)
+    data["values"][name]["shape"][0] = {"sym": size}
+    with pytest.raises(SchemaError, match=rf"values\.{name}\.shape\[0\]"):
+        load_and_verify(data, tmp_path)
+
+
+def test_a_sym_argument_that_is_not_an_integer_is_refused(tmp_path):
+    data = golden()
+    node = next(n for n in data["nodes"] if n["op"] == "aten.view.default")
+    node["args"][1]["list"][0] = {"sym": "s75/2"}
+    with pytest.raises(SchemaError, match=r"args\[1\]\[0\]: .*not an integer"):
+        load_and_verify(data, tmp_path)
+
+
+@pytest.mark.parametrize("shape,stride", [([2**62, 4], [4, 1]), ([2**31, 2**62, 0], [0, 0, 1])])
+def test_sizes_that_multiply_past_int64_are_refused_even_with_a_zero(tmp_path, shape, stride):
+    data = golden("pointwise_chain")
+    name = first_value(data)
+    data["values"][name]["shape"], data["values"][name]["stride"] = shape, stride
+    with pytest.raises(SchemaError, match=rf"values\.{name}\.shape: sizes that multiply to"):
+        load_and_verify(data, tmp_path)
+
+
+@pytest.mark.parametrize("dtype,item", [("float16", {"float": 1e300}), ("float32", {"float": 1e300}),
+                                        ("int8", {"int": 300}), ("int64", {"float": 1.5}), ("bool", {"int": 5}),
+                                        ("float8_e4m3fn", {"float": "inf"})])
+def test_constant_values_that_do_not_fit_their_dtype_are_refused(tmp_path, dtype, item):
+    data = golden("constants")
+    name, const = next((k, c) for k, c in data["constants"].items() if "data" in c)
+    const["dtype"], const["data"][0] = dtype, item
+    with pytest.raises(SchemaError, match=rf"constants\.{name}\.data: .*item 0"):
+        load_and_verify(data, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- names from tables
+
+@pytest.mark.parametrize("tag,text", [("layout", "_inductor"), ("memory_format", "onnx"), ("layout", "__class__")])
+def test_layout_and_memory_format_tags_come_from_a_table_and_import_nothing(tmp_path, tag, text):
+    data = golden("every_field")
+    node = next(n for n in data["nodes"] if "layout" in n["kwargs"])
+    node["kwargs"]["layout"] = {tag: text}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(data))
+    probe = ("import sys, ember_core as ec\n"
+             f"try:\n    ec.load({str(path)!r})\nexcept ec.SchemaError as e:\n    print('refused', e)\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('torch._inductor', 'torch.onnx'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300).stdout
+    assert f"nodes[5].kwargs.layout: unknown {tag.replace('_', ' ')} {text!r}" in out
+    assert out.splitlines()[-1] == "[]"

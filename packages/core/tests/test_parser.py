@@ -19,6 +19,7 @@ from ember_core import (
     Sym,
     Symbol,
     Value,
+    dumps,
     format_graph,
     load,
     load_text,
@@ -222,3 +223,41 @@ def test_symbol_table_round_trips_with_unbounded_and_bounded_ranges():
               outputs=(Output("x"),), values={"x": Value(shape=("s0", "s1"), stride=("s1", 1))})
     assert "# symbols: s0=8 in [2, inf], s1=4 in [1, 64]" in format_graph(g)
     assert parse_graph(format_graph(g)) == g
+
+
+# ---------------------------------------------------------------------------------------------- numbers that do not fit
+
+def dims(n: int, size: int = 10) -> str:
+    return ", ".join([str(size)] * n)
+
+
+def test_implied_strides_past_int64_are_refused_as_json_refuses_them(tmp_path):
+    text = f"# ember graph v1.0\ndef f(x: f32[{dims(40)}]):\n  y: f32[{dims(40)}] = aten.neg.default(x)\n  return (y)\n"
+    with pytest.raises(SchemaError, match=r"line 2, inputs\[0\]: stride\[0\]: 10{39} outside \[0, 2\*\*63\)"):
+        parse_graph(text)
+    value = Value(shape=(10,) * 40, stride=tuple(10**k for k in reversed(range(40))))
+    g = Graph(name="f", inputs=(Input("x"),), nodes=(), outputs=(Output("x"),), values={"x": value})
+    (tmp_path / "f.json").write_text(dumps(g))
+    with pytest.raises(SchemaError, match=r"values\.x\.stride\[0\]"):
+        load(tmp_path / "f.json")
+
+
+@pytest.mark.parametrize("size", ["1/3", "s0/2", "ToFloat(s0)", "-s0", "PowByNatural(7, 10**30)", "s0 - 9"])
+def test_sizes_that_are_not_non_negative_integers_at_the_hints_are_refused(size):
+    text = f"# ember graph v1.0\n# symbols: s0=4 in [2, inf]\ndef f(x: f32[{size}]):\n  return (x)\n"
+    with pytest.raises(SchemaError, match=r"line 3, inputs\[0\]"):
+        parse_graph(text)
+
+
+@pytest.mark.parametrize("constant", ["f16[1] = constant [1e300]", "i8[1] = constant [300]",
+                                      "f8e4m3[1] = constant [inf]", "b8[1] = constant [1]"])
+def test_constant_values_that_do_not_fit_their_dtype_are_refused(constant):
+    text = f"# ember graph v1.0\ndef f():\n  c: {constant}\n  return (c)\n"
+    with pytest.raises(SchemaError, match="line 3, constant: not a list of"):
+        parse_graph(text)
+
+
+def test_constant_whose_row_major_strides_overflow_int64_is_refused():
+    text = f"# ember graph v1.0\ndef f():\n  c: f32[0, {2**63 - 1}, 4] = constant []\n  return (c)\n"
+    with pytest.raises(SchemaError, match="line 3, .*stride"):
+        parse_graph(text)

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import ember_core as ec
 import pytest
 import torch
 from ember_core import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Value, graph_device, rename_reads
@@ -94,3 +95,17 @@ def test_map_args_applies_to_leaves_and_keeps_the_nesting():
     out = map_args(args, lambda a: Ref(a.name + "!") if isinstance(a, Ref) else a)
     assert out == (Ref("x!"), [1, (Ref("y!"), 2.0)], None)
     assert map_args(3, lambda a: a * 2) == 6
+
+
+def test_a_constant_holding_nan_equals_itself_and_its_json_round_trip():
+    c = Constant("c", torch.tensor([float("nan"), float("inf"), -0.0, 1.0]))
+    g = Graph(name="g", inputs=(), nodes=(), outputs=(Output("c"),), values={}, constants={"c": c})
+    assert c == c and ec.loads(ec.dumps(g)) == g
+    assert c != Constant("c", torch.tensor([float("nan"), torch.finfo(torch.float32).max, 0.0, 1.0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.complex64])
+def test_constants_of_every_float_dtype_compare_by_value(dtype):
+    values = torch.tensor([1.0, float("nan"), -2.0]).to(dtype)
+    assert Constant("c", values) == Constant("c", values.clone())
+    assert Constant("c", values) != Constant("c", torch.tensor([1.0, float("nan"), 2.0]).to(dtype))

@@ -175,3 +175,30 @@ def test_constant_named_like_an_input_is_an_error():
     g = graph(neg("a", "x"), constants={"x": Constant("x", torch.ones(4))})
     with pytest.raises(GraphError, match=r"constants\.x: constant 'x' has the name of an input"):
         ec.verify(g)
+
+
+# ---------------------------------------------------------------------------------------------- argument types
+
+@pytest.mark.parametrize("node,argument,got", [
+    (Node(("a",), "aten.sum.dim_IntList", (Ref("x"), (float("inf"),))), "dim", r"a list \[inf\]"),
+    (Node(("a",), "aten.addmm.default", (Ref("x"), Ref("x"), (1, 2))), "mat2", r"a list \[1, 2\]"),
+    (Node(("a",), "aten.add.Tensor", (Ref("x"), Ref("x")), {"alpha": "two"}), "alpha", "str 'two'"),
+    (Node(("a",), "aten.clone.default", (Ref("x"),), {"memory_format": torch.float32}), "memory_format",
+     "dtype torch.float32"),
+    (Node(("a",), "aten.new_zeros.default", (Ref("x"), (4,)), {"dtype": 6}), "dtype", "int 6"),
+    (Node(("a",), "aten.neg.default", (1.5,)), None, None),  # a number stands for a tensor, as torch wraps it
+])
+def test_arguments_must_have_their_schema_types(node, argument, got):
+    g = graph(node)
+    if argument is None:
+        ec.verify(g)
+        return
+    where = rf"node 0 \(a = {node.op}\)\.args: {node.op}: argument '{argument}' expects .*, got {got}"
+    with pytest.raises(GraphError, match=where):
+        ec.verify(g)
+
+
+def test_a_ref_to_a_tensor_is_not_an_int():
+    g = graph(Node(("a",), "aten.select.int", (Ref("x"), Ref("x"), 0)))
+    with pytest.raises(GraphError, match=r"argument 'dim' expects int, got value 'x' \(tensor of float32\)"):
+        ec.verify(g)

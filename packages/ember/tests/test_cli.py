@@ -291,3 +291,61 @@ def test_show_of_a_missing_file_or_a_folder_says_so(tmp_path, capsys):
     assert "gone.json: no such file" in capsys.readouterr().err
     assert main(["show", str(tmp_path)]) == 2
     assert f"{tmp_path}: is a folder" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- untrusted files
+
+
+def test_show_of_a_constant_whose_strides_overflow_is_a_one_line_error(tmp_path, capsys):
+    path = graph_file(tmp_path)
+    data = json.loads(path.read_text())
+    data["constants"] = {"c": {"dtype": "float32", "shape": [0, 2**63 - 1, 4], "data": []}}
+    path.write_text(json.dumps(data))
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ember show: error: {path}: constants.c.shape: ") and "stride" in err
+    assert len(err.splitlines()) == 1
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\x9b31m\r\u202e!"
+ESCAPED = "\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\x0d\\u202e!"
+
+
+def test_show_escapes_control_characters_of_a_source(tmp_path, capsys):
+    path = dumped(tmp_path, "guards_built", source=f"def guard():  # {ESCAPES}\n    return True\n")
+    assert main(["show", str(path)]) == 0
+    assert capsys.readouterr().out == path.read_bytes().decode().replace(ESCAPES, ESCAPED)
+
+
+def test_show_escapes_control_characters_of_a_diagram_and_of_errors(tmp_path, capsys):
+    path = tmp_path / "001-partitioned-g.dot"
+    path.write_text(f'digraph "g{ESCAPES}" {{\n  a [label="x{ESCAPES}"];\n}}\n')
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"x{ESCAPED}" in out and "\x1b" not in out and "\u202e" not in out
+    path.write_text(f"digraph g {{\n  a -> {ESCAPES};\n}}\n")
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "\\x1b" in err and "\x1b" not in err
+
+
+def test_report_escapes_control_characters_of_titles_and_names(tmp_path, capsys):
+    from ember_core.report._page import GENERATOR
+
+    (tmp_path / f"ember-report-{ESCAPES}.html").write_text(
+        f'<meta name="generator" content="{GENERATOR}"><title>t{ESCAPES}</title>')
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"t{ESCAPED}" in out and f"ember-report-{ESCAPED}.html" in out and "\x1b" not in out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs fifos")
+def test_report_skips_a_fifo_named_like_a_report_without_hanging(tmp_path):
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "ember-report-x.html")
+    (tmp_path / "ember-report-y.html").symlink_to("/dev/zero")
+    done = subprocess.run([sys.executable, "-m", "ember", "report", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "no reports in" in done.stderr

@@ -1,5 +1,7 @@
 """Reading the text form: errors name the line and say what was expected."""
 
+import re
+
 import pytest
 from ember_lowering import PlanError, parse_plan
 
@@ -78,3 +80,18 @@ def test_text_over_the_size_limit_is_refused(monkeypatch):
     monkeypatch.setattr("ember_lowering._parser.MAX_TEXT_CHARS", 50)
     with pytest.raises(PlanError, match="longer than the limit"):
         parse_plan(HEAD + "  return (x)\n")
+
+
+@pytest.mark.parametrize("op", ["aten.repdat.default", "aten.add.NoSuchOverload", "nope.add.Tensor",
+                                "aten.add.__call__", "__builtins__.eval.default"])
+def test_an_extern_op_that_does_not_resolve_is_refused(op):
+    with pytest.raises(PlanError, match=rf"line 4: unknown op '{re.escape(op)}'"):
+        parse_plan(HEAD + f"  extern y = {op}(x)\n  return (y)\n")
+
+
+@pytest.mark.parametrize("shape", ["s0/2", "ToFloat(s0)", "-s0", "s0 - 9", ", ".join(["10"] * 40)])
+def test_buffer_sizes_that_are_not_non_negative_integers_within_int64_are_refused(shape):
+    text = f"# ember kernel plan 'g' on cpu\n# symbols: s0=4 in [2, inf]\ndef g(x):\n  x: f32[{shape}] input\n" \
+           "  return (x)\n"
+    with pytest.raises(PlanError, match="line 4"):
+        parse_plan(text)

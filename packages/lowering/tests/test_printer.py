@@ -4,6 +4,11 @@ import torch
 from ember_lowering import NAN, Instr, Op, format_instr, format_plan, parse_plan
 from lowering_checks import plan_of
 
+# An operator whose schema takes every kind of argument the text form has: a plan names only registered operators.
+_LIBRARY = torch.library.Library("ember_test_printer", "FRAGMENT")
+_LIBRARY.define("every_argument(Tensor x, int[] a, SymInt s, float f, float g, float h, Tensor? n, bool b, str r, "
+                "ScalarType t, Device d, Layout l, *, Any dim, MemoryFormat layout) -> (Tensor, Tensor)")
+
 EVERY_KIND = """\
 # ember kernel plan 'every_kind' on cpu
 # passes: lower, fuse-inline
@@ -47,8 +52,8 @@ def every_kind(x, idx, n):
   extern e = aten.mm.default(a, p)  # from mm
 {extern}
   return (m, am, g, e, z, sym('s0 + 1'))""".replace("{extern}", (
-    "  extern z, _ = aten.some.op(x, [1, -2], sym('2*s0'), 1.5, -inf, nan, None, True, 'mean', torch.float16, "
-    "device('cpu'), torch.strided, dim=[0, [1, 2]], layout=torch.contiguous_format)"))
+    "  extern z, _ = ember_test_printer.every_argument.default(x, [1, -2], sym('2*s0'), 1.5, -inf, nan, None, True, "
+    "'mean', torch.float16, device('cpu'), torch.strided, dim=[0, [1, 2]], layout=torch.contiguous_format)"))
 
 
 def test_text_reads_back_and_prints_identically():

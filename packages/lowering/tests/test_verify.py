@@ -1,7 +1,8 @@
 """The verifier: each broken rule is named, with the plan around the offending line marked."""
 
 import pytest
-from ember_lowering import PlanError, parse_plan, verify_plan
+from ember_core import Ref
+from ember_lowering import Extern, KernelPlan, PlanError, parse_plan, verify_plan
 
 HEAD = """\
 # ember kernel plan 'g' on cpu
@@ -153,3 +154,22 @@ STASH = """\
 ])
 def test_locals_belong_to_one_kernel_with_a_static_row_major_shape(body, message):
     test_broken_rules_are_named(body, message)
+
+
+def extern_plan(op: str, args: tuple) -> KernelPlan:
+    """A plan of one extern call built in memory (its text would not parse with an unknown op)."""
+    plan = parse_plan(HEAD + "  extern y = aten.neg.default(x)\n  kernel k[i0 < s0, r0 < 8]:\n    loop:\n"
+                      "      t0: f32 = load y[i0, r0]\n      t1: f32 = reduce_sum t0\n    store m[i0] = t1\n"
+                      "  return (m)\n")
+    return plan.replace(steps=(Extern(("y",), op, args), *plan.steps[1:]))
+
+
+@pytest.mark.parametrize("op, args, message", [
+    ("aten.repdat.default", (Ref("x"),), "extern aten.repdat.default: unknown op"),
+    ("aten.neg.default", (Ref("x"), Ref("x")), "aten.neg.default takes at most 1 positional arguments, got 2"),
+    ("aten.addmm.default", (Ref("x"), Ref("x"), (1, 2)), r"argument 'mat2' expects Tensor, got a list \[1, 2\]"),
+    ("aten.sum.dim_IntList", (Ref("x"), (float("inf"),)), r"argument 'dim' expects Optional\[List\[int\]\]"),
+])
+def test_extern_calls_must_name_an_op_and_match_its_schema(op, args, message):
+    with pytest.raises(PlanError, match=message):
+        verify_plan(extern_plan(op, args))

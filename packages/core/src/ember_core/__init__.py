@@ -1,5 +1,6 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
+from ._arg_types import arguments_problem
 from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._cache_dir import cache_root, private_cache_dir
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
@@ -13,7 +14,7 @@ from ._custom_function import (
     subgraph_scope,
 )
 from ._disk_cache import CacheLookup, DiskCache, EntryFile
-from ._dtypes import SHORT_DTYPE_NAMES, dtype_name, to_dtype
+from ._dtypes import LAYOUTS, MEMORY_FORMATS, SHORT_DTYPE_NAMES, dtype_name, to_dtype
 from ._dump import DumpWriter
 from ._effects import EffectfulFunctionalMode, has_effect
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
@@ -27,7 +28,7 @@ from ._events import (
     Partitioned,
     Stopwatch,
 )
-from ._expr import ExprError, IntExpr, as_sympy, parse_expr
+from ._expr import ExprError, IntExpr, as_sympy, parse_expr, parse_integer
 from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
@@ -44,6 +45,7 @@ from ._printer import format_graph, format_node
 from ._profiling import GraphCosts, KernelCost, costs_of, profile_range, profiler_active, register_costs
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
 from ._recording import record_events
+from ._regular_file import FileRefused, read_at_most, read_regular_file, regular_file
 from ._result_cache import ResultCache, clear_result_caches, facts_key
 from ._schema import (
     SCHEMA_VERSION,
@@ -62,6 +64,7 @@ from ._schema import (
     node_refs,
     rename_reads,
 )
+from ._sizes import layout_problem
 from ._stages import (
     Autograd,
     BackendFrontend,
@@ -109,6 +112,10 @@ __all__ = [
     "ResultCache", "clear_result_caches", "code_version", "facts_key",
     # the fallbacks a user is warned about
     "FallbackWarning", "WARNED_CAUSES", "warn_fallback",
+    # untrusted input: integer expressions, layouts within int64, call arguments by schema, fixed name tables,
+    # regular files only
+    "parse_integer", "layout_problem", "arguments_problem", "LAYOUTS", "MEMORY_FORMATS", "FileRefused",
+    "read_at_most", "read_regular_file", "regular_file",
     # profiling: the wrappers' check and ranges, each compiled graph's kernel costs
     "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
 ]

@@ -41,7 +41,7 @@ from ._cache_files import (
     write_atomic,
 )
 from ._file_lock import file_lock
-from ._sidecar import BadEntry, read_regular
+from ._regular_file import FileRefused, read_regular_file
 from ._trust import Untrusted, open_directory, open_file, unsafe_root
 
 log = logging.getLogger("ember.cache")
@@ -229,8 +229,8 @@ def check_private(path: Path) -> str | None:
 def is_tagged(path: Path) -> bool:
     """Whether path holds ember's cache-directory tag (a regular file, read without following a symlink)."""
     try:
-        return read_regular(path / TAG_NAME, len(TAG) + 1) == TAG
-    except (OSError, BadEntry):
+        return read_regular_file(path / TAG_NAME, len(TAG), follow_links=False) == TAG
+    except (OSError, FileRefused):
         return False
 
 

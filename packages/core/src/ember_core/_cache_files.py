@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ._file_lock import file_lock
-from ._sidecar import open_regular
+from ._regular_file import read_at_most, regular_file
 
 KEY = re.compile(r"[A-Za-z0-9_]{1,128}")
 ENTRY_FILE = re.compile(r"(?P<key>[A-Za-z0-9_]{1,128})\.(?P<suffix>[a-z0-9]{1,16})")
@@ -111,9 +111,9 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def sha256_file(path: Path) -> str:
     """The sha256 of the regular file at path, read without following a symlink or blocking on a fifo."""
-    with open_regular(path) as f:
+    with regular_file(path, follow_links=False) as (fd, _):
         h = hashlib.sha256()
-        for block in iter(lambda: f.read(1 << 20), b""):
+        while block := read_at_most(fd, 1 << 20):
             h.update(block)
         return h.hexdigest()
 

@@ -1,9 +1,15 @@
-"""Names of dtypes in the schema ("float32") and in printed text ("f32")."""
+"""Names of dtypes in the schema ("float32") and in printed text ("f32"), of layouts and memory formats; and the
+numbers a dtype holds, for constants read from files.
+
+Every name from a file is looked up in these fixed tables, never as an attribute of `torch` (a module whose
+attribute lookup may import whole packages, `torch._inductor` say)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
 
 import torch
 
@@ -39,6 +45,32 @@ DTYPE_NAMES = tuple(_DTYPES)
 SHORT_DTYPE_NAMES: Mapping[str, str] = MappingProxyType(_SHORT)  # schema name → the name printed text uses
 
 
+def _named(names: str) -> dict[str, Any]:
+    """The torch objects of these names that this torch has, looked up once at import from this fixed list."""
+    return {name: getattr(torch, name) for name in names.split() if hasattr(torch, name)}
+
+
+# By schema name (`{"layout": "strided"}`); printed text writes `torch.strided`.
+LAYOUTS: Mapping[str, torch.layout] = MappingProxyType(
+    _named("strided sparse_coo sparse_csr sparse_csc sparse_bsr sparse_bsc _mkldnn jagged"))
+MEMORY_FORMATS: Mapping[str, torch.memory_format] = MappingProxyType(
+    _named("contiguous_format channels_last channels_last_3d preserve_format"))
+
+
+def to_layout(name: str) -> torch.layout:
+    try:
+        return LAYOUTS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}"[:300]) from None
+
+
+def to_memory_format(name: str) -> torch.memory_format:
+    try:
+        return MEMORY_FORMATS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown memory format {name!r}; known: {', '.join(MEMORY_FORMATS)}"[:300]) from None
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     try:
         return _NAMES[dtype]
@@ -49,9 +81,47 @@ def dtype_name(dtype: torch.dtype) -> str:
 def to_dtype(name: str) -> torch.dtype:
     try:
         return _DTYPES[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPE_NAMES)}") from None
 
 
 def short_dtype(name: str) -> str:
     return _SHORT.get(name, name)
+
+
+# ---------------------------------------------------------------------------------------------- numbers of a dtype
+
+def tensor_of_numbers(items: Sequence[Any], dtype: torch.dtype) -> torch.Tensor:
+    """A 1-d tensor of `dtype` holding exactly these numbers; `ValueError` naming the first item it cannot hold:
+    a number of the wrong kind (a float for an int dtype, an int for bool), or one outside the dtype's range
+    (1e300 as float16 would become inf, 300 as int8 would wrap)."""
+    for k, x in enumerate(items):
+        problem = fit_problem(x, dtype)
+        if problem is not None:
+            raise ValueError(f"item {k}: {problem}")
+    return torch.tensor(list(items), dtype=dtype) if items else torch.empty(0, dtype=dtype)
+
+
+def fit_problem(x: Any, dtype: torch.dtype) -> str | None:
+    """Why `dtype` cannot hold the number x exactly in kind and range, or None."""
+    name = _NAMES.get(dtype, str(dtype))
+    if dtype == torch.bool:
+        return None if isinstance(x, bool) else f"{x!r} is not a bool"[:200]
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return f"{x!r} is not a number"[:200]
+    if dtype.is_floating_point or dtype.is_complex:
+        return _float_fit(x, dtype, name)
+    if not isinstance(x, int):
+        return f"{x!r} is not an integer, for {name}"
+    info = torch.iinfo(dtype)
+    return None if info.min <= x <= info.max else f"{x} lies outside {name}'s range [{info.min}, {info.max}]"
+
+
+def _float_fit(x: float | int, dtype: torch.dtype, name: str) -> str | None:
+    real = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
+    info = torch.finfo(real.get(dtype, dtype))
+    if math.isnan(x):
+        return None
+    if math.isinf(x):  # float8_e4m3fn has no infinity (it would saturate)
+        return None if dtype != torch.float8_e4m3fn else f"{x} does not exist in {name}"
+    return None if abs(x) <= info.max else f"{x!r} lies outside {name}'s range [-{info.max:g}, {info.max:g}]"

@@ -13,6 +13,11 @@ Precedence and meaning are Python's, so every expression sympy prints (`(s0//2)`
 `ModularIndexing(i0, 4, 8)`) reads back to an equal sympy object. A NAME followed by `(` must be a function of the
 table passed in; any other NAME is an integer symbol. The parser builds a small tree (`ExprTree`) that two folds
 consume: `to_sympy` (what the compiler reasons with) and `IntExpr` (plain Python ints, for run-time sizes).
+
+What a file says is a size or an index must have an integer value: `parse_integer` walks the tree and refuses a
+true division, a float function or a shift whose result is not turned back into an integer (by `floor`,
+`FloorToInt` ...). Whether the value is also non-negative depends on the symbols; the loaders check that at the
+symbols' hints (`_sizes.py`).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from typing import Any
 
 import sympy
 from torch.utils._sympy import functions as torch_sympy
+from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
 
 from ._errors import EmberError
 
 MAX_CHARS = 8192  # longer texts are refused before any parsing
 MAX_DEPTH = 64  # parentheses, calls and unary signs nested deeper than this are refused
+MAX_TREE_DEPTH = 256  # a longer chain `a + b + ...` (a tree this deep) is refused: the folds recurse over it
 MAX_LITERAL_DIGITS = 40  # int64 needs 19
 MAX_POWER_BITS = 4096  # a numeric `a ** b` whose result would be larger is refused (no `10**10**10` hang)
 
@@ -58,6 +65,17 @@ SIZE_FUNCTIONS: Mapping[str, Any] = {**_torch_functions(), "Max": sympy.Max, "Mi
                                      "floor": sympy.floor, "ceiling": sympy.ceiling, "Abs": sympy.Abs}
 # Loop-IR indices: the same, with sympy's own `Mod` (what the lowering builds).
 INDEX_FUNCTIONS: Mapping[str, Any] = {**SIZE_FUNCTIONS, "Mod": sympy.Mod}
+
+# What each function gives, for `integer_problem`: an integer when every argument is one ...
+_INTEGER_OF_INTEGERS = frozenset({
+    "FloorDiv", "CleanDiv", "CeilDiv", "ModularIndexing", "Mod", "PythonMod", "Max", "Min", "Abs", "Identity",
+    "PowByNatural", "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or", "BitwiseFn_bitwise_xor",
+    "IsNonOverlappingAndDenseIndicator"})
+# ... an integer whatever its argument (rounding) ...
+_INTEGER_OF_ANY = frozenset({"floor", "ceiling", "FloorToInt", "CeilToInt", "TruncToInt", "RoundToInt"})
+# ... or a real number. A function of none of the tables (shifts, `Where`) is not allowed in a size.
+_REAL_OF_ANY = frozenset({"ToFloat", "IntTrueDiv", "FloatTrueDiv", "FloatPow", "TruncToFloat", "RoundDecimal",
+                          *(name for name in SIZE_FUNCTIONS if name.startswith("OpaqueUnaryFn_"))})
 
 
 # -------------------------------------------------------------------------------------------- the tree
@@ -192,7 +210,60 @@ def parse_tree(text: str, functions: Mapping[str, Any] = SIZE_FUNCTIONS) -> Expr
         raise ExprError(repr(text), f"expected text, got {type(text).__name__}")
     if len(text) > MAX_CHARS:
         raise ExprError(text, f"longer than {MAX_CHARS} characters")
-    return _Parser(text, functions).whole()
+    tree = _Parser(text, functions).whole()
+    if _depth(tree) > MAX_TREE_DEPTH:
+        raise ExprError(text, f"a chain of operations deeper than {MAX_TREE_DEPTH}")
+    return tree
+
+
+def _depth(tree: ExprTree) -> int:
+    """How deep the tree is, walked without recursion (a left-leaning chain is as deep as it is long)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((c, depth + 1) for c in _children(node))
+    return deepest
+
+
+# -------------------------------------------------------------------------------------------- integer values
+
+def integer_problem(tree: ExprTree) -> str | None:
+    """Why the expression may have a value that is not an integer, or None when every value it takes is one."""
+    stray = _function_without_kind(tree)
+    if stray is not None:
+        return f"function {stray!r} is not allowed in a size or index"
+    real = _real_part(tree)
+    if real is None:
+        return None
+    return f"not an integer expression: {real} gives a real number (round it with floor(...) or FloorToInt(...))"
+
+
+def _children(tree: ExprTree) -> tuple:
+    kind = tree[0]
+    return tree[2] if kind == "call" else tree[1:] if kind == "neg" else tree[2:] if kind == "bin" else ()
+
+
+def _function_without_kind(tree: ExprTree) -> str | None:
+    """The first function of the tree that no kind table names (a shift, which grows without bound; `Where`), or
+    None."""
+    if tree[0] == "call" and tree[1] not in _INTEGER_OF_INTEGERS | _INTEGER_OF_ANY | _REAL_OF_ANY:
+        return tree[1]
+    return next((f for c in _children(tree) if (f := _function_without_kind(c)) is not None), None)
+
+
+def _real_part(tree: ExprTree) -> str | None:
+    """The first piece of the tree whose value may be real, not integer; None when there is none."""
+    kind = tree[0]
+    if kind in ("int", "name"):
+        return None
+    if kind == "bin" and tree[1] == "/":
+        return "a true division '/'"
+    if kind == "call" and tree[1] in _INTEGER_OF_ANY:
+        return None
+    if kind == "call" and tree[1] in _REAL_OF_ANY:
+        return f"{tree[1]}(...)"
+    return next((r for c in _children(tree) if (r := _real_part(c)) is not None), None)
 
 
 # -------------------------------------------------------------------------------------------- to sympy
@@ -230,6 +301,8 @@ def to_sympy(tree: ExprTree, functions: Mapping[str, Any], text: str = "") -> sy
             raise ExprError(text, "division by zero")
         return _BINARY[tree[1]](a, b)
     args = [to_sympy(a, functions, text) for a in tree[2]]
+    if tree[1] in ("PowByNatural", "FloatPow") and len(args) == 2:
+        _check_power(text, *args)
     return functions[tree[1]](*args)
 
 
@@ -243,7 +316,8 @@ def _parse_cached(text: str, table: str) -> sympy.Expr:
         raise
     except Exception as e:  # a function given the wrong arity or argument kinds raises TypeError, ValueError ...
         raise ExprError(text, f"{type(e).__name__}: {e}"[:200]) from None
-    if not isinstance(expr, sympy.Expr) or expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+    if not isinstance(expr, sympy.Expr) or expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo, IntInfinity,
+                                                    NegativeIntInfinity):
         raise ExprError(text, "does not denote a finite integer expression")
     return expr
 
@@ -252,6 +326,17 @@ def parse_expr(text: str, table: str = "size") -> sympy.Expr:
     """A sympy expression from text; names are integer symbols. `table` picks the functions: 'size' (schema
     sizes, torch's `Mod`) or 'index' (loop-IR indices, sympy's `Mod`)."""
     return _parse_cached(text, table)
+
+
+@functools.lru_cache(maxsize=8192)
+def parse_integer(text: str, table: str = "size") -> sympy.Expr:
+    """`parse_expr` for what a file says is a size, stride, offset, symbolic int or index: refused (`ExprError`)
+    unless every value it can take is an integer."""
+    expr = parse_expr(text, table)
+    problem = integer_problem(parse_tree(text, INDEX_FUNCTIONS if table == "index" else SIZE_FUNCTIONS))
+    if problem is not None:
+        raise ExprError(text, problem)
+    return expr
 
 
 def as_sympy(x: int | float | sympy.Basic) -> sympy.Basic:
@@ -274,12 +359,32 @@ def _ceil_div(a: Any, b: Any) -> int:
     return -(-a // b)
 
 
-# Integer meanings of the functions a run-time size may use; anything else is evaluated through sympy.
+def _exact_div(a: Any, b: Any) -> Fraction:
+    return Fraction(a) / Fraction(b)
+
+
+def _checked_power(text: str) -> Callable[[Any, Any], Any]:
+    """`a ** b` on exact numbers, refused when the exponent is not an integer or the result would be huge."""
+    def power(base: Any, exponent: Any) -> Any:
+        if Fraction(exponent).denominator != 1:
+            raise ExprError(text, f"{base}**{exponent} has a non-integer exponent")
+        exponent = int(exponent)
+        if abs(exponent) * max(abs(int(base)), 2).bit_length() > MAX_POWER_BITS:
+            raise ExprError(text, f"{base}**{exponent} is larger than {MAX_POWER_BITS} bits")
+        return Fraction(base) ** exponent if exponent < 0 else base ** exponent
+    return power
+
+
+# Integer meanings of the functions a run-time size may use (division exact, on fractions); anything else is
+# evaluated through sympy.
 _INT_FUNCTIONS: Mapping[str, Callable[..., Any]] = {
-    "FloorDiv": operator.floordiv, "CleanDiv": operator.floordiv, "IntTrueDiv": operator.truediv,
-    "CeilDiv": _ceil_div, "Mod": operator.mod, "PythonMod": operator.mod,
+    "FloorDiv": operator.floordiv, "CleanDiv": operator.floordiv, "IntTrueDiv": _exact_div,
+    "FloatTrueDiv": _exact_div, "CeilDiv": _ceil_div, "Mod": operator.mod, "PythonMod": operator.mod,
     "ModularIndexing": lambda x, d, m: (x // d) % m, "Max": max, "Min": min, "Abs": abs,
-    "floor": math.floor, "ceiling": math.ceil, "Identity": lambda x: x,
+    "floor": math.floor, "ceiling": math.ceil, "FloorToInt": math.floor, "CeilToInt": math.ceil,
+    "TruncToInt": math.trunc, "RoundToInt": round, "ToFloat": Fraction, "Identity": lambda x: x,
+    "BitwiseFn_bitwise_and": operator.and_, "BitwiseFn_bitwise_or": operator.or_,
+    "BitwiseFn_bitwise_xor": operator.xor,
 }
 
 
@@ -307,10 +412,7 @@ class IntExpr:
 def _names(tree: ExprTree) -> set[str]:
     if tree[0] == "name":
         return {tree[1]}
-    if tree[0] == "int":
-        return set()
-    children = tree[2] if tree[0] == "call" else tree[1:] if tree[0] == "neg" else tree[2:]
-    return set().union(*(_names(c) for c in children))
+    return set().union(*(_names(c) for c in _children(tree)))
 
 
 def _int_fold(tree: ExprTree, text: str) -> Callable[[Mapping[str, int]], Any]:
@@ -326,7 +428,7 @@ def _int_fold(tree: ExprTree, text: str) -> Callable[[Mapping[str, int]], Any]:
         return lambda env: -inner(env)
     if kind == "bin":
         return _int_binary(tree[1], _int_fold(tree[2], text), _int_fold(tree[3], text), text)
-    fn = _INT_FUNCTIONS.get(tree[1])
+    fn = _checked_power(text) if tree[1] == "PowByNatural" else _INT_FUNCTIONS.get(tree[1])
     if fn is None:
         raise ExprError(text, f"function {tree[1]!r} cannot be evaluated on integers")
     args = [_int_fold(a, text) for a in tree[2]]
@@ -334,14 +436,20 @@ def _int_fold(tree: ExprTree, text: str) -> Callable[[Mapping[str, int]], Any]:
 
 
 def _int_binary(op: str, a: Callable, b: Callable, text: str) -> Callable[[Mapping[str, int]], Any]:
-    if op == "/":
-        return lambda env: Fraction(a(env)) / Fraction(b(env))
-    if op == "**":
-        def power(env: Mapping[str, int]) -> Any:
-            base, exponent = a(env), b(env)
-            if abs(exponent) * max(abs(int(base)), 2).bit_length() > MAX_POWER_BITS:
-                raise ExprError(text, f"{base}**{exponent} is larger than {MAX_POWER_BITS} bits")
-            return Fraction(base) ** exponent if exponent < 0 else base ** exponent
-        return power
-    fn = _BINARY[op]
-    return lambda env: fn(a(env), b(env))
+    fn = _exact_div if op == "/" else _checked_power(text) if op == "**" else _BINARY[op]
+    if op not in ("*", "**"):
+        return lambda env: fn(a(env), b(env))
+
+    def grown(env: Mapping[str, int]) -> Any:  # a product of many large factors is refused as a power is
+        value = fn(a(env), b(env))
+        if _bits(value) > MAX_POWER_BITS:
+            raise ExprError(text, f"a product larger than {MAX_POWER_BITS} bits")
+        return value
+    return grown
+
+
+def _bits(value: Any) -> int:
+    if isinstance(value, int):
+        return value.bit_length()
+    value = Fraction(value)
+    return max(abs(value.numerator), value.denominator).bit_length()

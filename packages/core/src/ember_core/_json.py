@@ -6,20 +6,23 @@ Loading checks structure as it goes and raises `SchemaError` naming the path of 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import re
-import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ._dtypes import dtype_name, to_dtype
+from ._dtypes import dtype_name, tensor_of_numbers, to_dtype, to_layout, to_memory_format
 from ._errors import SchemaError
-from ._expr import ExprError, parse_expr
+from ._expr import ExprError, parse_integer
+from ._regular_file import FileRefused, read_regular_file
 from ._schema import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
+from ._sizes import layout_problem, row_major_problem
 
 FORMAT = "ember-graph"
 INLINE_CONSTANT_NUMEL = 64  # constants up to this many elements are written inline
@@ -85,10 +88,11 @@ def _int_in(v: Any, where: str, low: int, high: int, what: str = "an integer") -
 
 
 def sym_text(v: Any, where: str) -> str:
-    """A symbolic expression's text, checked against ember's expression grammar (never evaluated as Python)."""
+    """A symbolic expression's text, checked against ember's expression grammar (never evaluated as Python) and
+    to have integer values."""
     text = _expect(v, str, where)
     try:
-        parse_expr(text)
+        parse_integer(text)
     except ExprError as e:
         raise SchemaError(where, str(e)) from None
     return text
@@ -124,10 +128,10 @@ def _decode_tagged(tag: str, v: Any, where: str, depth: int) -> Any:
         except RuntimeError as e:
             raise SchemaError(where, f"unknown device {v!r}: {e}") from None
     if tag in ("layout", "memory_format"):
-        obj = getattr(torch, _expect(v, str, where), None)
-        if not isinstance(obj, torch.layout if tag == "layout" else torch.memory_format):
-            raise SchemaError(where, f"unknown {tag} {v!r}")
-        return obj
+        try:
+            return (to_layout if tag == "layout" else to_memory_format)(_expect(v, str, where))
+        except ValueError as e:
+            raise SchemaError(where, str(e)) from None
     raise SchemaError(where, f"unknown argument tag {tag!r}; tags are {', '.join(ARG_TAGS)}")
 
 
@@ -261,7 +265,7 @@ def check_version(major: int, minor: int, where: str) -> tuple[tuple[int, int], 
     return (major, minor), minor > SCHEMA_VERSION[1]
 
 
-def _read_value(data: Any, where: str, lenient: bool) -> Value:
+def _read_value(data: Any, where: str, lenient: bool, hints: Mapping[str, int]) -> Value:
     r = _Record(data, where, lenient)
     value = Value(
         type=r.get("type", str),
@@ -274,6 +278,9 @@ def _read_value(data: Any, where: str, lenient: bool) -> Value:
         storage_offset=_dim_from_json(r.get("storage_offset", (int, dict), 0), f"{where}.storage_offset"),
     )
     r.done()
+    problem = layout_problem(value.shape, value.stride, value.storage_offset, hints)
+    if problem is not None:
+        raise SchemaError(f"{where}.{problem[0]}", problem[1])
     return value
 
 
@@ -301,9 +308,7 @@ def _read_constant(name: str, data: Any, where: str, lenient: bool, base_dir: Pa
     except ValueError as e:
         raise SchemaError(f"{where}.dtype", str(e)) from None
     shape = [_int_in(d, f"{where}.shape[{i}]", 0, INT64[1], "a size") for i, d in enumerate(r.get("shape", list))]
-    numel = math.prod(shape)
-    if numel > MAX_CONSTANT_NUMEL:
-        raise SchemaError(f"{where}.shape", f"{numel} elements, more than the limit of {MAX_CONSTANT_NUMEL}")
+    numel = check_constant_shape(shape, f"{where}.shape")
     if "file" in r.data:
         tensor = _read_side_file(r.get("file", str), f"{where}.file", base_dir)
     else:
@@ -312,13 +317,24 @@ def _read_constant(name: str, data: Any, where: str, lenient: bool, base_dir: Pa
             raise SchemaError(f"{where}.data", f"{len(items)} numbers for shape {shape} ({numel} elements)")
         flat = [decode_arg(x, f"{where}.data[{i}]") for i, x in enumerate(items)]
         try:
-            tensor = torch.tensor(flat, dtype=dtype) if flat else torch.empty(0, dtype=dtype)
-        except (TypeError, ValueError, RuntimeError) as e:
+            tensor = tensor_of_numbers(flat, dtype)
+        except ValueError as e:
             raise SchemaError(f"{where}.data", f"not a list of {dtype_name(dtype)} numbers: {e}") from None
     r.done()
-    if tensor.dtype != dtype or tensor.numel() != numel:
-        raise SchemaError(where, f"constant data does not match dtype {dtype} and shape {shape}")
+    if tensor.dtype != dtype or tuple(tensor.shape) not in (tuple(shape), (numel,)):
+        raise SchemaError(where, f"constant data does not match dtype {dtype_name(dtype)} and shape {shape}")
     return Constant(name, tensor.reshape(shape))
+
+
+def check_constant_shape(shape: list[int], where: str) -> int:
+    """The element count of a constant's shape, within the limit and with row-major strides that int64 holds."""
+    problem = row_major_problem(shape)
+    if problem is not None:
+        raise SchemaError(where, f"its row-major {problem[0]}: {problem[1]}")
+    numel = math.prod(shape)
+    if numel > MAX_CONSTANT_NUMEL:
+        raise SchemaError(where, f"{numel} elements, more than the limit of {MAX_CONSTANT_NUMEL}")
+    return numel
 
 
 def _read_side_file(rel: str, where: str, base_dir: Path | None) -> torch.Tensor:
@@ -327,15 +343,17 @@ def _read_side_file(rel: str, where: str, base_dir: Path | None) -> torch.Tensor
     path = (base_dir / rel).resolve()
     if base_dir.resolve() not in path.parents:
         raise SchemaError(where, f"side file {rel!r} lies outside the graph's folder")
-    check_regular_file(path, where, "side file")
+    data = read_checked(path, where, "side file")
     try:
         # weights_only: torch's restricted unpickler, which builds tensors and refuses every other object
-        tensor = torch.load(path, weights_only=True)
-    except Exception as e:  # a missing or corrupt side file
-        raise SchemaError(where, f"cannot read side file {path}: {e}") from None
-    if not isinstance(tensor, torch.Tensor):
-        raise SchemaError(where, f"side file {path} holds a {type(tensor).__name__}, not a tensor")
-    return tensor
+        tensor = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as e:  # a corrupt side file
+        raise SchemaError(where, f"cannot read side file {path}: {e}"[:500]) from None
+    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided or tensor.device.type != "cpu" \
+            or tensor.is_quantized:
+        what = type(tensor).__name__ if not isinstance(tensor, torch.Tensor) else f"{tensor.layout} tensor"
+        raise SchemaError(where, f"side file {path} holds a {what}, not a plain tensor")
+    return tensor.detach().contiguous()
 
 
 def graph_from_json(data: Any, where: str = "", base_dir: Path | None = None) -> Graph:
@@ -355,15 +373,17 @@ def _graph_from_json(data: Any, where: str, base_dir: Path | None, depth: int) -
     def items(key: str) -> list:
         return r.get(key, list)
 
+    symbols = tuple(_read_symbol(s, f"{prefix}symbols[{i}]", lenient) for i, s in enumerate(items("symbols")))
+    hints = {s.name: s.hint for s in symbols}
     graph = Graph(
         name=r.get("name", str),
         producer=r.get("producer", str, ""),
-        symbols=tuple(_read_symbol(s, f"{prefix}symbols[{i}]", lenient) for i, s in enumerate(items("symbols"))),
+        symbols=symbols,
         inputs=tuple(_read_input(x, f"{prefix}inputs[{i}]", lenient) for i, x in enumerate(items("inputs"))),
         nodes=tuple(_read_node(n, f"{prefix}nodes[{i}]", lenient) for i, n in enumerate(items("nodes"))),
         outputs=tuple(_read_output(o, f"{prefix}outputs[{i}]", lenient) for i, o in enumerate(items("outputs"))),
         values={
-            k: _read_value(v, f"{prefix}values.{k}", lenient) for k, v in r.get("values", dict).items()
+            k: _read_value(v, f"{prefix}values.{k}", lenient, hints) for k, v in r.get("values", dict).items()
         },
         constants={
             k: _read_constant(k, v, f"{prefix}constants.{k}", lenient, base_dir)
@@ -470,25 +490,22 @@ def save(graph: Graph, path: str | os.PathLike) -> Path:
     return path
 
 
-def check_regular_file(path: Path, where: str, what: str) -> None:
-    """A regular file under the size limit (a fifo would block a read, a device never end it)."""
+def read_checked(path: Path, where: str, what: str) -> bytes:
+    """The bytes of a regular file under the size limit (a fifo would block a read, a device never end it);
+    `SchemaError` naming the file otherwise."""
     try:
-        st = os.stat(path)
-    except OSError as e:
-        raise SchemaError(where, f"cannot read {what} {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise SchemaError(where, f"{path} is not a regular file")
-    if st.st_size > MAX_FILE_BYTES:
-        raise SchemaError(where, f"{path} is larger than the limit of {MAX_FILE_BYTES} bytes")
+        return read_regular_file(path, MAX_FILE_BYTES)
+    except FileRefused as e:
+        raise SchemaError(where, f"cannot read {what} {path}: {e}") from None
 
 
 def read_graph_file(path: Path, what: str) -> str:
     """The text of a graph file (JSON or text form), checked to be a regular file within the size limit and
     UTF-8; `SchemaError` naming the file otherwise. `what` says which kind of file, for the message."""
-    check_regular_file(path, str(path), what)
+    data = read_checked(path, str(path), what)
     try:
-        return path.read_bytes().decode()
-    except (OSError, UnicodeDecodeError) as e:
+        return data.decode()
+    except UnicodeDecodeError as e:
         raise SchemaError(str(path), f"cannot read {what}: {e}") from None
 
 

@@ -31,23 +31,26 @@ SYM_OPS: dict[str, Callable] = {
 _SYM_NAMES = {fn: name for name, fn in SYM_OPS.items()}
 
 
+# The parts of an op name: identifiers (ATen has `_to_copy` and `__lshift__`); a namespace or an overload never
+# starts with `__`, where Python keeps its own attributes.
 _PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OUTER_PART = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*")
 # What each step of `torch.ops.<ns>.<op>.<overload>` must give; a name that reaches anything else is refused.
 _STEPS = (torch._ops._OpNamespace, torch._ops.OpOverloadPacket, torch._ops.OpOverload)
 
 
 @functools.cache
 def resolve_op(name: str) -> Callable:
-    """The callable for an op name; `GraphError` if there is none. The name is file text: it selects an
-    `OpOverload` under `torch.ops` and nothing else (each step of the lookup is type-checked)."""
+    """The callable for an op name; `GraphError` if there is none. The name is file text: it must name an
+    operator the dispatcher has registered (asked of its table, which imports nothing and creates nothing) before
+    `torch.ops` is walked to it, and each step of that walk is type-checked."""
     if name in SYM_OPS:
         return SYM_OPS[name]
     parts = name.split(".")
-    if len(parts) != 3 or not all(_PART.fullmatch(p) for p in parts):
+    if len(parts) != 3 or not all(pattern.fullmatch(p) for pattern, p in zip((_OUTER_PART, _PART, _OUTER_PART), parts)):
         raise GraphError(f"unknown op {name!r}: expected 'namespace.op.overload' like 'aten.mul.Tensor'"[:200])
+    if not _registered(*parts):
+        raise GraphError(f"unknown op {name!r}: torch.ops has no such overload"[:200])
     found: Any = torch.ops
     for part, kind in zip(parts, _STEPS):
         try:
@@ -57,6 +60,15 @@ def resolve_op(name: str) -> Callable:
         if not isinstance(found, kind):
             raise GraphError(f"unknown op {name!r}: {part!r} is not an operator {kind.__name__}")
     return found
+
+
+def _registered(namespace: str, op: str, overload: str) -> bool:
+    """Does the dispatcher know `namespace::op.overload`? (Its `default` overload has the empty name.)"""
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"{namespace}::{op}", "" if overload == "default" else overload)
+    except RuntimeError:
+        return False
+    return True
 
 
 @functools.cache

@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
-from ._dtypes import DTYPE_NAMES, short_dtype, to_dtype
+from ._dtypes import DTYPE_NAMES, LAYOUTS, MEMORY_FORMATS, short_dtype, tensor_of_numbers, to_dtype
 from ._errors import GraphError, SchemaError
 from ._json import (
     INT64,
     MAX_ARG_DEPTH,
-    MAX_CONSTANT_NUMEL,
     MAX_FILE_BYTES,
     MAX_SUBGRAPH_DEPTH,
+    check_constant_shape,
     check_version,
     load,
     make_symbol,
@@ -54,6 +54,7 @@ from ._schema import (
     Symbol,
     Value,
 )
+from ._sizes import layout_problem
 from ._text_cursor import Cursor
 
 MAX_TEXT_CHARS = MAX_FILE_BYTES  # a graph's text; longer is refused before reading
@@ -66,9 +67,9 @@ _NOTE_WORD = re.compile(r'[^\s="\\]+')
 _NOTE_VALUE = re.compile(r'[^\s"\\]+')
 _SCHEMA_DTYPES = {short_dtype(n): n for n in DTYPE_NAMES}  # `f32` → "float32"
 _ARG_DTYPES = {short: to_dtype(n) for short, n in _SCHEMA_DTYPES.items()}
-# Layouts and memory formats by their printed text (`torch.strided`): a table, so no attribute of torch is ever
-# looked up by a name from the text.
-_TORCH_WORDS = {str(obj): obj for obj in vars(torch).values() if isinstance(obj, (torch.layout, torch.memory_format))}
+# Layouts and memory formats by their printed text (`torch.strided`): fixed tables, so no attribute of torch is
+# ever looked up by a name from the text.
+_TORCH_WORDS = {str(obj): obj for obj in (*LAYOUTS.values(), *MEMORY_FORMATS.values())}
 _LITERALS = {"None": None, "True": True, "False": False}
 
 
@@ -112,6 +113,7 @@ class _Reader:
         self.where = f"{where}: " if where else ""
         self.given = constants
         self.first_line, self.depth = first_line, depth  # where a subgraph's text starts in the whole text
+        self.hints: dict[str, int] = {}  # each symbol's hint, for the sizes of the values (`_sizes.py`)
 
     def next(self) -> Cursor | None:
         """The next line that is not blank, or None at the end."""
@@ -135,6 +137,7 @@ class _Reader:
     def graph(self) -> Graph:
         version, producer = self.header(self.required("'# ember graph vMAJOR.MINOR'"))
         symbols, region, c = self.comments()
+        self.hints = {s.name: s.hint for s in symbols}
         name, inputs, values = self.signature(c)
         nodes, constants, outputs = self.body(values, region)
         subgraphs = self.subgraphs()
@@ -278,7 +281,11 @@ class _Reader:
         shape = c.dims("]", INT64[1]) if vtype == "tensor" or c.take("[") else ()
         stride = c.dims("}", INT64[1]) if c.take("{") else row_major(shape)
         device = self.device_text(c) if c.take("@") else "cpu"
-        return Value(vtype, _SCHEMA_DTYPES[dt], shape, stride, device, *self.value_words(c))
+        value = Value(vtype, _SCHEMA_DTYPES[dt], shape, stride, device, *self.value_words(c))
+        problem = layout_problem(value.shape, value.stride, value.storage_offset, self.hints)
+        if problem is not None:
+            raise c.fail(f"{problem[0]}: {problem[1]}", start)
+        return value
 
     def value_words(self, c: Cursor) -> tuple[bool, str | None, int | str]:
         grad, base, offset, seen = False, None, 0, set()
@@ -492,9 +499,11 @@ class _Reader:
         if len(outs) != 1 or v is None or v != Value(dtype=v.dtype, shape=shape, stride=row_major(shape)) or \
                 not all(isinstance(d, int) for d in shape):
             raise c.fail("a constant reads 'NAME: DTYPE[SIZES] = constant [DATA]', its sizes ints", 0)
-        dtype, numel = to_dtype(v.dtype), math.prod(shape)
-        if numel > MAX_CONSTANT_NUMEL:
-            raise c.fail(f"{numel} elements, more than the limit of {MAX_CONSTANT_NUMEL}", 0)
+        dtype = to_dtype(v.dtype)
+        try:
+            check_constant_shape(list(shape), "")
+        except SchemaError as e:
+            raise c.fail(e.what, 0) from None
         c.spaces()
         if c.take("[...]"):
             tensor = self.given_constant(c, outs[0], dtype, shape)
@@ -565,11 +574,7 @@ def _constant_data(c: Cursor, items: tuple, dtype: torch.dtype, shape: tuple[int
     numel = math.prod(shape)
     if len(items) != numel:
         raise c.fail(f"{len(items)} numbers for sizes {list(shape)} ({numel} elements)")
-    kinds = (bool,) if dtype == torch.bool else (int, float) if dtype.is_floating_point else (int,)
-    if not all(isinstance(x, kinds) and (isinstance(x, bool) == (dtype == torch.bool)) for x in items):
-        raise c.fail(f"not a list of {_type_text(dtype, ())[:-2]} numbers")
     try:
-        tensor = torch.tensor(items, dtype=dtype) if items else torch.empty(0, dtype=dtype)
-    except (TypeError, ValueError, RuntimeError, OverflowError) as e:
-        raise c.fail(f"not a list of {dtype} numbers: {e}"[:200]) from None
-    return tensor.reshape(shape)
+        return tensor_of_numbers(items, dtype).reshape(shape)
+    except ValueError as e:
+        raise c.fail(f"not a list of {_type_text(dtype, ())[:-2]} numbers: {e}"[:300]) from None

@@ -116,10 +116,21 @@ class Constant:
             self.name == other.name
             and a.dtype == b.dtype
             and a.shape == b.shape
-            and bool(torch.equal(a.cpu(), b.cpu()) if a.numel() else True)
+            and (not a.numel() or _same_values(a.cpu(), b.cpu()))
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal elementwise, a NaN equal to a NaN (a constant holding one equals itself, and its JSON and text).
+    Floats are compared in 64 bits, which hold every value of the narrower ones (torch compares no float8)."""
+    if a.is_floating_point() or a.is_complex():
+        wide = torch.complex128 if a.is_complex() else torch.float64
+        a, b = a.to(wide), b.to(wide)
+        nan = a.isnan()
+        return bool(torch.equal(nan, b.isnan()) and torch.equal(a.masked_fill(nan, 0), b.masked_fill(nan, 0)))
+    return bool(torch.equal(a, b))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 FORMAT = 2  # 2: signed (`mac`)
 MAX_BYTES = 64 * 1024
@@ -72,29 +69,6 @@ def parse(data: bytes, key: str, suffixes: tuple[str, ...], signing_key: bytes) 
 def _mac(data: dict[str, Any], signing_key: bytes) -> str:
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     return hmac.new(signing_key, canonical, hashlib.sha256).hexdigest()
-
-
-def open_regular(path: Path) -> BinaryIO:
-    """The regular file at path, opened for reading without following a symlink or blocking on a fifo;
-    `BadEntry` for anything else there."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        f.close()
-        raise BadEntry(f"{path.name} is not a regular file")
-    return f
-
-
-def read_regular(path: Path, limit: int) -> bytes:
-    """At most `limit` bytes of the regular file at path (see `open_regular`)."""
-    with open_regular(path) as f:
-        return f.read(limit)
-
-
-def file_kind(mode: int) -> str:
-    kinds = {stat.S_ISDIR: "directory", stat.S_ISLNK: "symlink", stat.S_ISFIFO: "fifo", stat.S_ISSOCK: "socket",
-             stat.S_ISCHR: "device", stat.S_ISBLK: "device"}
-    return next((name for test, name in kinds.items() if test(mode)), "regular file")
 
 
 def _depth(text: str) -> int:

@@ -10,7 +10,7 @@ import json
 import re
 
 from ._errors import SchemaError
-from ._expr import ExprError, parse_expr
+from ._expr import ExprError, parse_integer
 from ._json import MAX_INT_DIGITS
 from ._printer import IDENT, INT_TEXT
 
@@ -145,9 +145,9 @@ class Cursor:
         return self.line[start:self.pos]
 
     def expression(self, text: str, start: int) -> str:
-        """`text`, checked against ember's expression grammar (never evaluated as Python)."""
+        """`text`, checked against ember's expression grammar (never evaluated as Python), its values integers."""
         try:
-            parse_expr(text)
+            parse_integer(text)
         except ExprError as e:
             shown = text if len(text) <= 40 else text[:37] + "..."
             raise self.fail(f"expression {shown!r}: {e.what}", start + (e.pos or 0)) from None

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from ._arg_types import ValueKind, arguments_problem
 from ._custom_function import call_problem, is_custom_function
-from ._dtypes import DTYPE_NAMES
+from ._dtypes import DTYPE_NAMES, dtype_name
 from ._errors import GraphError
-from ._expr import ExprError
+from ._expr import ExprError, parse_integer
 from ._ops import resolve_op
 from ._printer import format_graph
 from ._schema import INPUT_KINDS, OUTPUT_KINDS, REGIONS, VALUE_TYPES, Graph, Node, Sym, iter_refs
-from ._symbolic import parse
+from ._sizes import layout_problem
 
 
 def _fail(graph: Graph, where: str, what: str, node_index: int | None = None) -> GraphError:
@@ -25,7 +26,7 @@ def _check_syms(graph: Graph, args, where: str, node_index: int | None, symbols:
             _check_syms(graph, arg, where, node_index, symbols)
         elif isinstance(arg, Sym):
             try:
-                expr = parse(arg.expr)
+                expr = parse_integer(arg.expr)
             except ExprError as e:
                 raise _fail(graph, where, f"symbolic expression does not parse: {e}", node_index) from None
             for name in sorted(s.name for s in expr.free_symbols):
@@ -47,6 +48,9 @@ def _check_value(graph: Graph, name: str, symbols: set[str]) -> None:
         for d in dims:
             if isinstance(d, str):
                 _check_syms(graph, Sym(d), f"{where}.{field}", None, symbols)
+    problem = layout_problem(v.shape, v.stride, v.storage_offset, {s.name: s.hint for s in graph.symbols})
+    if problem is not None:
+        raise _fail(graph, f"{where}.{problem[0]}", problem[1])
 
 
 def verify(graph: Graph) -> Graph:
@@ -84,7 +88,7 @@ def _check_node(graph: Graph, i: int, node: Node, defined: set[str], symbols: se
         op = resolve_op(node.op)
     except GraphError as e:
         raise _fail(graph, f"{where}.op", str(e), i) from None
-    problem = signature_problem(op, node)
+    problem = arguments_problem(op, node.op, node.args, node.kwargs, _value_kind(graph))
     if problem is None and is_custom_function(node.op):
         problem = call_problem(graph, node)
     if problem is not None:
@@ -102,27 +106,21 @@ def _check_node(graph: Graph, i: int, node: Node, defined: set[str], symbols: se
     _check_node_meta(graph, node, where, i)
 
 
-def signature_problem(op: object, node: Node) -> str | None:
-    """Why the node's arguments cannot bind to the operator's schema (missing, extra or unknown ones), or None."""
-    schema = getattr(op, "_schema", None)
-    if schema is None:  # the symbolic-size functions of SYM_OPS: positional arguments only
-        return f"{node.op} takes no keyword arguments" if node.kwargs else None
-    params = schema.arguments
-    positional = [a for a in params if not a.kwarg_only]
-    if len(node.args) > len(positional):
-        return f"{node.op} takes at most {len(positional)} positional arguments, got {len(node.args)}"
-    names = {a.name for a in params}
-    for key in node.kwargs:
-        if key not in names:
-            return f"{node.op} has no argument named {key!r} (unknown keyword {key!r})"
-    given = {a.name for a in positional[:len(node.args)]}
-    for key in node.kwargs:
-        if key in given:
-            return f"{node.op}: argument {key!r} given both by position and by keyword"
-    for a in params:
-        if a.name not in given and a.name not in node.kwargs and not a.has_default_value():
-            return f"{node.op}: missing argument {a.name!r}"
-    return None
+def _value_kind(graph: Graph) -> ValueKind:
+    """What `arguments_problem` knows of a value by its name: its record's type and dtype (a constant's are
+    its tensor's)."""
+    def kind(name: str) -> tuple[str, str] | None:
+        v = graph.values.get(name)
+        if v is not None:
+            return v.type, v.dtype
+        c = graph.constants.get(name)
+        if c is not None:
+            try:
+                return "tensor", dtype_name(c.tensor.dtype)
+            except ValueError:
+                return "tensor", str(c.tensor.dtype)
+        return None
+    return kind
 
 
 def _check_node_meta(graph: Graph, node: Node, where: str, i: int) -> None:

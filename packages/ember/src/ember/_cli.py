@@ -9,6 +9,7 @@ import argparse
 import importlib.metadata
 import os
 import platform
+import re
 import sys
 import time
 import webbrowser
@@ -25,6 +26,29 @@ from ember_core import (
 from ember_core.report import age, list_reports
 
 from ._show import show
+
+# Characters a terminal may act on rather than show: C0 and C1 controls but newline and tab (escape sequences start
+# with ESC or CSI), and the invisible format characters that reorder or hide text (bidirectional overrides,
+# zero-width characters, line and paragraph separators).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                      "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+
+
+def printable(text: str) -> str:
+    r"""Text from files (names, sources, titles, error messages quoting them) as the terminal should show it: each
+    control character written as its escape (`\x1b`, `\u202e`), so none of them acts."""
+    return _CONTROL.sub(lambda m: _escape(m.group()), text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _say(*parts: object, file=None) -> None:
+    """`print`, with every control character of the text escaped (see `printable`)."""
+    print(printable(" ".join(map(str, parts))), file=file)
+
 
 # the distributions `ember --version` reports, after ember itself
 PACKAGES = ("ember-core", "ember-capture", "ember-autograd", "ember-partition", "ember-lowering", "ember-codegen-cpp",
@@ -64,9 +88,9 @@ def _plugins(args: argparse.Namespace) -> int:
                      f"{i.dist} {i.version}".strip()))
     _table(rows)
     if manager.blocked:
-        print(f"\nblocked by EMBER_DISABLE_PLUGINS: {', '.join(manager.blocked)}")
+        _say(f"\nblocked by EMBER_DISABLE_PLUGINS: {', '.join(manager.blocked)}")
     if args.options:
-        print()
+        _say()
         _table([("option", "default", "plugin", "meaning")] + [
             (s.key, repr(s.default), s.plugin, s.doc)
             for s in sorted(manager.registry.options.values(), key=lambda s: s.key)
@@ -75,13 +99,14 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
+    rows = [tuple(printable(cell) for cell in r) for r in rows]  # widths as shown, escapes included
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+        _say("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
 
 
 def _show(args: argparse.Namespace) -> int:
-    print(show(args.file, check=not args.no_verify))
+    _say(show(args.file, check=not args.no_verify))
     return 0
 
 
@@ -90,11 +115,11 @@ def _cache(args: argparse.Namespace) -> int:
     if args.action == "clear":
         for u in clear_disk_cache():
             done = f"left alone: {u.problem}" if u.problem else f"removed {u.entries} entries ({u.bytes} bytes)"
-            print(f"{u.name}: {done} in {u.path}")
+            _say(f"{u.name}: {done} in {u.path}")
         return 0
     limit = cache_size_limit()
-    print(f"root: {cache_root()}")
-    print(f"limit: {'none' if limit is None else f'{limit / 2**20:g} MiB'} (EMBER_CACHE_SIZE_MB)")
+    _say(f"root: {cache_root()}")
+    _say(f"limit: {'none' if limit is None else f'{limit / 2**20:g} MiB'} (EMBER_CACHE_SIZE_MB)")
     rows = [("cache", "entries", "bytes", "path")]
     for u in disk_cache_usage():
         shown = f"{u.path} (not used: {u.problem})" if u.problem else str(u.path)
@@ -107,13 +132,13 @@ def _report(args: argparse.Namespace) -> int:
     folder = Path(args.folder or os.environ.get("EMBER_REPORT") or ".")
     reports = list_reports(folder)
     if not reports:
-        print(f"ember report: no reports in {folder} (run with EMBER_REPORT={folder} to write one per process)",
-              file=sys.stderr)
+        _say(f"ember report: no reports in {folder} (run with EMBER_REPORT={folder} to write one per process)",
+             file=sys.stderr)
         return 1
     if args.open:
         newest = reports[0].path.resolve()
         webbrowser.open(newest.as_uri())
-        print(f"opened {newest}")
+        _say(f"opened {newest}")
         return 0
     now = time.time()
     rows = [("written", "size", "report", "title")]
@@ -147,11 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except EmberError as e:
-        print(f"ember {args.command}: error: {e}", file=sys.stderr)
+        _say(f"ember {args.command}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `ember show FILE | head`: the reader has seen enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (ArithmeticError, LookupError, MemoryError, OSError, RecursionError, TypeError, ValueError) as e:
+        # a file ember's readers should have refused with an EmberError: one line, not a traceback that may
+        # print the file's text raw; the type names the bug for a report
+        _say(f"ember {args.command}: internal error ({type(e).__name__}, please report it): {e}"[:500],
+             file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -15,13 +15,26 @@ Anything else is a `ShowError` naming the file and saying what is wrong with it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
-import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ember_core import EmberError, Graph, GraphError, format_graph, load, load_text, verify
+from ember_core import (
+    EmberError,
+    FileRefused,
+    Graph,
+    GraphError,
+    format_graph,
+    load,
+    load_text,
+    read_at_most,
+    read_regular_file,
+    regular_file,
+    verify,
+)
 
 MAX_TEXT_BYTES = 64 << 20  # sources, plans and diagrams; graph files have their loaders' own limit
 MAX_DOT_DEPTH = 32  # subgraphs nested deeper are refused
@@ -67,29 +80,26 @@ def file_format(path: Path, head: bytes) -> str:
 
 def _head(path: Path) -> bytes:
     """The file's first bytes, after checking that it is a regular file (a fifo would block the read)."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ShowError(f"{path}: no such file") from None
-    except OSError as e:
-        raise ShowError(f"{path}: cannot read it: {e.strerror or e}") from None
-    if stat.S_ISDIR(mode):
+    if path.is_dir():
         raise ShowError(f"{path}: is a folder; ember show reads one file ({_FORMATS})")
-    if not stat.S_ISREG(mode):
-        raise ShowError(f"{path}: not a regular file")
+    with _reading(path):
+        with regular_file(path) as (fd, _):
+            return read_at_most(fd, _SNIFF_BYTES)
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A file ember show will not read is a `ShowError` naming it."""
     try:
-        with path.open("rb") as f:
-            return f.read(_SNIFF_BYTES)
-    except OSError as e:
-        raise ShowError(f"{path}: cannot read it: {e.strerror or e}") from None
+        yield
+    except FileRefused as e:
+        raise ShowError(f"{path}: {e}") from None
 
 
 def _text(path: Path) -> str:
     """The whole file as UTF-8 text within `MAX_TEXT_BYTES`."""
-    size = path.stat().st_size
-    if size > MAX_TEXT_BYTES:
-        raise ShowError(f"{path}: {size} bytes, more than the limit of {MAX_TEXT_BYTES} for a text file")
-    data = path.read_bytes()
+    with _reading(path):
+        data = read_regular_file(path, MAX_TEXT_BYTES)
     try:
         text = data.decode()
     except UnicodeDecodeError as e:
@@ -126,7 +136,7 @@ def _plan(path: Path, check: bool) -> str:
 
 
 def _source(path: Path, check: bool) -> str:
-    return _text(path).removesuffix("\n")
+    return _text(path).replace("\r\n", "\n").removesuffix("\n")
 
 
 def _svg(path: Path, check: bool) -> str:
@@ -136,7 +146,8 @@ def _svg(path: Path, check: bool) -> str:
         raise ShowError(f"{path}: not an SVG image (it does not start with '<svg' or an XML declaration)")
     beside = path.with_suffix(".dot")
     source = f"; its Graphviz text: {beside} (ember show reads it)" if beside.is_file() else ""
-    return f"SVG image, {path.stat().st_size} bytes: open it in a browser{source}"
+    with _reading(path), regular_file(path) as (_, st):
+        return f"SVG image, {st.st_size} bytes: open it in a browser{source}"
 
 
 # ---------------------------------------------------------------------------------------------- Graphviz DOT
@@ -348,17 +359,22 @@ def _dot(path: Path, check: bool) -> str:
         sources.setdefault(head, []).append(tail)
     kind = "digraph" if dot.directed else "graph"
     lines = [f"{kind} {dot.name!r}: {len(dot.nodes)} nodes, {len(dot.edges)} edges"]
-    width = max((len(n) for n in dot.nodes), default=0)
+    width = max((len(_node_name(n)) for n in dot.nodes), default=0)
     for name, attrs in dot.nodes.items():
         label = " | ".join(part for part in attrs.get("label", name).split("\n") if part)
-        line = f"  {name.ljust(width)}  {label if label != name else ''}"
+        line = f"  {_node_name(name).ljust(width)}  {label if label != name else ''}"
         role = dot.legend.get(attrs.get("fillcolor", "").lower())
         if role:
             line += f"  [{role}]"
         if name in sources:
-            line += f"  {arrow} {', '.join(sources[name])}"
+            line += f"  {arrow} {', '.join(map(_node_name, sources[name]))}"
         lines.append(line.rstrip())
     return "\n".join(lines)
+
+
+def _node_name(name: str) -> str:
+    """A node's name on its one line: quoted when it is empty or holds a line break or tab (DOT allows both)."""
+    return name if name and not any(c.isspace() and c != " " for c in name) else json.dumps(name)
 
 
 _READERS: dict[str, Callable[[Path, bool], str]] = {

@@ -6,11 +6,24 @@ import ast
 import re
 from typing import Any
 
+import sympy
 import torch
-from ember_core import Ref, Sym, Symbol
+from ember_core import (
+    LAYOUTS,
+    MEMORY_FORMATS,
+    SHORT_DTYPE_NAMES,
+    EmberError,
+    Ref,
+    Sym,
+    Symbol,
+    layout_problem,
+    parse_integer,
+    resolve_op,
+    to_dtype,
+)
 
 from ._errors import PlanError
-from ._indexing import contiguous_strides, parse_expr, to_expr
+from ._indexing import contiguous_strides
 from ._loop_ir import (
     BUFFER_KINDS,
     DTYPE_LONG,
@@ -38,12 +51,11 @@ _ACCESS = re.compile(r"(?P<buffer>\w+)(?P<index>\[.*\])(?P<tail>.*)$")
 
 MAX_TEXT_CHARS = 64 << 20  # a plan's text; longer is refused before reading
 MAX_LINE_CHARS = 1 << 20
-# The torch objects an extern argument may name, by their printed text (`torch.float32`): a table, so that no
-# attribute of torch is ever looked up by a name from the text.
+# The torch objects an extern argument may name, by their printed text (`torch.float32`): fixed tables, so that
+# no attribute of torch is ever looked up by a name from the text.
 TORCH_NAMES: dict[str, Any] = {
     str(obj).removeprefix("torch."): obj
-    for obj in vars(torch).values()
-    if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format))
+    for obj in (*map(to_dtype, SHORT_DTYPE_NAMES), *LAYOUTS.values(), *MEMORY_FORMATS.values())
 }
 
 
@@ -65,6 +77,7 @@ class _Parser:
     def __init__(self, lines: list[str]):
         self.lines = lines
         self.pos = 0
+        self.hints: dict[str, int] = {}  # each symbol's hint, for the buffers' sizes
 
     def fail(self, what: str) -> PlanError:
         line = self.lines[self.pos - 1] if 0 < self.pos <= len(self.lines) else ""
@@ -100,6 +113,7 @@ class _Parser:
             elif line.startswith("# symbols: "):
                 symbols = tuple(Symbol(n, int(h), int(lo), None if up == "inf" else int(up))
                                 for n, h, lo, up in _SYMBOL.findall(line))
+                self.hints = {s.name: s.hint for s in symbols}
             _, line = self.next()
         dm = re.match(r"def (\w+)\((.*)\):$", line)
         if not dm or dm.group(1) != m.group("name"):
@@ -131,12 +145,21 @@ class _Parser:
             raise self.fail("expected 'NAME: DTYPE[SHAPE] KIND'")
         if m.group("kind") not in BUFFER_KINDS:
             raise self.fail(f"unknown buffer kind {m.group('kind')!r}; known: {', '.join(BUFFER_KINDS)}")
-        shape = tuple(to_expr(d) for d in split_top(m.group("shape")))
-        stride = tuple(to_expr(s) for s in split_top(m.group("stride"))) if m.group("stride") is not None \
+        shape = tuple(integer(d) for d in split_top(m.group("shape")))
+        stride = tuple(integer(s) for s in split_top(m.group("stride"))) if m.group("stride") is not None \
             else contiguous_strides(shape)
-        offset = to_expr(m.group("offset")) if m.group("offset") else to_expr(0)
+        offset = integer(m.group("offset")) if m.group("offset") else sympy.Integer(0)
+        self.check_layout(shape, stride, offset)
         return Buffer(m.group("name"), self.dtype(m.group("dtype")), shape, stride, m.group("kind"), offset,
                       m.group("base"))
+
+    def check_layout(self, shape: tuple, stride: tuple, offset: sympy.Expr) -> None:
+        """Sizes, strides and offset in [0, 2**63) at the symbols' hints, as ember-core checks a graph's values."""
+        def dim(e: sympy.Expr) -> int | str:
+            return int(e) if e.is_Integer else str(e)
+        problem = layout_problem([dim(d) for d in shape], [dim(d) for d in stride], dim(offset), self.hints)
+        if problem is not None:
+            raise self.fail(f"buffer {problem[0]}: {problem[1]}")
 
     def dtype(self, short: str) -> str:
         if short not in DTYPE_LONG:
@@ -150,7 +173,7 @@ class _Parser:
         dims = []
         for d in split_top(m.group("dims")):
             v, _, size = d.partition(" < ")
-            dims.append(Dim(v, to_expr(size)))
+            dims.append(Dim(v, integer(size)))
         origins = tuple(m.group("origins").split(", ")) if m.group("origins") else ()
         body: list = []
         while self.peek_depth() == 2:
@@ -183,7 +206,7 @@ class _Parser:
         if op is Op.CONST:
             return Instr(op, outs, dtype, value=parse_scalar(rest, dtype))
         if op is Op.INDEX:
-            return Instr(op, outs, dtype, index=(parse_expr(rest),))
+            return Instr(op, outs, dtype, index=(integer(rest),))
         return Instr(op, outs, dtype, tuple(rest.split(", ")) if rest else ())
 
     def store(self, text: str) -> Instr:
@@ -199,12 +222,16 @@ class _Parser:
         if not m:
             raise self.fail("expected BUFFER[INDEX]")
         inner, tail = _bracket(m.group("index") + m.group("tail"))
-        return m.group("buffer"), tuple(parse_expr(e) for e in split_top(inner)), tail
+        return m.group("buffer"), tuple(integer(e) for e in split_top(inner)), tail
 
     def extern(self, line: str) -> Extern:
         m = re.match(r"extern (?P<outs>[\w, ]+) = (?P<op>[\w.]+)\((?P<args>.*)\)(  # from (?P<origins>.*))?$", line)
         if not m:
             raise self.fail("expected 'extern OUTS = OP(ARGS)'")
+        try:
+            resolve_op(m.group("op"))
+        except EmberError as e:
+            raise self.fail(str(e)) from None
         try:
             call = ast.parse(f"f({m.group('args')})", mode="eval").body
             args = tuple(parse_arg(a) for a in call.args)
@@ -213,6 +240,11 @@ class _Parser:
             raise self.fail(f"bad extern arguments: {e}") from None
         origins = tuple(m.group("origins").split(", ")) if m.group("origins") else ()
         return Extern(tuple(m.group("outs").split(", ")), m.group("op"), args, kwargs, origins)
+
+
+def integer(text: str) -> sympy.Expr:
+    """An index, size or stride from the text: ember-core's grammar, its values integers (never evaluated)."""
+    return parse_integer(text.strip(), "index")
 
 
 def _bracket(text: str) -> tuple[str, str]:
@@ -278,7 +310,7 @@ def parse_arg(node: ast.AST) -> Any:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
         text = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
         if node.func.id == "sym" and isinstance(text, str):
-            parse_expr(text)  # the grammar's check: ExprError for anything else
+            integer(text)  # the grammar's check: ExprError for anything else
             return Sym(text)
         if node.func.id == "device" and isinstance(text, str):
             return torch.device(text)

@@ -10,7 +10,7 @@ import difflib
 import re
 
 import sympy
-from ember_core import Ref, as_sympy
+from ember_core import EmberError, Ref, arguments_problem, as_sympy, resolve_op
 
 from ._errors import PlanError
 from ._indexing import contiguous_strides
@@ -151,6 +151,7 @@ class _Checker:
         return writes
 
     def extern(self, k: int, ext: Extern, ready: set[str]) -> set[str]:
+        self.extern_call(k, ext)
         stack = [*ext.args, *ext.kwargs.values()]
         while stack:
             a = stack.pop()
@@ -164,6 +165,20 @@ class _Checker:
                 if self.root(a.name) not in ready:
                     raise _Fail(("step", k), f"extern {ext.op} reads {a.name!r} before it is written")
         return {o for o in ext.outs if o != "_"}
+
+    def extern_call(self, k: int, ext: Extern) -> None:
+        """The op exists, and the arguments bind to its schema with the types it declares (a Ref is a tensor)."""
+        try:
+            op = resolve_op(ext.op)
+        except EmberError as e:
+            raise _Fail(("step", k), f"extern {ext.op}: {e}") from None
+
+        def kind(name: str) -> tuple[str, str] | None:
+            b = self.buffers.get(name)
+            return ("tensor", b.dtype) if b is not None else None
+        problem = arguments_problem(op, ext.op, ext.args, ext.kwargs, kind)
+        if problem is not None:
+            raise _Fail(("step", k), f"extern {problem}")
 
 
 class _KernelChecker:

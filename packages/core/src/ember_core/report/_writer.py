@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._events import Event
+from .._regular_file import FileRefused, read_at_most, regular_file
 from ..hookspecs import hookimpl
 from ._model import Report
 from ._page import GENERATOR, PageInfo, PageRenderer
@@ -136,14 +137,14 @@ class ReportFile:
 
 
 def list_reports(folder: str | Path) -> list[ReportFile]:
-    """The report pages in `folder`, newest first (a missing folder has none)."""
+    """The report pages in `folder`, newest first (a missing folder has none). Only regular files are read, and
+    links are not followed: a fifo of a report's name would block the read, a device never end it."""
     found = []
     for path in Path(folder).glob(FILE_PATTERN):
         try:
-            stat = path.stat()
-            with path.open("rb") as f:
-                head = f.read(4096).decode("utf-8", "replace")
-        except OSError:
+            with regular_file(path, follow_links=False) as (fd, stat):
+                head = read_at_most(fd, 4096).decode("utf-8", "replace")
+        except FileRefused:
             continue
         if GENERATOR not in head:
             continue

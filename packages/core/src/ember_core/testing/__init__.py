@@ -31,6 +31,8 @@ _EXPORTS = {
     "in_threads": "._threads",
     "restamp": "._cache_entries",
     "PAYLOADS": "._fuzz", "assert_no_code_ran": "._fuzz", "fuzz_examples": "._fuzz", "fuzz_settings": "._fuzz",
+    "FuzzTally": "._fuzz", "FuzzFailure": "._fuzz", "accepted_graph_problem": "._fuzz",
+    "accepted_call_problem": "._fuzz", "constant_fit_problem": "._fuzz", "marker_payloads": "._fuzz",
 }
 __all__ = sorted(_EXPORTS)
 
