@@ -93,16 +93,13 @@ def test_new_style_defaults_are_bound(compile_graph, events):
     check_against_eager(lambda x: WithDefault.apply(x), compile_graph, events, torch.randn(5, requires_grad=True))
 
 
-def test_other_threads_keep_the_original_apply_during_a_capture(compile_graph):
-    """While one thread captures, another thread's call is eager's (its output keeps its own grad_fn)."""
-    seen = {}
-    started, release = threading.Event(), threading.Event()
-    capturing = threading.current_thread()
+def waiting_function(capturing: threading.Thread, started: threading.Event, release: threading.Event) -> type:
+    """x * 2 as a custom Function whose forward, in the capturing thread, holds the capture open until released."""
 
     class Waits(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            if threading.current_thread() is capturing:  # hold the capture open while the other thread calls
+            if threading.current_thread() is capturing:
                 started.set()
                 release.wait(10)
             return x * 2
@@ -110,6 +107,17 @@ def test_other_threads_keep_the_original_apply_during_a_capture(compile_graph):
         @staticmethod
         def backward(ctx, grad):
             return grad * 2
+
+    return Waits
+
+
+def test_other_threads_keep_the_original_apply_during_a_capture(compile_graph):
+    """While one thread captures, another thread's call is eager's (its output keeps its own grad_fn)."""
+    seen = {}
+    started, release = threading.Event(), threading.Event()
+    capturing = threading.current_thread()
+
+    Waits = waiting_function(capturing, started, release)
 
     def other_thread():
         started.wait(10)
@@ -182,17 +190,7 @@ def test_other_threads_call_apply_without_grad_during_a_capture(apply_without_fu
     started, release = threading.Event(), threading.Event()
     capturing = threading.current_thread()
 
-    class Waits(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            if threading.current_thread() is capturing:
-                started.set()
-                release.wait(10)
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * 2
+    Waits = waiting_function(capturing, started, release)
 
     def other_thread():
         try:
