@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from ember_core import to_dtype
 
 COPY_BYTES = {"cpu": 1 << 27, "cuda": 1 << 30}  # bytes of the copied tensor: well past any cache
 MM_SIZE = {"cpu": 1024, "cuda": 8192}  # n of the n x n matmul
@@ -75,7 +76,7 @@ def _measure_copy(device: str) -> float:
 def _measure_mm(device: str, dtype: str) -> float:
     n = MM_SIZE[torch.device(device).type]
     try:
-        a = torch.ones(n, n, device=device).to(getattr(torch, dtype))
+        a = torch.ones(n, n, device=device).to(to_dtype(dtype))
         return 2 * n**3 / best_seconds(device, lambda: torch.mm(a, a), repeats=3)
-    except (RuntimeError, AttributeError, TypeError):  # no mm of this dtype here
+    except (RuntimeError, ValueError, TypeError):  # no mm of this dtype here (or no such dtype)
         return 0.0
