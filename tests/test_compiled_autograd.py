@@ -176,7 +176,9 @@ def test_hooks_on_parameters_keep_the_forward_compiled():
                 compiled(x).pow(2).sum().backward()
             twin(x).pow(2).sum().backward()
             assert_same_grads(model, twin)
-    torch.testing.assert_close(log, twin_log)
+    # the hook logged float32 sums as Python floats: compared at float32's tolerances (they differ in the last bits
+    # with the order of the additions, which depends on the CPU)
+    torch.testing.assert_close(torch.tensor(log, dtype=torch.float32), torch.tensor(twin_log, dtype=torch.float32))
     assert_no_fallback(rec)
 
 
