@@ -24,7 +24,7 @@ _EXPORTS = {
     "FrontendConformance": "._frontend_kit", "GraphRecorder": "._frontend_kit",
     "PartitionerConformance": "._partition_kit", "assert_partition_layout": "._partition_kit",
     "assert_same_results": "._partition_kit", "partition_case": "._partition_kit",
-    "graph_to_device": "._devices", "inputs_to_device": "._devices",
+    "DeviceAudit": "._devices", "graph_to_device": "._devices", "inputs_to_device": "._devices",
     "assert_golden": "._golden", "accepting": "._golden",
     "random_inputs": "._inputs",
     "Gate": "._custom_function", "gate_graph": "._custom_function",

@@ -34,7 +34,7 @@ from .._interpreter import Interpreter
 from .._schema import Graph
 from .._stages import CompiledGraph, Partition
 from ._battery import TRACE_SIZE, BatteryCase, battery_case, battery_names, battery_spec, clone_inputs
-from ._devices import graph_to_device, inputs_to_device
+from ._devices import DeviceAudit, graph_to_device, inputs_to_device
 from ._fallbacks import FallbackRecorder
 from ._joint import JointCase, RegionPartitioner, run_partition, trace_joint, with_grad
 
@@ -174,7 +174,9 @@ class CodegenConformance:
             for k, inputs in enumerate(case.input_sets()):
                 inputs = self._inputs(inputs)
                 want = oracle.run(clone_inputs(inputs))
-                got = compiled(clone_inputs(inputs))
+                with DeviceAudit() as audit:
+                    got = compiled(clone_inputs(inputs))
+                audit.check(f"{case_name}, input set {k}")
                 self._compare(case_name, list(got), want, f"input set {k}, shapes {_shapes(inputs)}")
         fallbacks.check(case_name, self.fallbacks_allowed)
 
@@ -188,9 +190,14 @@ class CodegenConformance:
         joint = JointCase(case.joint.joint, self._inputs(case.joint.primals), self._inputs(case.joint.tangents))
         n = joint.joint.num_forward_outputs
         with FallbackRecorder() as fallbacks:
-            outs = list(self._compile(part.forward, joint.primals)(clone_inputs(joint.primals)))
+            forward = self._compile(part.forward, joint.primals)
+            with DeviceAudit() as audit:
+                outs = list(forward(clone_inputs(joint.primals)))
             inputs = [*outs[n:], *joint.tangents]
-            got = outs[:n] + list(self._compile(part.backward, inputs)(clone_inputs(inputs)))
+            backward = self._compile(part.backward, inputs)
+            with audit:
+                got = outs[:n] + list(backward(clone_inputs(inputs)))
+            audit.check(f"training:{case_name}")
         fallbacks.check(f"training:{case_name}", self.fallbacks_allowed)
         self._compare(f"training:{case_name}", got, run_partition(joint, part), "forward then backward")
 

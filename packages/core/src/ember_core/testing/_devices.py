@@ -35,3 +35,30 @@ def graph_to_device(graph: Graph, device: str) -> Graph:
 
 def inputs_to_device(inputs: Sequence[Any], device: str) -> list:
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+# Factory functions whose result lands on the default device unless `device=` is given.
+_FACTORIES = frozenset({
+    torch.empty, torch.empty_strided, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn, torch.randint,
+    torch.arange, torch.linspace, torch.eye, torch.tensor, torch.scalar_tensor,
+})
+
+
+class DeviceAudit(torch.overrides.TorchFunctionMode):
+    """Records every factory call that names no device (its tensor would land on whatever the default device is,
+    the CPU in a test, a wrong device on a GPU). Triton's interpreter runs CPU tensors and the CPU is the default,
+    so such a call cannot fail in a CPU test: this is what sees it. `calls` lists `name(shape)` of each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FACTORIES and kwargs.get("device") is None:
+            self.calls.append(f"{func.__name__}{tuple(args[:1])}")
+        return func(*args, **kwargs)
+
+    def check(self, where: str) -> None:
+        assert not self.calls, (f"{where}: {len(self.calls)} allocation(s) named no device, so they land on the "
+                                f"default device whatever the graph's device is: {', '.join(self.calls[:5])}")

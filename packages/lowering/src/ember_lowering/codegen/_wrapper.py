@@ -8,7 +8,7 @@ segment of its kernels is called (`call_segment`). codegen-cpp's wrapper, for a 
             S_s0 = b_x_1.shape[0]
             if b_x_1.shape != (S_s0, 7) or b_x_1.stride() != (7, 1):
                 return _relayout(inputs)
-            b_out = _empty_strided((S_s0, 7), (7, 1), dtype=_dt0)
+            b_out = _empty_strided((S_s0, 7), (7, 1), dtype=_dt0, device=_device)
             if ember_seg0(b_x_1.data_ptr(), b_out.data_ptr(), S_s0):
                 return _on_error(inputs)
             return [b_out]
@@ -82,7 +82,7 @@ class WrapperWriter:
         self.globals: dict[str, Any] = {"_empty_strided": torch.empty_strided, "_as_strided": torch.as_strided,
                                         "_UseFallback": UseFallback, "_fix_layout": fix_layout,
                                         "_profiling": profiler_active, "_range": profile_range,
-                                        "_graph_range": f"ember:{fn_name}"}
+                                        "_graph_range": f"ember:{fn_name}", "_device": torch.device(self.plan.device)}
         names = dict(self.layout.sym_local)
         self.py = IndexPrinter(names)
         self.have: set[str] = set()
@@ -282,7 +282,7 @@ class WrapperWriter:
                 continue
             b = self.layout.buffers[r]
             self.emit(f"{self.layout.local[r]} = _empty_strided({self.tup(b.shape)}, {self.tup(b.stride)}, "
-                      f"dtype={self.dtype(b.dtype)})")
+                      f"dtype={self.dtype(b.dtype)}, device=_device)")
             self.allocated.add(r)
             self.have.add(r)
 
