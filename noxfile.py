@@ -18,6 +18,13 @@ nox.options.default_venv_backend = "uv|venv"
 nox.options.download_python = "never"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests", "integration", "lint"]
+# A session whose Python is missing fails instead of being skipped (a skipped session counts as a success in nox's
+# exit code: `EMBER_PYTHON=3.12 nox` on a machine without 3.12 ran nothing and exited 0). ./dev also fails a run
+# in which any session was skipped (tools/nox_run.py).
+nox.options.error_on_missing_interpreters = True
+# A reused venv made by another Python is made again (nox reuses a session's venv by name alone: with EMBER_PYTHON=3.12
+# the tests ran in the 3.11 venv of an earlier run).
+os.environ.setdefault("NOX_ENABLE_STALENESS_CHECK", "1")
 
 PYTHON = os.environ.get("EMBER_PYTHON", "").removeprefix("python") or f"{sys.version_info[0]}.{sys.version_info[1]}"
 if sys.version_info < (3, 10):  # noqa: UP036 - nox itself may run on an older Python
@@ -113,6 +120,9 @@ def gpu(session: nox.Session) -> None:
     and the integration suite's (real models forward and backward on CUDA through the default codegen)."""
     install_siblings(session, [f"packages/{p}" for p in PACKAGES])
     session.env["TRITON_INTERPRET"] = "0"
+    if session.run("python", "-c", "import torch; print(torch.cuda.is_available())", silent=True).strip() != "True":
+        session.error("no CUDA device: every gpu test would be skipped (`./dev gpu --dry-run` checks the runner on "
+                      "the CPU)")
     pytest(session, "-m", "gpu", "packages/codegen-triton/tests")
     pytest(session, "-m", "gpu", "tests")
 
@@ -152,7 +162,7 @@ def opinfo(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "packages", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "check", "packages", "tests", "benchmarks", "examples", "tools", "noxfile.py")
 
 
 @nox.session(python=PYTHON)
