@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -218,3 +219,33 @@ def test_graph_writing_no_argument_checks_no_sharing(compile_graph):
     x = torch.randn(6)
     assert_close(compiled(x, x.view(6)), x * 3)
     assert len(compile_graph.graphs) == 1
+
+
+def _optimize_without(keyword: str, original):
+    """`torch._dynamo.eval_frame._optimize` as a torch without `keyword` has it (torch 2.11 and `recompile_limit`)."""
+    signature = inspect.signature(original)
+
+    def older(*args, **kwargs):
+        if keyword in kwargs:
+            raise TypeError(f"_optimize() got an unexpected keyword argument '{keyword}'")
+        return original(*args, **kwargs)
+
+    older.__signature__ = signature.replace(parameters=[p for p in signature.parameters.values() if p.name != keyword])
+    return older
+
+
+@pytest.mark.parametrize("keyword", [True, False], ids=["dynamo-takes-recompile_limit", "torch-2.11-dynamo"])
+def test_recompile_limit_holds_with_or_without_dynamos_keyword(compile_graph, monkeypatch, keyword):
+    """torch 2.11's Dynamo has no `recompile_limit` keyword (every compile raised TypeError at 045a3fc): the frontend
+    looks for the keyword and otherwise sets Dynamo's limit for each call, leaving the process's value as it was."""
+    eval_frame = torch._dynamo.eval_frame
+    if not keyword:
+        monkeypatch.setattr(eval_frame, "_optimize", _optimize_without("recompile_limit", eval_frame._optimize))
+    elif "recompile_limit" not in inspect.signature(eval_frame._optimize).parameters:
+        pytest.skip("this torch's Dynamo takes no recompile_limit")
+    before = torch._dynamo.config.recompile_limit
+    compiled = wrap(lambda x: x + 1, compile_graph, dynamic=False, recompile_limit=2)
+    for n in (10, 8, 6, 4):
+        assert_close(compiled(torch.ones(n)), torch.ones(n) + 1)
+    assert compile_graph.count == 2
+    assert torch._dynamo.config.recompile_limit == before

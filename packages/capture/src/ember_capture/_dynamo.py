@@ -13,6 +13,8 @@ arguments (see `_inputs.py`). Parameters and buffers are left out of the check, 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -306,7 +308,39 @@ class DynamoFrontend:
             backend.last_failure = f"{failure.orig_code.co_name}: {failure.reason}"
             report("guard_failed", backend.last_failure, function=label, reason=backend.last_failure)
 
-        return torch._dynamo.optimize(backend, nopython=opts["fullgraph"], dynamic=opts["dynamic"],
-                                      recompile_limit=opts["recompile_limit"], guard_export_fn=guards_built,
-                                      guard_fail_fn=guard_failed)(fn)
+        settings = dict(nopython=opts["fullgraph"], dynamic=opts["dynamic"], guard_export_fn=guards_built,
+                        guard_fail_fn=guard_failed)
+        limit = opts["recompile_limit"]
+        if _optimize_takes("recompile_limit"):
+            return torch._dynamo.optimize(backend, recompile_limit=limit, **settings)(fn)
+        return _with_recompile_limit(torch._dynamo.optimize(backend, **settings)(fn), limit)
+
+
+def _optimize_takes(keyword: str) -> bool:
+    """Does this torch's `torch._dynamo.optimize` take `keyword`? (`recompile_limit` came after torch 2.11.)"""
+    try:
+        return keyword in inspect.signature(torch._dynamo.eval_frame._optimize).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def _with_recompile_limit(optimized: Callable, limit: int) -> Callable:
+    """`optimized` under a recompile limit of `limit`, on a torch whose Dynamo takes the limit only from its config:
+    the function itself where the config already says `limit`, else each call sets the config's limit for the call
+    (Dynamo reads it when it compiles, which happens inside the call; about 10 us a call, and the process-wide
+    value is what other threads compiling meanwhile see)."""
+    config = torch._dynamo.config
+    if config.recompile_limit == limit:
+        return optimized
+
+    @functools.wraps(optimized)
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        before = config.recompile_limit
+        config.recompile_limit = limit
+        try:
+            return optimized(*args, **kwargs)
+        finally:
+            config.recompile_limit = before
+
+    return limited
 
