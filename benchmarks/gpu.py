@@ -1,15 +1,24 @@
 """GPU workloads side by side: eager, torch.compile (Inductor), ember (codegen triton); float32 and bfloat16.
 
-Each (workload, dtype) is measured in a fresh process with fresh compile caches. Inside it the three variants take
-turns within every repeat; each time is the median over repeats of CUDA-event timings of a loop of calls. Reported:
-speedups over eager, Inductor's time over ember's, the achieved bandwidth of memory-bound workloads (the bytes
-their inputs and outputs must move, once) as a fraction of a `copy_` of as many bytes measured in the same
-process, cold compile times (first call minus an eager call), and per-call overhead on a tiny graph.
+Each (workload, dtype) is measured in a fresh process with fresh compile caches. Inside it the variants take turns
+within every repeat; each wall time is the median over repeats of a loop of back-to-back calls (synchronized at its
+ends), so it is the larger of what the GPU spends and what launching costs on the CPU. Next to it, the GPU's own
+kernel time per call: the sum of the CUDA kernels' (and copies') durations under torch.profiler over 20 calls. A
+variant whose wall time is 1.5x or more its kernel time is launch-bound: the GPU idles between kernels, and its
+wall time measures launches and Python, not kernels (what the first H200 run timed: /work/shared/gpu). Reported:
+speedups over eager (wall), Inductor's time over ember's by wall and by kernels, the launch-bound variants, the
+achieved bandwidth of memory-bound workloads (the bytes their inputs and outputs must move, once) as a fraction of a
+`copy_` of as many bytes measured in the same process, cold compile times (first call minus an eager call), and
+per-call overhead on a tiny graph. The last line counts rows, failed rows and launch-bound rows.
 
 Usage: python benchmarks/gpu.py [--repeats 10] [--only NAME,...] [--dtypes float32,bfloat16] [--write]
+                                [--variants eager,inductor,ember] [--timeout S] [--no-overhead]
        nox -s bench -- benchmarks/gpu.py
        python benchmarks/gpu.py --smoke   (tiny sizes, no GPU needed: Triton's interpreter on the CPU; checks that
-                                           the script runs, measures nothing worth reading)
+                                           the script runs, measures nothing worth reading; kernel time is n/a
+                                           there: the interpreter runs kernels as Python, with no device to time)
+`--only` takes workload names, or their first words (`softmax` selects every softmax row). A workload whose child
+fails or runs past `--timeout` seconds gets a `failed` row and the script exits 1 after the others.
 """
 
 from __future__ import annotations
@@ -40,6 +49,9 @@ from torch import nn  # noqa: E402
 
 DEVICE = "cpu" if SMOKE else "cuda"
 EMBER_OPTIONS = {"codegen.cpu": "triton"} if SMOKE else {}
+VARIANTS = ("eager", "inductor", "ember")
+KERNEL_CALLS = 20  # calls under the profiler for the kernel time
+LAUNCH_BOUND = 1.5  # wall time / kernel time from which a variant counts as launch-bound
 
 
 def rows(n: int, d: int) -> tuple[int, int]:
@@ -129,17 +141,40 @@ def moved_bytes(args: tuple, out: object) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measure(name: str, dtype: str, repeats: int) -> dict:
+def kernel_seconds(fn: Callable, calls: int = KERNEL_CALLS) -> float | None:
+    """The GPU's busy time per call: the durations of the CUDA kernels and copies `calls` calls ran, from
+    torch.profiler (CUPTI), divided by `calls`. None on the CPU (smoke: Triton's interpreter has no device time)."""
+    if DEVICE != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        sync()
+    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return us / 1e6 / calls
+
+
+def compilers(fn: Callable, variants: list[str]) -> dict[str, Callable]:
+    made = {"eager": lambda: fn, "inductor": lambda: torch.compile(fn, backend="inductor"),
+            "ember": lambda: ember.compile(fn, options=EMBER_OPTIONS)}
+    return {v: made[v]() for v in variants}
+
+
+def measure(name: str, dtype: str, repeats: int, variants: list[str]) -> dict:
     w = next(w for w in WORKLOADS if w.name == name)
     dt = getattr(torch, dtype)
     fn, args = w.make(dt)
-    compiled = {"inductor": torch.compile(fn, backend="inductor"), "ember": ember.compile(fn, options=EMBER_OPTIONS)}
-    fns = {"eager": step(fn, args, w.training), **{k: step(c, args, w.training) for k, c in compiled.items()}}
-    cold = {}
-    for label in ("inductor", "ember"):
-        cold[label] = seconds_per_call(fns[label], 1) - seconds_per_call(fns["eager"], 1)
+    fns = {k: step(c, args, w.training) for k, c in compilers(fn, variants).items()}
+    plain = step(fn, args, w.training)
+    cold = {label: seconds_per_call(fns[label], 1) - seconds_per_call(plain, 1) for label in fns if label != "eager"}
     result: dict = {"cold": cold}
     with torch.enable_grad() if w.training else torch.no_grad():
+        result["kernels"] = {label: kernel_seconds(f) for label, f in fns.items()}
         if w.memory_bound:
             nbytes = moved_bytes(args, fn(*args))
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device=DEVICE)
@@ -150,12 +185,11 @@ def measure(name: str, dtype: str, repeats: int) -> dict:
     return result
 
 
-def overhead(repeats: int) -> dict[str, float]:
+def overhead(repeats: int, variants: list[str]) -> dict[str, float]:
     """Seconds per call of a tiny graph (launch and wrapper costs, not kernels)."""
     x = torch.randn(8, device=DEVICE)
     fn = lambda t: (t + 1) * 2  # noqa: E731
-    fns = {"eager": fn, "inductor": torch.compile(fn, backend="inductor"),
-           "ember": ember.compile(fn, options=EMBER_OPTIONS)}
+    fns = compilers(fn, variants)
     for f in fns.values():
         f(x)
     return timed({n: (lambda f=f: f(x)) for n, f in fns.items()}, repeats)
@@ -164,19 +198,49 @@ def overhead(repeats: int) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------- the table
 
 
-def run_child(args: list[str]) -> dict:
-    return _harness.run_child(__file__, [*args, *(["--smoke"] if SMOKE else [])])
+def run_child(args: list[str], timeout_s: float | None) -> dict:
+    return _harness.run_child(__file__, [*args, *(["--smoke"] if SMOKE else [])], timeout_s)
+
+
+def ratio(a: float | None, b: float | None, fmt: str = "{:.2f}") -> str:
+    return fmt.format(a / b) if a and b else "n/a"
+
+
+def launch_bound(r: dict) -> list[str]:
+    """The variants whose wall time per call is LAUNCH_BOUND times their kernel time or more, with the factor."""
+    out = []
+    for label, k in r["kernels"].items():
+        wall = r["times"][label]
+        if k and wall >= LAUNCH_BOUND * k:
+            out.append(f"{label} {wall / k:.1f}x")
+    return out
 
 
 def line(w: Workload, dtype: str, r: dict) -> str:
-    t = r["times"]
+    t, k, cold = r["times"], r["kernels"], r["cold"]
     bandwidth = ""
-    if "copy" in t:
+    if "copy" in t and "ember" in t:
         gbs = r["bytes"] / t["ember"] / 1e9
         bandwidth = f"{gbs:.0f} GB/s = {t['copy'] / t['ember']:.0%} of copy"
-    return (f"| {w.name} | {dtype} | {t['eager'] * 1e3:.3f} | {t['eager'] / t['ember']:.2f}x | "
-            f"{t['eager'] / t['inductor']:.2f}x | **{t['inductor'] / t['ember']:.2f}** | {bandwidth} | "
-            f"{r['cold']['inductor']:.2f} | {r['cold']['ember']:.2f} |")
+    kernels = " / ".join("n/a" if k.get(v) is None else f"{k[v] * 1e6:.1f}" for v in VARIANTS if v in k)
+    return (f"| {w.name} | {dtype} | {t['eager'] * 1e3:.3f} | {ratio(t['eager'], t.get('ember'), '{:.2f}x')} | "
+            f"{ratio(t['eager'], t.get('inductor'), '{:.2f}x')} | **{ratio(t.get('inductor'), t.get('ember'))}** | "
+            f"{kernels} | {ratio(k.get('inductor'), k.get('ember'))} | {', '.join(launch_bound(r)) or '-'} | "
+            f"{bandwidth} | {seconds(cold.get('inductor'))} | {seconds(cold.get('ember'))} |")
+
+
+def seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def last_words(e: Exception) -> str:
+    """A failed child's error in one line: the last line of its stderr (the exception), else the first."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return (lines[-1] if len(lines) > 1 else lines[0] if lines else type(e).__name__)[:200].replace("|", "/")
+
+
+def selected(name: str, only: set[str]) -> bool:
+    return not only or name in only or any(name.startswith(o + " ") for o in only)
 
 
 def main() -> None:
@@ -184,33 +248,63 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--only", default="")
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="which of eager, inductor, ember (eager "
+                                                                       "always runs: the speedups are over it)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds one workload's process may take")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the tiny graph's per-call overhead")
     parser.add_argument("--child", nargs="*", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--write", action="store_true", help="replace the GPU section of benchmarks/README.md")
     opts = parser.parse_args()
+    variants = [v for v in VARIANTS if v == "eager" or v in opts.variants.split(",")]
     if opts.child is not None:
         kind, *rest = opts.child
-        print(json.dumps(overhead(opts.repeats) if kind == "overhead" else measure(*rest, opts.repeats)))
+        result = overhead(opts.repeats, variants) if kind == "overhead" else measure(*rest, opts.repeats, variants)
+        print(json.dumps(result))
         return
     if not SMOKE and not torch.cuda.is_available():
         sys.exit("benchmarks/gpu.py needs a CUDA device (or --smoke, which runs Triton's CPU interpreter)")
     only = {s.strip() for s in opts.only.split(",") if s.strip()}
-    device = "CPU (smoke: Triton interpreter)" if SMOKE else torch.cuda.get_device_name()
+    device = "CPU (smoke: Triton interpreter; no kernel times)" if SMOKE else torch.cuda.get_device_name()
+    child = ["--repeats", str(opts.repeats), "--variants", ",".join(variants)]
     out = [f"`python benchmarks/gpu.py --repeats {opts.repeats}` on {device}, torch {torch.__version__}: median "
-           "time per call; \"inductor / ember\" above 1: ember faster; cold compile seconds with fresh caches.", "",
-           "| workload | dtype | eager ms | ember speedup | inductor speedup | inductor / ember | ember bandwidth "
-           "| inductor cold s | ember cold s |", "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+           "wall time per call of back-to-back calls; \"inductor / ember\" above 1: ember faster; kernel µs: the "
+           "GPU's kernel time per call (torch.profiler), eager / inductor / ember; launch-bound: wall time "
+           f"{LAUNCH_BOUND}x the kernel time or more; cold compile seconds with fresh caches.", "",
+           "| workload | dtype | eager ms | ember speedup | inductor speedup | inductor / ember | kernel µs "
+           "| inductor / ember (kernels) | launch-bound | ember bandwidth | inductor cold s | ember cold s |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+    rows = failed = bound = 0
     for w in WORKLOADS:
-        if only and w.name not in only:
+        if not selected(w.name, only):
             continue
         for dtype in opts.dtypes.split(","):
-            out.append(line(w, dtype, run_child(["measure", w.name, dtype, "--repeats", str(opts.repeats)])))
+            rows += 1
+            try:
+                r = run_child(["measure", w.name, dtype, *child], opts.timeout)
+            except RuntimeError as e:
+                failed += 1
+                out.append(f"| {w.name} | {dtype} | failed: {last_words(e)} |")
+                print(out[-1], file=sys.stderr, flush=True)
+                print(str(e)[-3000:], file=sys.stderr, flush=True)
+                continue
+            bound += bool(launch_bound(r))
+            out.append(line(w, dtype, r))
             print(out[-1], flush=True)
-    calls = run_child(["overhead", "--repeats", str(opts.repeats)])
-    out += ["", "Per-call overhead, tiny graph: " + ", ".join(f"{n} {s * 1e6:.1f} µs" for n, s in calls.items())]
+    if not opts.no_overhead:
+        try:
+            calls = run_child(["overhead", *child], opts.timeout)
+            shown = ", ".join(f"{n} {t * 1e6:.1f} µs" for n, t in calls.items())
+            out += ["", f"Per-call overhead, tiny graph: {shown}"]
+        except RuntimeError as e:
+            failed += 1
+            out += ["", f"Per-call overhead: failed: {last_words(e)}"]
     print("\n".join(out))
+    print(f"bench: {rows} rows, {failed} failed, {bound} launch-bound")
     if opts.write:
         _harness.write_section(Path(__file__).with_name("README.md"), "## GPU", "\n".join(out))
+    if failed or not rows:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

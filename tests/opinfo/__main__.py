@@ -25,10 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--compiler", default="ember", choices=cases.COMPILERS,
                      help="inductor and eager are references: they check the harness and the list, never ember")
     run.add_argument("--samples", type=int, default=cases.SAMPLES, help="samples per op")
+    run.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                     help="where samples are made and run (default cpu); results of cuda go to OUT/cuda by default")
     run.add_argument("--jobs", type=int, default=1, help="worker processes at once")
+    run.add_argument("--chunk", type=int, default=sweep.CHUNK, help="ops per worker process (default %(default)s)")
     run.add_argument("--timeout", type=float, default=300.0, help="seconds one sample may take")
     for p in (run, sub.add_parser("report", help="summarize every result file in --out")):
-        p.add_argument("--out", type=Path, default=sweep.ROOT / "opinfo-results", help="folder of result files")
+        p.add_argument("--out", type=Path, default=None, help="folder of result files (default opinfo-results)")
         p.add_argument("--markdown", type=Path, help="where the summary goes (default OUT/SUMMARY-<compiler>.md)")
         p.add_argument("--expected", type=Path, default=expected.PATH, help="the expected-failures list")
         p.add_argument("--update-expected", action="store_true",
@@ -42,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "worker":
         return sweep.worker_main(args.job)
+    cases.DEVICE = getattr(args, "device", "cpu")
+    if args.out is None:
+        args.out = sweep.ROOT / "opinfo-results" / ("" if cases.DEVICE == "cpu" else cases.DEVICE)
     if args.command == "run":
         shard, start = sweep.parse_shard(args.shard), time.monotonic()
         ran: list[cases.CaseResult] = []
@@ -52,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             name = sweep.result_name(args.compiler, dtype, shard)
             print(f"{name}: {len(keys)} ops, {args.jobs} worker(s)", flush=True)
             ran += sweep.run_shard(keys, dtype, _list(args.phases), args.compiler, args.samples, args.jobs,
-                                   args.timeout, args.out / name, args.out / (name[:-6] + ".log"))
+                                   args.timeout, args.out / name, args.out / (name[:-6] + ".log"), cases.DEVICE,
+                                   args.chunk)
         print(f"ran {len(ran)} cases in {time.monotonic() - start:.0f} s", flush=True)
     return summarize(args, ran if args.command == "run" else None)
 

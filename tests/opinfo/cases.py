@@ -41,6 +41,9 @@ SAMPLES = 3
 # Ops whose outputs are uninitialized memory: values are never comparable, only metadata.
 UNINITIALIZED = frozenset({"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided"})
 BF16_SLACK = 1.1  # how much further from the float32 reference than eager a bfloat16 value may be
+# Where samples are made and run: `cpu` (the sweep, CI's subset), or `cuda` (`run --device cuda`, on a GPU machine:
+# `./dev gpu`). Set once per process, before any case runs; tolerance overrides are the OpInfo's for this device type.
+DEVICE = "cpu"
 
 
 @dataclasses.dataclass
@@ -106,28 +109,29 @@ def find_op(key: str) -> Any:
 
 
 def ops_for(dtype: str) -> list[Any]:
-    """The OpInfos that support `dtype` on CPU."""
-    return [op for op in op_db() if op.supports_dtype(DTYPES[dtype], "cpu")]
+    """The OpInfos that support `dtype` on the sweep's device."""
+    return [op for op in op_db() if op.supports_dtype(DTYPES[dtype], DEVICE)]
 
 
 def wants_backward(op: Any, dtype: str) -> bool:
-    return bool(op.supports_autograd) and DTYPES[dtype] in op.supported_backward_dtypes("cpu")
+    return bool(op.supports_autograd) and DTYPES[dtype] in op.supported_backward_dtypes(DEVICE)
 
 
 def samples(op: Any, dtype: str, requires_grad: bool, count: int = SAMPLES) -> list[Any]:
     torch.manual_seed(SEED)
-    return list(itertools.islice(op.sample_inputs("cpu", DTYPES[dtype], requires_grad=requires_grad), count))
+    return list(itertools.islice(op.sample_inputs(DEVICE, DTYPES[dtype], requires_grad=requires_grad), count))
 
 
 def tolerances(op: Any, dtype: str) -> tuple[float, float]:
-    """(atol, rtol): torch's defaults for the dtype, loosened by any override the OpInfo declares for it on CPU."""
+    """(atol, rtol): torch's defaults for the dtype, loosened by any override the OpInfo declares for it on the
+    sweep's device type."""
     from torch.testing._comparison import default_tolerances
     from torch.testing._internal.common_device_type import precisionOverride, toleranceOverride
 
     torch_dtype = DTYPES[dtype]
     rtol, atol = default_tolerances(torch_dtype)
     for info in op.decorators:
-        if getattr(info, "device_type", None) not in (None, "cpu"):
+        if getattr(info, "device_type", None) not in (None, torch.device(DEVICE).type):
             continue
         for dec in getattr(info, "decorators", [info]):
             if isinstance(dec, toleranceOverride) and torch_dtype in dec.d:
@@ -169,7 +173,7 @@ def copy_inputs(tree: Any, grad: bool, upcast: bool = False) -> Any:
 def weight_like(out: torch.Tensor, index: int, dtype: torch.dtype) -> torch.Tensor:
     """The fixed random `w` of output `index`: float32 values rounded through the sample's dtype, as `out`'s dtype."""
     g = torch.Generator().manual_seed(SEED + index)
-    return torch.randn(out.shape, generator=g).to(dtype).to(out.dtype)
+    return torch.randn(out.shape, generator=g).to(dtype).to(out.device, out.dtype)
 
 
 @dataclasses.dataclass

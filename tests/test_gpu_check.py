@@ -1,0 +1,57 @@
+"""`./dev gpu` cannot rot without a GPU: its dry run (tools/gpu_check.py --dry-run) runs every step on the CPU, in
+Triton's interpreter and tiny sizes, end to end; and the real mode on a machine without CUDA fails loudly, every GPU
+step reported missing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = ["setup", "gpu-tests", "opinfo", "models", "bench"]
+
+
+def gpu_check(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("EMBER_OPTIONS", "TRITON_INTERPRET", "EMBER_CACHE_DIR")}
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), *args], capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def rows(summary: str) -> dict[str, list[str]]:
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in summary.splitlines() if line.startswith("| ")]
+    return {c[0]: c[1:] for c in cells[1:]}
+
+
+def test_dry_run_runs_every_step_on_the_cpu(tmp_path):
+    logs = tmp_path / "gpu-logs"
+    done = gpu_check("--dry-run", "--logs", str(logs), timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = rows((logs / "summary.md").read_text())
+    assert list(table) == STEPS, table
+    assert all(row[0] == "pass" for row in table.values()), table
+    assert re.fullmatch(r"\d+ gpu tests collected \(dry run: not run\)", table["gpu-tests"][2])
+    assert int(table["gpu-tests"][2].split()[0]) >= 60  # packages' and integration gpu tests, one collection
+    assert table["models"][2].startswith("3 ok, 0 failed")
+    assert "kernel time n/a" in table["bench"][2]
+    setup = (logs / "01-setup.log").read_text()
+    assert "TRITON_INTERPRET=1" in setup and "codegen    triton" in setup and not re.search("^problem:", setup, re.M)
+    assert sorted(p.name for p in logs.glob("*.log")) == [f"{i:02d}-{s}.log" for i, s in enumerate(STEPS, 1)]
+    assert list((logs / "opinfo").glob("ember-float32-shard-0-of-1.jsonl"))
+    assert "| bench | pass |" in done.stdout  # the table is printed too
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the real mode where there is no CUDA device")
+def test_real_mode_without_cuda_fails_every_step(tmp_path):
+    logs = tmp_path / "gpu-logs"
+    done = gpu_check("--logs", str(logs), "--only", "models", timeout=300)
+    assert done.returncode == 1
+    table = rows((logs / "summary.md").read_text())
+    assert table["setup"][0] == "FAIL" and "no CUDA device" in table["setup"][2]
+    assert table["models"][:1] == ["missing"]
+    assert "./dev gpu: FAILED: setup, models" in done.stderr
