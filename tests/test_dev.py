@@ -137,3 +137,27 @@ def test_nox_runs_fail_when_a_session_is_skipped_or_its_python_is_missing(tmp_pa
     done = subprocess.run([*runner, "-f", str(ROOT / "noxfile.py"), "-s", "lint"], capture_output=True, text=True,
                           env={**env, "EMBER_PYTHON": "3.99"}, timeout=300)
     assert done.returncode == 1 and "Python interpreter 3.99 not found" in done.stderr, done.stderr
+
+
+def test_every_third_party_import_of_a_package_is_declared_by_it():
+    """A package's source imports only the standard library, ember packages, and what its pyproject declares (its
+    dependencies, or an extra for an optional path: numpy for Triton's interpreter, graphviz for SVG diagrams)."""
+    tomllib = tool("packages").tomllib
+    undeclared = []
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        wanted = [*project.get("dependencies", []), *sum(project.get("optional-dependencies", {}).values(), [])]
+        declared = {re.match(r"[A-Za-z0-9_.-]+", d).group(0).lower().replace("-", "_") for d in wanted}
+        for source in sorted((pyproject.parent / "src").rglob("*.py")):
+            for node in ast.walk(ast.parse(source.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for top in {n.split(".")[0] for n in names}:
+                    if top not in sys.stdlib_module_names and not top.startswith("ember") and \
+                            top not in ("__future__", *declared):
+                        undeclared.append(f"{source.relative_to(ROOT)} imports {top}")
+    assert not undeclared, undeclared
