@@ -84,9 +84,15 @@ def last_line(output: str, pattern: str) -> str:
     return found[-1].strip() if found else ""
 
 
+def failure(rc: int, out: str) -> str:
+    """What a step that printed no summary died of: its exit status and last line (the exception, usually)."""
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return f"exit {rc}: {lines[-1][:200]}" if lines else f"exit {rc}"
+
+
 def judge_setup(rc: int, out: str, dry: bool) -> tuple[bool, str]:
     summary = last_line(out, r"^setup: (.*)$")
-    return rc == 0, summary or f"exit {rc}"
+    return rc == 0, summary or failure(rc, out)
 
 
 def judge_pytest(rc: int, out: str, dry: bool) -> tuple[bool, str]:
@@ -100,13 +106,13 @@ def judge_pytest(rc: int, out: str, dry: bool) -> tuple[bool, str]:
         return False, "no gpu test collected"
     if unskippable:
         return False, f"{summary}; {len(unskippable)} skipped for want of CUDA or real kernels"
-    return rc == 0 and "passed" in summary, summary or f"exit {rc}"
+    return rc == 0 and "passed" in summary, summary or failure(rc, out)
 
 
 def judge_opinfo(rc: int, out: str, dry: bool) -> tuple[bool, str]:
     ran = last_line(out, r"^ran (\d+ cases) in")
     verdict = last_line(out, r"^(\d+ unexpected failures, \d+ unexpected passes)$")
-    return rc == 0 and bool(ran), ", ".join(x for x in (ran, verdict) if x) or f"exit {rc}"
+    return rc == 0 and bool(ran), ", ".join(x for x in (ran, verdict) if x) or failure(rc, out)
 
 
 def judge_models(rc: int, out: str, dry: bool) -> tuple[bool, str]:
@@ -120,13 +126,13 @@ def judge_models(rc: int, out: str, dry: bool) -> tuple[bool, str]:
                 pass
     notes = [f"{n} with fallbacks" for n in [sum(bool(c.get("fallbacks")) for c in cases)] if n]
     notes += [f"{n} stand-ins from tests/models.py" for n in [sum("(" in c.get("source", "") for c in cases)] if n]
-    return rc == 0 and bool(summary), "; ".join([summary or f"exit {rc}", *notes])
+    return rc == 0 and bool(summary), "; ".join([summary or failure(rc, out), *notes])
 
 
 def judge_bench(rc: int, out: str, dry: bool) -> tuple[bool, str]:
     summary = last_line(out, r"^bench: (.*)$")
     note = "; kernel time n/a (interpreter)" if dry else ""
-    return rc == 0 and bool(summary), (summary or f"exit {rc}") + note
+    return rc == 0 and bool(summary), (summary or failure(rc, out)) + note
 
 
 # ---------------------------------------------------------------------------------------------- the plan
@@ -216,7 +222,7 @@ def plan(dry: bool, site: Path, logs: Path) -> list[Step]:
                   "--variants", "eager,ember", "--no-overhead", "--timeout", "120"]
     else:
         bench += ["--only", BENCH_REAL, "--dtypes", "bfloat16", "--repeats", "3", "--timeout", "60"]
-    steps.append(Step("bench", "bench", 150 if dry else 110, bench, judge_bench))
+    steps.append(Step("bench", "bench", 150, bench, judge_bench))
     return steps
 
 
@@ -304,11 +310,24 @@ def table(outcomes: list[Outcome], logs: Path, header: str) -> str:
     return "\n".join(rows)
 
 
+def clear_logs(logs: Path) -> str:
+    """Make `logs` ready: a new or empty folder, or one an earlier run wrote (its summary.md), whose files of ours
+    are removed; anything else is refused (an error message), never emptied."""
+    if logs.exists() and any(logs.iterdir()):
+        if not (logs / "summary.md").exists():
+            return f"{logs} is not empty and holds no summary.md of an earlier run: name a new or empty folder"
+        for path in logs.iterdir():
+            if re.fullmatch(r"\d\d-[\w.-]+\.log|summary\.md", path.name):
+                path.unlink()
+        shutil.rmtree(logs / "opinfo", ignore_errors=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    return ""
+
+
 def step_env(dry: bool, site: Path, cache: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(x for x in (packages.source_pythonpath(site), env.get("PYTHONPATH")) if x)
-    env.update(TRITON_INTERPRET="1" if dry else "0", EMBER_CACHE_DIR=str(cache), PYTHONUNBUFFERED="1",
-               PYTHONDONTWRITEBYTECODE="1")
+    env.update(TRITON_INTERPRET="1" if dry else "0", EMBER_CACHE_DIR=str(cache), PYTHONUNBUFFERED="1")
     if dry:
         env["EMBER_OPTIONS"] = json.dumps({"codegen.cpu": "triton"})
     else:
@@ -337,9 +356,10 @@ def main(argv: list[str] | None = None) -> int:
                 shown = " ".join("<script>" if "\n" in a else a for a in s.argv)
                 print(f"{s.name} [lane {s.lane}, at most {s.budget_s:.0f} s]: {shown}")
             return 0
-        if logs.exists():
-            shutil.rmtree(logs)
-        logs.mkdir(parents=True)
+        problem = clear_logs(logs)
+        if problem:
+            print(f"./dev gpu: {problem}", file=sys.stderr)
+            return 2
         env = step_env(args.dry_run, site, work / "cache")
         mode = "dry run: CPU, Triton's interpreter, tiny sizes" if args.dry_run else "real kernels (TRITON_INTERPRET=0)"
         print(f"./dev gpu: {mode}; {len(steps)} steps, {args.budget:.0f} s at most; logs in {logs}", flush=True)
@@ -347,8 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = runner.run()
         setup = logs / "01-setup.log"
         found = re.search(r"^setup: (.*)$", setup.read_text(), re.M) if setup.exists() else None
-        header = (f"`./dev gpu{' --dry-run' if args.dry_run else ''}` ({mode}): {found.group(1) if found else ''}; "
-                  f"{runner.elapsed():.0f} s of {args.budget:.0f}")
+        machine = f"{found.group(1)}; " if found else ""
+        header = f"`./dev gpu{' --dry-run' if args.dry_run else ''}` ({mode}): {machine}{runner.elapsed():.0f} s " \
+                 f"of {args.budget:.0f}"
         text = table(outcomes, logs, header)
         (logs / "summary.md").write_text(text + "\n")
         print("\n" + text, flush=True)
