@@ -118,7 +118,8 @@ def transformers_cases(device: str) -> list[Case]:
 
     vocab = 8192
     gpt2 = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8, vocab_size=vocab, n_positions=256,
-                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                                   bos_token_id=0, eos_token_id=0)
     llama = transformers.LlamaConfig(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
                                      num_attention_heads=8, num_key_value_heads=4, vocab_size=vocab,
                                      max_position_embeddings=256, use_cache=False)
@@ -147,9 +148,10 @@ def zoo(device: str, tiny: bool) -> list[Case]:
                                        ["Block infer-bf16", "TinyGPT train-fp32", "TinyGPT train-autocast"])):
         try:
             cases += build(device)
-        except ImportError as e:
+        except Exception as e:  # noqa: BLE001 - missing, or broken on import (a torchvision built for another torch)
+            why = f"{type(e).__name__}: {e}".splitlines()[0][:120]
             for name in stand_ins:
-                cases.append(dataclasses.replace(toys[name], source=f"tests/models.py ({library}: {e})"))
+                cases.append(dataclasses.replace(toys[name], source=f"tests/models.py (no {library}: {why})"))
     return cases
 
 
