@@ -26,7 +26,17 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import CompiledGraph, Event, GraphError, Interpreter, Partition, emit, is_random, to_fx
+from ember_core import (
+    CompiledGraph,
+    Event,
+    GraphError,
+    Interpreter,
+    Partition,
+    autocast_disabled,
+    emit,
+    is_random,
+    to_fx,
+)
 
 log = logging.getLogger("ember.autograd")
 
@@ -128,10 +138,11 @@ class CompiledFunction(torch.autograd.Function):
         plan: Plan = ctx.plan
         if torch.compiler.is_compiling():  # compiled autograd: Dynamo traces this backward into the whole one
             return (None, *_grads(plan, plan.backward_module()(*_saved_values(ctx), *_tangents(plan, grad_outputs))))
-        if torch.is_grad_enabled():  # create_graph=True: the grads must be differentiable themselves
-            return (None, *_differentiable_grads(plan, ctx.inputs, grad_outputs, ctx.rng))
-        with torch.no_grad():
-            grads = _run_backward(plan, _saved_values(ctx), grad_outputs)
+        with autocast_disabled():  # the backward graph holds the forward's casts: an autocast on now adds none
+            if torch.is_grad_enabled():  # create_graph=True: the grads must be differentiable themselves
+                return (None, *_differentiable_grads(plan, ctx.inputs, grad_outputs, ctx.rng))
+            with torch.no_grad():
+                grads = _run_backward(plan, _saved_values(ctx), grad_outputs)
         return (None, *grads)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember_core import autocast_state
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
 from ._errors import CaptureError
@@ -50,7 +51,9 @@ class GuardBuilder:
     constants in its namespace, and reasons are assembled from constant text and `Live` values at explain time."""
 
     def __init__(self) -> None:
-        self.ns: dict[str, Any] = {**SYMPY_INTERP, "is_grad_enabled": torch.is_grad_enabled, "_size_diff": _size_diff,
+        self.ns: dict[str, Any] = {**SYMPY_INTERP, "is_grad_enabled": torch.is_grad_enabled,
+                                   "autocast_state": autocast_state, "_autocast_text": autocast_text,
+                                   "_size_diff": _size_diff,
                                    "_stride_diff": _stride_diff, "_reason": _reason, "_shown": shown,
                                    "_storage_of": storage_of}
         self.lines: list[tuple[str, str, str | None]] = []  # ("let", code, None) | ("check", condition, explain code)
@@ -168,6 +171,11 @@ def _negated(e: ast.expr) -> ast.expr:
     if isinstance(e, ast.BoolOp):  # De Morgan
         return ast.BoolOp(ast.And() if isinstance(e.op, ast.Or) else ast.Or(), [_negated(v) for v in e.values])
     return ast.UnaryOp(ast.Not(), e)
+
+
+def autocast_text(state: tuple[tuple[str, torch.dtype], ...]) -> str:
+    """`autocast_state()` for people: `off`, or `cpu bfloat16, cuda float16`."""
+    return ", ".join(f"{d} {str(t).removeprefix('torch.')}" for d, t in state) or "off"
 
 
 def shown(value: Any) -> str:

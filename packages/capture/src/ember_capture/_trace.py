@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember_core import EmberError, FallbackWarning, Stopwatch, tracing_lock, warn_fallback
+from ember_core import EmberError, FallbackWarning, Stopwatch, autocast_state, tracing_lock, warn_fallback
 from torch._dynamo.source import LocalSource
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
@@ -46,7 +46,16 @@ from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unfla
 
 from ._aten import capture_graph, readable_name
 from ._errors import CaptureError, located
-from ._guards import GuardBuilder, Live, Metadata, shape_env_checks, static_ints, tensor_checks, value_check
+from ._guards import (
+    GuardBuilder,
+    Live,
+    Metadata,
+    autocast_text,
+    shape_env_checks,
+    static_ints,
+    tensor_checks,
+    value_check,
+)
 from ._inputs import InputLayout
 from ._options import options_of
 from ._reads import find_reads
@@ -255,6 +264,9 @@ class TracedFunction:
         grad = torch.is_grad_enabled()
         g.check(f"is_grad_enabled() is not {g.literal('B', grad)}", "grad mode changed from {old} to {new}", old=grad,
                 new=not grad)
+        autocast = autocast_state()  # the graph holds the casts of this autocast (see ember_core._autocast)
+        g.check(f"autocast_state() != {g.const('A', autocast)}", "autocast changed from {old} to {new}",
+                old=autocast_text(autocast), new=Live("_autocast_text(autocast_state())"))
         fakes = dict(zip(layout.user, user_fakes))
         fakes.update((i, fakes[j]) for i, j in layout.same_leaf if j in fakes)
         floats = set(layout.float_leaves)

@@ -1,6 +1,7 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
 from ._arg_types import arguments_problem
+from ._autocast import autocast_disabled, autocast_on, autocast_state, without_autocast
 from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._cache_dir import cache_root, private_cache_dir
 from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
@@ -86,6 +87,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CudaBackend", "CudaGraphed", "cuda_graphed",
+    # autocast applied once, at capture
+    "autocast_disabled", "autocast_on", "autocast_state", "without_autocast",
     "grad_rules",
     "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant", "DiskCache", "EmberError", "EntryFile",
     "Event",

@@ -17,6 +17,7 @@ from ember_lowering import Kernel, recompute_locals
 from ember_lowering.codegen import (
     BuildPool,
     CannotPrint,
+    ExternDtypeError,
     InterpretedKernel,
     LazyBinding,
     PlanCodegen,
@@ -208,3 +209,15 @@ def test_a_custom_function_call_runs_in_the_interpreter_codegen_with_its_backwar
 
 class TestToyCodegenConformance(CodegenConformance):
     codegen = ToyCodegen()
+
+
+def test_an_extern_result_of_another_dtype_than_the_plan_raises_instead_of_being_read():
+    """Kernels read an extern's result as the plan's dtype: a bf16 result read as float32 gave NaN at 045a3fc (the
+    graph run under the autocast it was captured with). The wrapper checks the dtype and raises."""
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    compiled = ToyCodegen().compile(trace(lambda a, b: (torch.relu(a @ b),), x, w))
+    torch.testing.assert_close(compiled([x, w])[0], torch.relu(x @ w))
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(ExternDtypeError, match=r"extern aten\.mm\."
+                                                                    r"default returned torch\.bfloat16 where the "
+                                                                    r"kernel plan has torch\.float32"):
+        compiled([x, w])

@@ -20,10 +20,12 @@ from ember_core import (
     PluginError,
     PluginManager,
     Stopwatch,
+    autocast_disabled,
     fingerprint,
     get_plugin_manager,
     graph_device,
     interpreter_codegen,
+    without_autocast,
 )
 
 from ._frozen_graph import FrozenGraph, freezing_wanted
@@ -106,7 +108,16 @@ class Pipeline:
 
     def compile_graph(self, graph: Graph, example_inputs: Sequence[Any]) -> Any:
         """What every frontend calls for each captured graph: passes, then (training) autograd and partition,
-        then the device's codegen. Returns a callable from the graph's inputs (a list) to its outputs (a list)."""
+        then the device's codegen. Returns a callable from the graph's inputs (a list) to its outputs (a list).
+
+        The graph holds autocast's casts (the frontend captured it under the caller's autocast): every stage runs
+        with autocast off, and so does every call of a graph captured under it (see `ember_core.without_autocast`;
+        the frontends guard on the autocast state)."""
+        with autocast_disabled() as autocast_was_on:
+            compiled = self._compile_graph(graph, example_inputs)
+        return without_autocast(compiled) if autocast_was_on else compiled
+
+    def _compile_graph(self, graph: Graph, example_inputs: Sequence[Any]) -> Any:
         graph = self.run_passes(graph, "post_capture")
         if not self.needs_grad(graph, example_inputs):
             if freezing_wanted(self.options.get("freezing"), graph, example_inputs):

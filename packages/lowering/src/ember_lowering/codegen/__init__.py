@@ -7,7 +7,7 @@ wrapper calls a segment (see ember-codegen-cpp)."""
 
 from ._build_pool import Build, BuildPool, report_build
 from ._codegen import PlanCodegen
-from ._errors import BindError, BuildError, CannotPrint
+from ._errors import BindError, BuildError, CannotPrint, ExternDtypeError
 from ._exprs import IndexPrinter
 from ._fallback import (
     InterpreterFallback,
@@ -26,7 +26,8 @@ from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
 from ._wrapper import WrapperWriter, interpreted_kernel
 
 __all__ = [
-    "TUNED_MODES", "BindError", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "IndexPrinter",
+    "TUNED_MODES", "BindError", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "ExternDtypeError",
+    "IndexPrinter",
     "InterpretedKernel", "InterpreterFallback", "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel",
     "Program", "Segment", "Step",
     "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "interpreted_kernel", "non_overlapping",

@@ -1,4 +1,5 @@
-"""The failures a codegen built on this layer has, and none reaches a user: each has a fallback."""
+"""The failures a codegen built on this layer has. None reaches a user but `ExternDtypeError`, which stops a call
+that would otherwise read an extern's bytes as the wrong type."""
 
 from __future__ import annotations
 
@@ -17,3 +18,7 @@ class BuildError(EmberError):
 class BindError(Exception):
     """A verified build that cannot be bound (a library that does not load, or lacks a function it must export):
     its cache entry is discarded and the build made again, once (see `LazyBinding`)."""
+
+
+class ExternDtypeError(EmberError, RuntimeError):
+    """An extern call returned another dtype than the kernel plan says (see `wrong_dtype` in `_fallback.py`)."""

@@ -5,6 +5,7 @@ assumes, a kernel's error flag, a failed build. Each ends in a correct result or
   copied into the plan's layout (when no output aliases them), then the fast path runs; otherwise the graph
   runs in ember-core's interpreter codegen.
 - `fix_layout`: the same for an extern's result that kernels read.
+- `wrong_dtype`: an extern's result in another dtype than the plan's raises `ExternDtypeError` (never read on).
 - `UseFallback`: raised inside the wrapper to run the whole graph in the interpreter codegen instead.
 - `report_fallback`: the log line and `fallback` event (with its cause) of a graph (or kernel) that a codegen
   does not run natively, and a `FallbackWarning` for the causes that warn (`ember_core.WARNED_CAUSES`).
@@ -19,6 +20,8 @@ from typing import Any
 
 import torch
 from ember_core import FALLBACK_CAUSES, CompiledGraph, Event, Graph, emit, interpreter_codegen, warn_fallback
+
+from ._errors import ExternDtypeError
 
 log = logging.getLogger("ember.kernels")
 
@@ -55,6 +58,13 @@ def fix_layout(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
     out = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+def wrong_dtype(op: str, t: torch.Tensor, dtype: torch.dtype) -> None:
+    """An extern returned another dtype than the plan has: kernels would read its bytes as the wrong type (a bf16
+    result read as float gave NaN). Raised, never run on."""
+    raise ExternDtypeError(f"extern {op} returned {t.dtype} where the kernel plan has {dtype}: the graph's dtypes "
+                           "disagree with ATen's (an autocast still on when the graph runs, or a wrong dtype rule)")
 
 
 def relayout(inputs: Sequence[Any], layouts: Callable, fast: Callable, fallback: Callable) -> list:

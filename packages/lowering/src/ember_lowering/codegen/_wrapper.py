@@ -66,7 +66,7 @@ from .._indexing import parse_expr
 from .._interpreter import PlanInterpreter
 from .._loop_ir import Buffer, Extern, KernelPlan
 from ._exprs import IndexPrinter
-from ._fallback import UseFallback, fix_layout
+from ._fallback import UseFallback, fix_layout, wrong_dtype
 from ._program import InterpretedKernel, Program, Segment
 
 
@@ -81,8 +81,9 @@ class WrapperWriter:
         self.fn_name = fn_name
         self.globals: dict[str, Any] = {"_empty_strided": torch.empty_strided, "_as_strided": torch.as_strided,
                                         "_UseFallback": UseFallback, "_fix_layout": fix_layout,
-                                        "_profiling": profiler_active, "_range": profile_range,
-                                        "_graph_range": f"ember:{fn_name}", "_device": torch.device(self.plan.device)}
+                                        "_wrong_dtype": wrong_dtype, "_profiling": profiler_active,
+                                        "_range": profile_range, "_graph_range": f"ember:{fn_name}",
+                                        "_device": torch.device(self.plan.device)}
         names = dict(self.layout.sym_local)
         self.py = IndexPrinter(names)
         self.have: set[str] = set()
@@ -336,8 +337,11 @@ class WrapperWriter:
             if o == "_":
                 continue
             self.have.add(o)
+            b, local = self.layout.buffers[o], self.layout.local[o]
+            dt = self.dtype(b.dtype)
+            self.emit(f"if {local}.dtype is not {dt}:")  # an op's dtype rule that disagrees with ATen: never run on
+            self.emit(f"_wrong_dtype({self.const(ext.op, '_name')}, {local}, {dt})", 3)
             if o in self.kernel_roots or o in self.viewed_roots:
-                b, local = self.layout.buffers[o], self.layout.local[o]
                 sh, st = self.tup(b.shape), self.tup(b.stride)
                 self.emit(f"if {local}.shape != {sh} or {local}.stride() != {st}:")
                 self.emit(f"{local} = _fix_layout({local}, {sh}, {st})", 3)
