@@ -7,6 +7,8 @@ The rules, in one place:
 - backward: the inputs that require grad as leaves (the training path); outputs, then the gradients of
   `sum(out * w)` over every floating output (w a fixed random tensor per output) with respect to every input that
   requires grad, against eager's; an input autograd leaves without a gradient counts as a zero gradient;
+- inputs: in both phases the sample's tensors after the call are compared with eager's like outputs, so an op that
+  writes into its inputs (batch norm's running statistics, `zero_`) is checked for what it wrote;
 - bfloat16: a value that misses the tolerance still passes when it is no further from a float32 reference (the op
   on the inputs cast to float32) than eager's own bfloat16 value is: max |ember - ref32| <= 1.1 max |eager - ref32|;
 - random ops: ember reproduces eager's random stream (dropout, bernoulli, rand_like and the like draw the same
@@ -180,14 +182,21 @@ def weight_like(out: torch.Tensor, index: int, dtype: torch.dtype) -> torch.Tens
 class Run:
     outputs: Any
     grads: list[torch.Tensor] | None = None
+    inputs: list[torch.Tensor] | None = None  # the sample's tensors right after the call (what a mutation wrote)
+
+
+def after_call(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """Copies of the call's tensor arguments as they are after the call."""
+    return [t.detach().clone() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
 
 
 def execute(fn: Callable, args: tuple, kwargs: dict, sample: Any, dtype: torch.dtype, backward: bool) -> Run:
     """Call `fn(*args)` from the fixed seed; for backward, also the gradients of sum(out * w) over the grad inputs."""
     torch.manual_seed(SEED)
     out = fn(*args)
+    written = after_call(args, kwargs)
     if not backward:
-        return Run(out)
+        return Run(out, inputs=written)
     out = sample.output_process_fn_grad(out)
     leaves = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.is_floating_point()]
     terms = [(o * weight_like(o, i, dtype)).sum() for i, o in enumerate(leaves) if o.requires_grad]
@@ -195,7 +204,7 @@ def execute(fn: Callable, args: tuple, kwargs: dict, sample: Any, dtype: torch.d
     if not terms or not inputs:
         raise NoGradient("no floating output requires grad" if not terms else "no input requires grad")
     grads = torch.autograd.grad(sum(terms), inputs, allow_unused=True)
-    return Run(out, [torch.zeros_like(i) if g is None else g for g, i in zip(grads, inputs)])
+    return Run(out, [torch.zeros_like(i) if g is None else g for g, i in zip(grads, inputs)], written)
 
 
 class NoGradient(Exception):
@@ -310,7 +319,8 @@ def judge(op: Any, dtype: str, phase: str, eager: Run, compiled: Run, ref: Run |
         ours, theirs = metadata(compiled.outputs), metadata(eager.outputs)
         return None if ours == theirs else f"output metadata: {ours} != eager's {theirs}"
     atol, rtol = tolerances(op, dtype)
-    bad = compare(compiled.outputs, eager.outputs, atol, rtol, "output", ref.outputs if ref else None)
+    bad = compare(compiled.outputs, eager.outputs, atol, rtol, "output", ref.outputs if ref else None) or \
+        compare(compiled.inputs, eager.inputs, atol, rtol, "input after the call", ref.inputs if ref else None)
     if bad or phase == "forward":
         return bad
     if len(compiled.grads) != len(eager.grads):

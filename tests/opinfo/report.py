@@ -121,7 +121,8 @@ Each OpInfo of torch's `op_db` that supports the dtype on CPU, its first 3 sampl
 `ember.compile(lambda *args: op(*args, **kwargs))` (Dynamo frontend, fullgraph=False) and compared with eager by
 torch.testing.assert_close at the op's declared tolerances. *forward*: inputs without grad. *backward*: inputs that
 require grad; outputs, then the gradients of sum(out * w) over the floating outputs (w fixed random) for every input
-that requires grad. bfloat16 values outside the tolerance pass when no further from a float32 reference than eager's.
+that requires grad. In both, the inputs as the call left them (what an op wrote into them: batch norm's running stats)
+too. bfloat16 values outside the tolerance pass when no further from a float32 reference than eager's.
 Random ops run from the same seed in both (ember reproduces eager's random stream) and are compared exactly like the
 rest; ops returning uninitialized memory (`empty*`) are compared by shape, dtype and device only.
 *skipped-by-eager*: eager refuses the sample or computes no gradient for it. Rules: tests/opinfo/cases.py."""

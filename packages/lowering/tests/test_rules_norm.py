@@ -75,3 +75,60 @@ def test_training_batch_norm_with_running_stats_runs_extern():
 def test_norms_with_symbolic_sizes():
     check(lambda x: (torch.softmax(x, -1), F.layer_norm(x, x.shape[-1:]), torch.log_softmax(x, 0)),
           torch.randn(6, 7), mode="symbolic", others=[(torch.randn(2, 13),)])
+
+
+# torch's meta functions give bfloat16 batch norm's updated running stats in float32 (the captured graph then casts
+# them back for the write into the buffers), while ATen's CPU kernels return bfloat16.
+RUNNING_STATS_UPDATES = {
+    "legit_functional": lambda x, w, b, rm, rv, momentum: torch.ops.aten._native_batch_norm_legit_functional(
+        x, w, b, rm, rv, True, momentum, 1e-5),
+    "with_update_functional": lambda x, w, b, rm, rv, momentum: torch.ops.aten._batch_norm_with_update_functional(
+        x, w, b, rm, rv, momentum, 1e-5),
+}
+
+
+def _bfloat16_batch_norm_inputs():
+    x, w, b, rm = torch.randn(3, 2, 4), torch.randn(2), torch.randn(2), torch.randn(2)
+    return [t.bfloat16() for t in (x, w, b, rm, torch.rand(2) + 0.5)]
+
+
+@pytest.mark.parametrize("momentum", [0.5, -1.2, 0.0])
+@pytest.mark.parametrize("op", list(RUNNING_STATS_UPDATES))
+def test_bfloat16_running_stats_in_float32_and_the_graphs_dtype(op, momentum):
+    """Lowered (no extern, whose bfloat16 bytes a kernel read as the graph's float32: 6.9e29 off), computed in
+    float32 from the float32 batch statistics (not rounded to bfloat16 first), returned in the graph's dtype."""
+    x, w, b, rm, rv = _bfloat16_batch_norm_inputs()
+    graph = trace(lambda *a: RUNNING_STATS_UPDATES[op](*a, momentum), x, w, b, rm, rv)
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs
+    got = run_plan(plan, [x, w, b, rm.clone(), rv.clone()])
+    x32 = x.float()
+    expected = [rm.float() * (1 - momentum) + x32.mean((0, 2)) * momentum,
+                rv.float() * (1 - momentum) + x32.var((0, 2)) * momentum]
+    for k, (out, want) in enumerate(zip(got[-2:], expected)):
+        assert graph.values[graph.outputs[k - 2].name].dtype == "float32" and out.dtype == torch.float32
+        torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+    normalized = F.batch_norm(x32, None, None, w.float(), b.float(), training=True).bfloat16()
+    torch.testing.assert_close(got[0], normalized, rtol=0, atol=1e-2)
+
+
+def test_eval_mode_functional_batch_norm_passes_the_running_stats_through():
+    """In eval mode the functional op normalizes with the running stats and returns them unchanged (float32 for
+    bfloat16 stats, as the graph records), its batch statistics empty."""
+    x, w, b, rm, rv = _bfloat16_batch_norm_inputs()
+    graph = trace(lambda *a: torch.ops.aten._native_batch_norm_legit_functional(*a, False, 0.5, 1e-5), x, w, b, rm, rv)
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs
+    out, mean, rstd, new_rm, new_rv = run_plan(plan, [x, w, b, rm, rv])
+    assert mean.shape == rstd.shape == (0,)
+    assert new_rm.dtype == new_rv.dtype == torch.float32
+    torch.testing.assert_close(new_rm, rm.float(), rtol=0, atol=0)
+    torch.testing.assert_close(new_rv, rv.float(), rtol=0, atol=0)
+    torch.testing.assert_close(out, F.batch_norm(x, rm, rv, w, b, training=False), rtol=0, atol=1e-2)
+
+
+def test_float32_batch_norm_with_update_matches_aten():
+    x, rm, rv, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5, torch.randn(3), torch.randn(3)
+    plan = check(lambda x, rm, rv, w, b: torch.ops.aten._batch_norm_with_update_functional(x, w, b, rm, rv, 0.1, 1e-5),
+                 x, rm, rv, w, b)
+    assert not plan.externs

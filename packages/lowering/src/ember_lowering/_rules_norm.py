@@ -95,8 +95,10 @@ def _group_norm(ctx: LoweringContext, node: Node, a: dict) -> list[TensorRef]:
     return [out, _stat(ctx, node, 1, mean), _stat(ctx, node, 2, rstd)]
 
 
-def _batch_norm(ctx: LoweringContext, node: Node, a: dict, training: bool) -> list[TensorRef]:
-    """Normalize over every dim but 1; stats from the batch (training) or the running stats."""
+def _batch_norm(ctx: LoweringContext, node: Node, a: dict, training: bool,
+                updated_at: tuple[int, int] | None = None) -> list[TensorRef | None]:
+    """Normalize over every dim but 1; stats from the batch (training) or the running stats. A functional op also
+    returns the running stats, updated (training) or as they were, as outputs `updated_at`."""
     x = ctx.tensor(a["input"])
     acc = opmath(x.dtype)
     eps = a["eps"]
@@ -117,21 +119,33 @@ def _batch_norm(ctx: LoweringContext, node: Node, a: dict, training: bool) -> li
                        wb[-1] if bias is not None else None)
     out = ctx.pointwise(fn, [x, *per_channel], x.shape, ctx.values[node.outputs[0]].dtype)
     if not training:
-        return [out, *(_empty(ctx, node, k) for k in (1, 2))]
+        results = [out, *(_empty(ctx, node, k) for k in (1, 2))]
+        running = [ctx.tensor(a[k]) for k in ("running_mean", "running_var")]
+        updated = [_copy(ctx, node, k, t) for k, t in zip(updated_at or (), running)]
+        return results + updated
     results = [out, _stat(ctx, node, 1, mean), _stat(ctx, node, 2, invstd)]
-    if len(node.outputs) == 5:  # _native_batch_norm_legit_functional: updated running stats
-        results += _running_stats(ctx, a, mean, m2, count(x, [0, *range(2, x.rank)]))
-    return results
+    return results + (_running_stats(ctx, node, a, mean, m2, n, updated_at) if updated_at else [])
 
 
-def _running_stats(ctx: LoweringContext, a: dict, mean: TensorRef, m2: TensorRef, n: sympy.Expr) -> list:
-    momentum = a["momentum"]
+def _running_stats(ctx: LoweringContext, node: Node, a: dict, mean: TensorRef, m2: TensorRef, n: sympy.Expr,
+                   at: tuple[int, int]) -> list[TensorRef]:
+    """The running stats moved `momentum` of the way to the batch's mean and unbiased variance, computed in the
+    batch statistics' precision (float32 for bfloat16: neither the mean nor the stats rounded first), returned in
+    the dtypes the graph records for outputs `at` (torch's meta functions say float32 for bfloat16 stats, where
+    ATen's CPU kernel returns bfloat16; the graph casts them back for the write into the buffers)."""
+    momentum, acc = a["momentum"], mean.dtype
     rm, rv = ctx.tensor(a["running_mean"]), ctx.tensor(a["running_var"])
-    new_mean = ctx.pointwise(lambda b, r, m: r * (1 - momentum) + b.cast(m, r.dtype) * momentum, [rm, mean],
-                             rm.shape, rm.dtype)
-    new_var = ctx.pointwise(lambda b, r, s: r * (1 - momentum) + b.cast(s / (b.lift(n, s.dtype) - 1.0), r.dtype)
-                            * momentum, [rv, m2], rv.shape, rv.dtype)
+    mean_dtype, var_dtype = (ctx.values[node.outputs[k]].dtype for k in at)
+    new_mean = ctx.pointwise(lambda b, r, m: b.cast(r, acc) * (1 - momentum) + m * momentum, [rm, mean],
+                             rm.shape, mean_dtype)
+    new_var = ctx.pointwise(lambda b, r, s: b.cast(r, acc) * (1 - momentum) + s / (b.lift(n, acc) - 1.0) * momentum,
+                            [rv, m2], rv.shape, var_dtype)
     return [new_mean, new_var]
+
+
+def _copy(ctx: LoweringContext, node: Node, k: int, t: TensorRef) -> TensorRef:
+    """A new tensor (a functional op's output, never its input's buffer) with t's values in output k's dtype."""
+    return ctx.pointwise(lambda b, v: v, [t], t.shape, ctx.values[node.outputs[k]].dtype)
 
 
 def _empty(ctx: LoweringContext, node: Node, k: int) -> TensorRef | None:
@@ -152,9 +166,14 @@ def _legit_no_stats(ctx: LoweringContext, node: Node, a: dict) -> list:
 
 
 def _legit_functional(ctx: LoweringContext, node: Node, a: dict) -> list:
-    if not a["training"]:
-        raise Unsupported("eval-mode functional batch norm")
-    return _batch_norm(ctx, node, a, True)
+    """(output, mean, rstd, running mean, running var): the last two updated in training, passed through in eval."""
+    return _batch_norm(ctx, node, a, bool(a["training"]), updated_at=(3, 4))
+
+
+def _with_update_functional(ctx: LoweringContext, node: Node, a: dict) -> list:
+    """(output, mean, rstd, reserve, running mean, running var): training mode with an empty reserve (cuDNN's)."""
+    out, mean, rstd, new_mean, new_var = _batch_norm(ctx, node, a, True, updated_at=(4, 5))
+    return [out, mean, rstd, _empty(ctx, node, 3), new_mean, new_var]
 
 
 norm_rules: dict[str, Callable] = {
@@ -166,4 +185,5 @@ norm_rules: dict[str, Callable] = {
     "aten._native_batch_norm_legit_no_training.default": lambda ctx, node, a: _batch_norm(ctx, node, a, False),
     "aten._native_batch_norm_legit.no_stats": _legit_no_stats,
     "aten._native_batch_norm_legit_functional.default": _legit_functional,
+    "aten._batch_norm_with_update_functional.default": _with_update_functional,
 }
