@@ -100,7 +100,7 @@ def test_the_issues_reproduction_is_as_accurate_as_eager(frontend, dtype):
 def train_step(model, x, pos, dtype):
     """Loss, output and every parameter's gradient of one step; under autocast of `dtype` (None: fp32)."""
     model.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+    with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
         out = model(x, pos)
         loss = out.float().square().mean()
     loss.backward()
@@ -157,3 +157,19 @@ def test_a_graph_captured_without_autocast_is_not_reused_under_it(frontend):
     assert got.dtype == want.dtype == torch.bfloat16
     torch.testing.assert_close(got, want)
     assert f(x, w).dtype == torch.float32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_llama_block_trains_under_cuda_autocast_as_accurately_as_eager(frontend, dtype):
+    torch.manual_seed(0)
+    model = LlamaBlock().cuda()
+    x, pos = torch.randn(2, 16, 64, device="cuda"), torch.arange(496, 512, device="cuda")
+    fp32_out, fp32_grads = train_step(model, x, pos, None)
+    eager_out, eager_grads = train_step(model, x, pos, dtype)
+    compiled = ember.compile(copy.deepcopy(model), options={"frontend": frontend})
+    for _ in range(2):
+        out, grads = train_step(compiled, x, pos, dtype)
+        assert_as_accurate("output", out, eager_out, fp32_out, floor_of(dtype))
+        for name, g in grads.items():
+            assert_as_accurate(f"grad of {name}", g, eager_grads[name], fp32_grads[name], floor_of(dtype))
