@@ -140,6 +140,19 @@ def test_reduction_over_the_outer_dim():
     check(lambda x: (x.sum(0), x.var(0), x.amax(0), torch.softmax(x, 0)), x)
 
 
+@pytest.mark.parametrize("widths", [(12, 12, 12), (70, 45, 83)], ids=["one-block", "two-blocks"])
+def test_bool_masks_of_an_outer_reduction_keep_one_byte_per_lane(widths):
+    """A cat summed over its outer dim (an RNN's gate gradients summed over the batch): the cat's masks are
+    hoisted out of the r-loop into bool block arrays, one byte per i-point. Copying their int32 vectors whole
+    there overlapped the next vector's lanes and ran past the array (wrong sums, NaN in the RNNs' gradients)."""
+    parts = [torch.randn(4, w) for w in widths]
+    fn = lambda a, b, c: ((torch.cat([a, b, c], 1) * 2).sum(0), torch.cat([a, b, c], 1).amax(0))  # noqa: E731
+    check(fn, *parts)
+    plan = lower(trace(fn, *parts), emit_event=False)
+    text = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k0").print().text
+    assert "bool ember_b_" in text and "(ember_vload<ember_u8x" in text
+
+
 def test_shifts_and_integer_powers_follow_torch():
     a = torch.tensor([1, -1, 5, 100, -8, 3], dtype=torch.int32)
     b = torch.tensor([33, 40, -1, 31, 2, 3], dtype=torch.int32)

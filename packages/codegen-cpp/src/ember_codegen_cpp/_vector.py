@@ -75,7 +75,7 @@ class VectorBody:
             return f"{name}_v"
         t = self.vtype(self.p.dtypes[name])
         if self._in_block_array(name):
-            return f"ember_vload<{t}>(ember_b_{name} + ember_j)"
+            return self._block_load(name)
         return f"ember_vsplat<{t}>({self.p.ref(name)}{' ? -1 : 0' if self.p.dtypes[name] == 'bool' else ''})"
 
     def vtype(self, dtype: str, memory: bool = False) -> str:
@@ -95,7 +95,7 @@ class VectorBody:
                 group = []
             out += vec
             outs = [o for o in i.outs if i.op is not Op.STORE and i.op not in REDUCTIONS]
-            out += [f"ember_vstore(ember_b_{o} + ember_j, {o}_v);" for o in outs if self._in_block_array(o)]
+            out += [self._block_store(o) for o in outs if self._in_block_array(o)]
             self.defined.update(outs)
         if group:
             out += self._lanewise(group)
@@ -104,6 +104,21 @@ class VectorBody:
     def _in_block_array(self, name: str) -> bool:
         return self.block and self.p.names.get(name, "").startswith("ember_b_")
 
+    # A block array holds one element of the value's C type per i-point (`KernelPrinter._outer_reduction`): a bool
+    # is one byte there but an int32 lane in a vector, so its vectors narrow on the way in and widen on the way out
+    # as a bool tensor's do (an int32 vector copied whole wrote 4 bytes an element, past the array's end).
+
+    def _block_load(self, name: str) -> str:
+        if self.p.dtypes[name] == "bool":
+            return self._mask(f"(ember_vload<ember_u8x{self.lanes}>(ember_b_{name} + ember_j) != 0)", "uint8")
+        return f"ember_vload<{self.vtype(self.p.dtypes[name])}>(ember_b_{name} + ember_j)"
+
+    def _block_store(self, name: str) -> str:
+        value = f"{name}_v"
+        if self.p.dtypes[name] == "bool":
+            value = f"__builtin_convertvector({value} & 1, ember_u8x{self.lanes})"
+        return f"ember_vstore(ember_b_{name} + ember_j, {value});"
+
     # ------------------------------------------------------------------ lane by lane
 
     def _lanewise(self, group: list[Instr]) -> list[str]:
@@ -111,10 +126,10 @@ class VectorBody:
         written to theirs."""
         self.lane_ops += [i.op.value for i in group]
         results = [o for i in group if i.op is not Op.STORE and i.op not in REDUCTIONS for o in i.outs]
-        used = []
+        used: dict[str, None] = {}  # each operand read from its vector once, however often the group names it
         for i in group:
             names = list(i.srcs) + [s.name for e in i.index for s in as_sympy(e).free_symbols]
-            used += [n for n in names if n in self.defined and n not in results and n not in used]
+            used.update((n, None) for n in names if n in self.defined and n not in results)
         decls = [f"{self.vtype(self.p.dtypes[o])} {o}_v;" for o in results]
         reads = []
         for n in used:

@@ -1,0 +1,90 @@
+"""LSTM and GRU handed to ember whole (Dynamo's `allow_rnn`): the unrolled time steps train as C++ and give eager's
+outputs and the gradients of the input, the initial states and every parameter.
+
+Their backward sums the gates' gradients over the batch from a `cat` of the gates: a reduction over an outer dim
+whose hoisted masks are bool block arrays. Those were written as int32 vectors into one-byte elements, which
+overran the arrays and gave wrong or uninitialised gradients (NaN, inf, 1e24) with correct outputs."""
+
+from __future__ import annotations
+
+import copy
+
+import ember
+import pytest
+import torch
+from torch import nn
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def rnn_loss(out, state):
+    states = state if isinstance(state, tuple) else (state,)
+    return out.pow(2).sum() + sum(s.sin().sum() for s in states)
+
+
+def assert_rnn_trains_like_eager(model, x, state, fallbacks):
+    """One forward and backward of `model` in eager and through ember (on a copy of its parameters): outputs,
+    final states and the gradients of x, of each initial state and of every parameter match, with no fallback."""
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(twin)
+    eager_in = [t.detach().clone().requires_grad_() for t in (x, *state)]
+    ember_in = [t.detach().clone().requires_grad_() for t in (x, *state)]
+    with torch._dynamo.config.patch(allow_rnn=True):
+        args = lambda ts: (ts[0],) if not state else (ts[0], ts[1] if len(ts) == 2 else tuple(ts[1:]))  # noqa: E731
+        eager_out, eager_state = model(*args(eager_in))
+        ember_out, ember_state = compiled(*args(ember_in))
+        rnn_loss(eager_out, eager_state).backward()
+        rnn_loss(ember_out, ember_state).backward()
+    torch.testing.assert_close(ember_out, eager_out, **TOL)
+    torch.testing.assert_close(ember_state, eager_state, **TOL)
+    for name, e, c in zip(["x", "h0", "c0"], eager_in, ember_in):
+        torch.testing.assert_close(c.grad, e.grad, msg=lambda m, name=name: f"grad of {name}: {m}", **TOL)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert q.grad is not None, f"{name} has no gradient"
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m, name=name: f"grad of {name}: {m}", **TOL)
+    fallbacks.check("RNN training step", allowed=())
+
+
+def initial_state(layers, directions, batch, hidden, cells):
+    shape = (layers * directions, batch, hidden)
+    return tuple(torch.randn(shape) for _ in range(cells))
+
+
+# Every value of each axis appears (layers, directions, batch_first, initial state given or not), not every product.
+LSTM_CASES = [
+    (1, False, False, True),
+    (1, False, True, False),
+    (1, True, True, True),
+    (2, False, True, True),
+    (2, True, False, False),
+    (2, True, True, True),
+]
+
+
+@pytest.mark.parametrize("layers, bidirectional, batch_first, with_state", LSTM_CASES,
+                         ids=[f"{n}layer-{'bi' if b else 'uni'}-{'bf' if f else 'tf'}-{'h0c0' if s else 'zeros'}"
+                              for n, b, f, s in LSTM_CASES])
+def test_lstm_trains_like_eager(layers, bidirectional, batch_first, with_state, no_build_failures):
+    model = nn.LSTM(8, 16, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first)
+    batch, steps = 3, 5
+    x = torch.randn((batch, steps, 8) if batch_first else (steps, batch, 8))
+    state = initial_state(layers, 1 + bidirectional, batch, 16, 2) if with_state else ()
+    assert_rnn_trains_like_eager(model, x, state, no_build_failures)
+
+
+GRU_CASES = [  # input size, hidden size, layers, batch_first, x shape, initial state given
+    (4, 3, 1, True, (2, 5, 4), False),
+    (8, 12, 1, True, (4, 7, 8), False),  # the reported case: x.grad NaN, inf or 1.7e24
+    (8, 12, 1, False, (7, 4, 8), True),
+    (16, 40, 2, True, (9, 6, 16), True),
+    (24, 64, 1, False, (5, 33, 24), False),  # a batch of more than one mask block of reduction lanes
+]
+
+
+@pytest.mark.parametrize("input_size, hidden, layers, batch_first, shape, with_state", GRU_CASES,
+                         ids=[f"gru{i}x{h}x{n}-{'x'.join(map(str, s))}" for i, h, n, _, s, _ in GRU_CASES])
+def test_gru_trains_like_eager(input_size, hidden, layers, batch_first, shape, with_state, no_build_failures):
+    model = nn.GRU(input_size, hidden, num_layers=layers, batch_first=batch_first)
+    batch = shape[0] if batch_first else shape[1]
+    state = initial_state(layers, 1, batch, hidden, 1) if with_state else ()
+    assert_rnn_trains_like_eager(model, torch.randn(shape), state, no_build_failures)
