@@ -73,6 +73,15 @@ def frontend(request):
     return request.param
 
 
+def skip_low_precision_on_the_triton_interpreter() -> None:
+    """bf16/fp16 accuracy is never judged on Triton's interpreter: it truncates float32 → bf16 casts where CUDA
+    rounds to nearest (2-3x the error), so it hides or invents precision bugs. Such a test runs on the C++ codegen
+    here and on real kernels under `./dev gpu`."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if interpreted and '"triton"' in os.environ.get("EMBER_OPTIONS", ""):
+        pytest.skip("low-precision accuracy is not judged on Triton's interpreter (it truncates where CUDA rounds)")
+
+
 def grads_of(params):
     return [p.grad.detach().clone() if p.grad is not None else None for p in params]
 

@@ -7,7 +7,7 @@ import copy
 import ember
 import pytest
 import torch
-from conftest import assert_same_training_step, grads_of
+from conftest import assert_same_training_step, grads_of, skip_low_precision_on_the_triton_interpreter
 from ember_core.testing import FallbackRecorder
 from models import MLP, Block, HandAttentionBlock, SmallCNN, TinyGPT
 
@@ -86,6 +86,7 @@ def test_attention_scaled_by_a_dynamic_head_size(frontend):
 
 @pytest.mark.parametrize("block", [Block, HandAttentionBlock])
 def test_transformer_blocks_train_in_bfloat16(frontend, block):
+    skip_low_precision_on_the_triton_interpreter()
     model = block().to(torch.bfloat16)
     compiled = ember.compile(model, options=opts(frontend))
     with FallbackRecorder() as fallbacks:
