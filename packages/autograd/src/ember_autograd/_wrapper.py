@@ -59,6 +59,8 @@ class Plan:
         self.differentiable = tuple(fw.values[o.name].requires_grad for o in fw.outputs[:self.num_outputs])
         self.traced_grad = tuple(fw.values[i.name].requires_grad for i in fw.inputs)
         self.grad_inputs = tuple(o.input for o in bw.outputs)
+        slot = {k: j for j, k in enumerate(self.grad_inputs)}
+        self.grad_slots = tuple(slot.get(k) for k in range(self.num_primals))  # primal → backward output, or None
         self._check(partition)
 
     def _check(self, partition: Partition) -> None:
@@ -161,11 +163,9 @@ def _tangents(plan: Plan, grad_outputs: Sequence[Any]) -> list[Any]:
 
 
 def _grads(plan: Plan, results: Sequence[Any]) -> list[Any]:
-    """One gradient per primal from the backward graph's outputs (None where it computes none)."""
-    grads: list[Any] = [None] * plan.num_primals
-    for k, g in zip(plan.grad_inputs, results):
-        grads[k] = g
-    return grads
+    """One gradient per primal from the backward graph's outputs (None where it computes none). No list item is
+    assigned: torch 2.11's Dynamo, tracing this under compiled autograd, breaks the graph on `list.__setitem__`."""
+    return [None if j is None else results[j] for j in plan.grad_slots]
 
 
 def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
