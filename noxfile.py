@@ -17,7 +17,7 @@ import nox
 nox.options.default_venv_backend = "uv|venv"
 nox.options.download_python = "never"
 nox.options.reuse_venv = "yes"
-nox.options.sessions = ["tests", "integration", "lint"]
+nox.options.sessions = ["tests", "integration", "lowest", "lint"]
 # A session whose Python is missing fails instead of being skipped (a skipped session counts as a success in nox's
 # exit code: `EMBER_PYTHON=3.12 nox` on a machine without 3.12 ran nothing and exited 0). ./dev also fails a run
 # in which any session was skipped (tools/nox_run.py).
@@ -56,6 +56,13 @@ _pip_settings_for_uv()
 TORCH_DEFAULT = "2.13.0"
 # The release matrix: EMBER_TORCH=2.13.0,2.14.1 nox -s integration
 TORCH_VERSIONS = os.environ.get("EMBER_TORCH", TORCH_DEFAULT).split(",")
+# The lowest torch the packages declare (`torch>=2.11`; tests/test_torch_range.py keeps the two equal), and the
+# GPU machines' torch. From the package index as a CUDA build (several GB, once in uv's cache).
+TORCH_LOWEST = "2.11.0"
+# What runs on it (`lowest`): both frontends, training, dynamic shapes, compiled autograd, autocast, devices, the CLI.
+LOWEST_TESTS = ["tests/test_models.py", "tests/test_training.py", "tests/test_dynamic_shapes.py",
+                "tests/test_compiled_autograd.py", "tests/test_autocast.py", "tests/test_devices.py",
+                "tests/test_cli.py", "tests/test_trace_threads.py"]
 
 # package folder → the sibling folders it depends on (its pyproject's ember-* dependencies)
 PACKAGES = {
@@ -111,7 +118,14 @@ def integration(session: nox.Session, torch: str) -> None:
     pytest(session, "tests/test_models.py", "tests/test_semantics.py")
     # The models and training steps through the Triton codegen, its kernels in Triton's CPU interpreter.
     session.env.update(TRITON_INTERPRET="1", EMBER_OPTIONS='{"codegen.cpu": "triton"}')
-    pytest(session, "tests/test_models.py", "tests/test_training.py")
+    pytest(session, "tests/test_models.py", "tests/test_training.py", "tests/test_devices.py")
+
+
+@nox.session(python=PYTHON)
+def lowest(session: nox.Session) -> None:
+    """A fast subset of the integration suite on the lowest torch the packages declare."""
+    install_siblings(session, [*(f"packages/{p}" for p in PACKAGES), *EXAMPLES], TORCH_LOWEST)
+    pytest(session, *LOWEST_TESTS)
 
 
 @nox.session(python=PYTHON)
