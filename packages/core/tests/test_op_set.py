@@ -60,3 +60,23 @@ def test_ops_with_numerically_worse_decompositions_stay_whole():
 
     assert "aten.special_log_ndtr.default" in NUMERICALLY_KEPT
     assert aten.special_log_ndtr.default not in decompositions()
+
+
+@pytest.mark.parametrize("ord", [2, 0.5, 0], ids=["p2", "p0.5", "p0"])
+def test_vector_norm_keeps_eager_gradient_at_zero(ord):
+    """torch 2.14 decomposes linalg_vector_norm into pow(sum(|x|^p), 1/p) (sum(x != 0) for p = 0): its gradient is
+    NaN at a zero vector (at any zero element for p < 1), and the p = 0 norm no longer requires grad. Traced with
+    the table, the graph must give eager's subgradient 0 and keep requires_grad."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fn = lambda x: torch.linalg.vector_norm(x, ord)  # noqa: E731
+    x = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0])
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    for value in (x, torch.tensor([0.0, 1.5, -2.0, 0.0, 0.5])):
+        eager_x, traced_x = value.clone().requires_grad_(), value.clone().requires_grad_()
+        want, got = fn(eager_x), gm(traced_x)
+        assert got.requires_grad == want.requires_grad
+        (want_grad,) = torch.autograd.grad(want, eager_x, allow_unused=True)
+        (got_grad,) = torch.autograd.grad(got, traced_x, allow_unused=True)
+        zero = torch.zeros_like(value)
+        torch.testing.assert_close(zero if got_grad is None else got_grad, zero if want_grad is None else want_grad)
