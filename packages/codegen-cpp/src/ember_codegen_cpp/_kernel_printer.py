@@ -118,6 +118,8 @@ class KernelPrinter:
         self.loop_head: dict[str, str] = {}  # that loop's own declarations: name → line, first in its block
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
+        # block arrays and stashes declared so far: C name → element C type (vector moves are checked against it)
+        self.stack: dict[str, str] = {}
         self.lane_ops: list[str] = []  # ops of explicit vector loops printed lane by lane, for the report
         self.split: str | None = None  # the r-dim a whole-tensor reduction's chunk runs a part of (lo, hi)
 
@@ -234,7 +236,7 @@ class KernelPrinter:
         outer = list(self.k.outer_dims)
         loops = sum(1 for s in self.k.body if isinstance(s, Loop))
         depth = 2 if outer else 1
-        stash = [("  " * depth) + f"{CTYPE[b.dtype]} {self.layout.local[n]}[{sympy.Mul(*b.shape)}];"
+        stash = [("  " * depth) + self._declare(self.layout.local[n], CTYPE[b.dtype], sympy.Mul(*b.shape))
                  for n, b in self.locals.items()]
         body = stash + self._block(self.k.body, depth)
         if not outer:
@@ -257,10 +259,10 @@ class KernelPrinter:
         self.block = True
         for o in values:
             self.names[o] = f"ember_b_{o}[ember_j]"
-        body = self._block(self.k.body, 2)
         dtype = {o: i.dtype for i in self.k.instrs() for o in i.outs}
         block = self.block_size
-        arrays = [f"    {CTYPE[dtype[o]]} ember_b_{o}[{block}];" for o in values]
+        arrays = ["    " + self._declare(f"ember_b_{o}", CTYPE[dtype[o]], block) for o in values]
+        body = self._block(self.k.body, 2)
         count = " * ".join([f"n_{d.var}" for d in outer] + ["ember_nb"])
         loops = sum(1 for st in self.k.body if isinstance(st, Loop))
         work = " * ".join([f"n_{d.var}" for d in self.k.dims] + [str(max(loops, 1))])
@@ -276,6 +278,12 @@ class KernelPrinter:
             *body,
             "  }",
         ]
+
+    def _declare(self, array: str, ctype: str, size) -> str:
+        """The declaration of a stack array of the row or block (`ctype` elements), remembered for the check of
+        every vector move of it (`check_stack_vector`)."""
+        self.stack[array] = ctype
+        return f"{ctype} {array}[{size}];"
 
     def _block_loop(self, lines: list[str], pad: str, instrs: list[Instr] | None = None) -> list[str]:
         """lines run for each i-point of the block (outer-contiguous kernels): in vector steps over the block

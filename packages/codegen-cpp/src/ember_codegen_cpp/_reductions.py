@@ -22,6 +22,7 @@ from ember_lowering import Instr, Op
 from ember_lowering.codegen import CannotPrint
 
 from ._cpp_rules import CTYPE, FLOATS, highest, literal, lowest
+from ._vector import check_stack_vector
 
 LANES = 32  # lanes of a reduction accumulator: 2 AVX-512 vectors of float, enough to hide add latency
 FOLD = 32 * LANES  # elements of the r-dim between two folds of a float32 sum's lanes into its cascade
@@ -84,17 +85,21 @@ class Accumulator:
         return "float64" if self.welford and self.i.dtype == "float32" else self.i.dtype
 
     @property
+    def ctype(self) -> str:
+        """The C type of the lanes `init` declares: of `state` (argmax/argmin: their values, of the source's)."""
+        return CTYPE[self.src] if self.arg else CTYPE[self.state]
+
+    @property
     def arg(self) -> str | None:
         return {Op.REDUCE_ARGMAX: "argmax", Op.REDUCE_ARGMIN: "argmin"}.get(self.i.op)
 
     def init(self) -> list[str]:
-        a, t, n = self.acc, CTYPE[self.i.dtype], self.lanes
+        a, t, n = self.acc, self.ctype, self.lanes
         each = f"for (int ember_l = 0; ember_l < {n}; ++ember_l)"
         if self.arg:
-            return [f"{CTYPE[self.src]} {a}v[{n}]; int64_t {a}i[{n}];",
+            return [f"{t} {a}v[{n}]; int64_t {a}i[{n}];",
                     f"{each} {{ {a}v[ember_l] = 0; {a}i[ember_l] = -1; }}"]
         if self.welford:
-            t = CTYPE[self.state]
             shift = [f"{t} {a}k[{n}];"] if self.shifted else []
             return [f"{t} {a}m[{n}], {a}s[{n}]; {t} {a}tm = 0, {a}ts = 0, {a}tn = 0;", *shift,
                     f"{each} {{ {a}m[ember_l] = 0; {a}s[ember_l] = 0; }}"]
@@ -123,11 +128,13 @@ class Accumulator:
 
     def vector_update(self, v: str, at: str, vt: str) -> list[str] | None:
         """`update` for the lanes `at`.. of the accumulator at once, `v` a vector of type `vt` (the lanes of
-        `state`); None where only the lane-by-lane update exists (argmax/argmin, any/all)."""
+        `state`); None where only the lane-by-lane update exists (argmax/argmin, any/all). Its lanes move whole
+        to and from the accumulator's arrays: `CannotPrint` where a lane is not one of their elements."""
         a, op = self.acc, self.i.op
         if self.welford:
             if not vt.startswith("ember_f64x"):  # Welford's lanes are double (`state`); anything else: lane by lane
                 return None
+            check_stack_vector(a, self.ctype, vt)
             if self.shifted:
                 first = f"{welford_count(self.loop)} == 1"
                 return self._by_halves(v, vt, at, "msk", [
@@ -143,6 +150,7 @@ class Accumulator:
                 "ember_vstore(ember_ps, ember_vload<HALF>(ember_ps) + ember_d * (ember_y - ember_m2));"])
         if op not in (Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN):
             return None
+        check_stack_vector(a, self.ctype, vt)
         cur = f"ember_vload<{vt}>({a} + {at})"
         if op is Op.REDUCE_MAX or op is Op.REDUCE_MIN:
             new = f"ember_v{'max' if op is Op.REDUCE_MAX else 'min'}({cur}, {v})"

@@ -23,11 +23,13 @@ within a few ulp.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import sympy
 from ember_core import as_sympy
 from ember_lowering import REDUCTIONS, Instr, Op, flat_index
+from ember_lowering.codegen import CannotPrint
 
 from ._cpp_rules import CTYPE, FLOATS, INTS, literal
 
@@ -50,8 +52,27 @@ _SIGNED = {"float32": "int32", "float64": "int64", "float16": "int32", "bfloat16
 _BOOL = {Op.AND: "&", Op.OR: "|", Op.XOR: "^", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^",
          Op.ADD: "|", Op.MUL: "&", Op.SUB: "^", Op.MAXIMUM: "|", Op.MINIMUM: "&", Op.NE: "^"}
 _ROUNDING = {Op.FLOOR: "ember_vfloor", Op.CEIL: "ember_vceil", Op.ROUND: "ember_vrint", Op.TRUNC: "ember_vtrunc"}
+# Bytes of one element of each C type a stack array is declared with (`check_stack_vector`).
+_C_BYTES = {"double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4, "int16_t": 2,
+            "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "bool": 1}
 _LIBM = {Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN,
          Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERF, Op.ERFC, Op.LGAMMA, Op.ATAN2}
+
+
+def check_stack_vector(array: str, ctype: str | None, vector: str) -> None:
+    """A vector of type `vector` (`ember_f32x16`, or half of one: `ember_f64h8`) is loaded from or stored to the
+    stack array `array` (a block array, a row's stash, an accumulator's lanes), whose elements the kernel declares
+    as `ctype` (None: not declared by this kernel). A vector moves whole, so each lane must be exactly one element;
+    otherwise it reads or writes its neighbours' bytes and past the array's end, and the kernel would be wrong with
+    no error (int32 masks copied into bool block arrays did that: 82fe9ed). `CannotPrint` instead: the kernel runs
+    in the interpreter, visibly, rather than built wrong. A bool array is moved as bytes (`ember_u8x`), narrowed
+    and widened by the bool conversions of `VectorBody`."""
+    m = re.fullmatch(r"ember_[fiu](8|16|32|64)[xh]\d+", vector)
+    lane = int(m[1]) // 8 if m else None
+    element = _C_BYTES.get(ctype or "")
+    if lane is None or element is None or lane != element:
+        raise CannotPrint(f"a vector {vector} moved to or from stack array {array} of {ctype or 'undeclared'} "
+                          f"elements: {lane or '?'} bytes a lane, {element or '?'} an element")
 
 
 class VectorBody:
@@ -104,20 +125,39 @@ class VectorBody:
     def _in_block_array(self, name: str) -> bool:
         return self.block and self.p.names.get(name, "").startswith("ember_b_")
 
-    # A block array holds one element of the value's C type per i-point (`KernelPrinter._outer_reduction`): a bool
-    # is one byte there but an int32 lane in a vector, so its vectors narrow on the way in and widen on the way out
-    # as a bool tensor's do (an int32 vector copied whole wrote 4 bytes an element, past the array's end).
+    # A block array holds one element of the value's C type per i-point (`KernelPrinter._outer_reduction`), a row's
+    # stash one per r-point (`KernelPrinter._reduction`): float16 and bfloat16 as float, so their vectors are the
+    # value's float lanes, not the u16 lanes of memory; a bool is one byte there but an int32 lane in a vector, so
+    # its vectors narrow on the way in and widen on the way out as a bool tensor's do (an int32 vector copied whole
+    # wrote 4 bytes an element, past the array's end). Every such move is checked against the array's declaration.
 
     def _block_load(self, name: str) -> str:
-        if self.p.dtypes[name] == "bool":
-            return self._mask(f"(ember_vload<ember_u8x{self.lanes}>(ember_b_{name} + ember_j) != 0)", "uint8")
-        return f"ember_vload<{self.vtype(self.p.dtypes[name])}>(ember_b_{name} + ember_j)"
+        array = f"ember_b_{name}"
+        return self._stack_load(array, f"{array} + ember_j", self.p.dtypes[name])
 
     def _block_store(self, name: str) -> str:
-        value = f"{name}_v"
-        if self.p.dtypes[name] == "bool":
-            value = f"__builtin_convertvector({value} & 1, ember_u8x{self.lanes})"
-        return f"ember_vstore(ember_b_{name} + ember_j, {value});"
+        array = f"ember_b_{name}"
+        return self._stack_store(array, f"{array} + ember_j", self.p.dtypes[name], f"{name}_v")
+
+    def _stack_load(self, array: str, address: str, dtype: str) -> str:
+        """The vector of `dtype` lanes read from consecutive elements of stack array `array` at `address`."""
+        if dtype == "bool":
+            raw = self._stack_move(array, f"ember_u8x{self.lanes}", "load", address)
+            return self._mask(f"({raw} != 0)", "uint8")
+        return self._stack_move(array, self.vtype(dtype), "load", address)
+
+    def _stack_store(self, array: str, address: str, dtype: str, value: str) -> str:
+        if dtype == "bool":
+            narrow = f"ember_u8x{self.lanes}"
+            return self._stack_move(array, narrow, "store", address, f"__builtin_convertvector({value} & 1, {narrow})")
+        return self._stack_move(array, self.vtype(dtype), "store", address, value)
+
+    def _stack_move(self, array: str, vector: str, how: str, address: str, value: str = "") -> str:
+        """One vector load or store of stack array `array`, once its element fits the vector's lane."""
+        check_stack_vector(array, self.p.stack.get(array), vector)
+        if how == "load":
+            return f"ember_vload<{vector}>({address})"
+        return f"ember_vstore({address}, {value});"
 
     # ------------------------------------------------------------------ lane by lane
 
@@ -334,6 +374,8 @@ class VectorBody:
         dtype = self.p.layout.buffers[i.buffer].dtype
         if dtype != i.dtype and not (dtype in ("float16", "bfloat16") and i.dtype in FLOATS - {"float64"}):
             return None
+        if i.buffer in self.p.locals:  # a row's stash: elements of the value's C type (float for float16)
+            return self._stack_load(self.p.layout.local[i.buffer], self._address(i), dtype)
         raw = f"ember_vload<{self.vtype(dtype, memory=True)}>({self._address(i)})"
         if dtype == "bfloat16":
             raw = f"ember_vload_bf16({raw})"
@@ -350,6 +392,9 @@ class VectorBody:
         value = self.ref(i.srcs[0])
         if (dtype == "bool") != (src == "bool") or _VALUE[dtype] != _VALUE[src]:
             return None  # a store that converts
+        if i.buffer in self.p.locals:  # a row's stash holds the value's C type: a store that converts goes by lanes
+            return None if src != dtype else [self._stack_store(self.p.layout.local[i.buffer], self._address(i),
+                                                                dtype, value)]
         if dtype == "bfloat16":
             value = f"ember_vstore_bf16({value})"
         elif dtype == "float16":
