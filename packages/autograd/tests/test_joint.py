@@ -391,6 +391,21 @@ def test_an_output_that_lost_its_derivative_in_the_trace_is_refused_not_given_ze
         joint(graph, [torch.randn(3, requires_grad=True)])
 
 
+def test_a_backward_that_branches_on_a_number_read_from_a_tensor_is_refused_with_a_reason():
+    # take(x, i) with a 0-d index under torch 2.14's Dynamo: select_backward asks the sign of the unbacked index
+    # (`u0 < 0`); the trace cannot know it, so the joint is refused (the runtime then runs the graph under eager
+    # autograd, with a fallback event) instead of raising torch's GuardOnDataDependentSymNode from the compile
+    from ember_core import GraphError
+
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[4] requires_grad, i: i64[]):\n"
+                        "  _local_scalar_dense: sym:i64 = aten._local_scalar_dense.default(i)\n"
+                        "  y: f32[] requires_grad = aten.select.int(x, 0, _local_scalar_dense)\n"
+                        "  return (y)\n")
+    with pytest.raises(GraphError, match="branches on a number read from a tensor at run time"):
+        joint(graph, [torch.randn(4, requires_grad=True), torch.tensor(2)])
+
+
 def test_prims_convert_element_type_is_differentiated_as_a_cast():
     # torch's bfloat16 decompositions (renorm's) leave prims.convert_element_type, which has no autograd formula
     import torch._prims  # noqa: F401 - registers the prims namespace

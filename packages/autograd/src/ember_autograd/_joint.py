@@ -40,6 +40,7 @@ from ember_core import (
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.functional_tensor import dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from ._grad_boundaries import insert_grad_boundaries
 from ._primals import FakePrimals, differentiable_dtype, requires_grad
@@ -53,9 +54,21 @@ def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
     grads = requires_grad(graph, example_inputs)
     with tracing_lock():  # make_fx's state is process-wide
         trace = JointTrace(insert_grad_boundaries(graph), FakePrimals(graph, example_inputs, grads))
-        gm = trace.run()
+        try:
+            gm = trace.run()
+        except GuardOnDataDependentSymNode as e:
+            raise GraphError(_data_dependent(graph, e)) from e
     joint_graph = _to_graph(graph, gm, trace, grads)
     return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
+
+
+def _data_dependent(graph: Graph, e: GuardOnDataDependentSymNode) -> str:
+    """Why a joint trace stopped at a number read from a tensor at run time (`_local_scalar_dense`: `.item()`, a 0-d
+    index tensor): a backward formula branches on it (`select_backward` on the sign of the index `u0 < 0`), and a
+    trace cannot know which way. The graph then runs under eager autograd, which knows the number."""
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+    return (f"graph {graph.name!r}: the backward branches on a number read from a tensor at run time, which a "
+            f"trace cannot follow ({first})")
 
 
 class JointTrace:
