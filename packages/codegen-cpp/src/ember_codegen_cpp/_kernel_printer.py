@@ -309,7 +309,8 @@ class KernelPrinter:
     def _outer_loop(self, loop: Loop, depth: int) -> list[str]:
         self.loop_id += 1
         k = self.loop_id
-        accs = [Accumulator(i, self._src_dtype(i), k, self.block_size) for i in loop.body if i.op in REDUCTIONS]
+        accs = [Accumulator(i, self._src_dtype(i), k, self.block_size, block=True) for i in loop.body
+                if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
         self.loop_values = set()
         body = [line for i in loop.body for line in self._instr(i, "ember_j" if accs else None)]
