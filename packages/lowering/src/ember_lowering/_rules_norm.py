@@ -106,7 +106,7 @@ def _batch_norm(ctx: LoweringContext, node: Node, a: dict, training: bool,
         dims = [0, *range(2, x.rank)]
         mean, m2 = welford(ctx, x, dims, False, acc)
         n = count(x, dims)
-        invstd = ctx.pointwise(lambda b, v: b.rsqrt(v / n + eps), [m2], m2.shape, acc)
+        invstd = ctx.pointwise(lambda b, v: b.rsqrt(b.cast(v, _wide(acc)) / n + eps), [m2], m2.shape, acc)
     else:
         mean = ctx.tensor(a["running_mean"])
         invstd = ctx.pointwise(lambda b, v: b.rsqrt(b.cast(v, acc) + eps), [ctx.tensor(a["running_var"])],
@@ -127,19 +127,28 @@ def _batch_norm(ctx: LoweringContext, node: Node, a: dict, training: bool,
     return results + (_running_stats(ctx, node, a, mean, m2, n, updated_at) if updated_at else [])
 
 
+def _wide(dtype: str) -> str:
+    """Where batch norm's 1/std is computed: float64 for float32 statistics, then rounded once, as ATen's CPU kernel
+    does (one value a channel; in float32, rsqrt's two roundings put the saved 1/std and with it every gradient
+    further from float64 than eager's)."""
+    return "float64" if dtype == "float32" else dtype
+
+
 def _running_stats(ctx: LoweringContext, node: Node, a: dict, mean: TensorRef, m2: TensorRef, n: sympy.Expr,
                    at: tuple[int, int]) -> list[TensorRef]:
-    """The running stats moved `momentum` of the way to the batch's mean and unbiased variance, computed in the
-    batch statistics' precision (float32 for bfloat16: neither the mean nor the stats rounded first), returned in
-    the dtypes the graph records for outputs `at` (torch's meta functions say float32 for bfloat16 stats, where
-    ATen's CPU kernel returns bfloat16; the graph casts them back for the write into the buffers)."""
-    momentum, acc = a["momentum"], mean.dtype
+    """The running stats moved `momentum` of the way to the batch's mean and unbiased variance, computed as 1/std is
+    (`_wide`: nothing rounded to the stats' dtype first, as ATen), returned in the dtypes the graph records for
+    outputs `at` (torch's meta functions say float32 for bfloat16 stats, where ATen's CPU kernel returns bfloat16;
+    the graph casts them back for the write into the buffers)."""
+    momentum, wide = a["momentum"], _wide(mean.dtype)
     rm, rv = ctx.tensor(a["running_mean"]), ctx.tensor(a["running_var"])
     mean_dtype, var_dtype = (ctx.values[node.outputs[k]].dtype for k in at)
-    new_mean = ctx.pointwise(lambda b, r, m: b.cast(r, acc) * (1 - momentum) + m * momentum, [rm, mean],
-                             rm.shape, mean_dtype)
-    new_var = ctx.pointwise(lambda b, r, s: b.cast(r, acc) * (1 - momentum) + s / (b.lift(n, acc) - 1.0) * momentum,
-                            [rv, m2], rv.shape, var_dtype)
+
+    def update(b: KernelBuilder, running: Val, batch: Val) -> Val:
+        return b.cast(running, wide) * (1 - momentum) + batch * momentum
+    new_mean = ctx.pointwise(lambda b, r, m: update(b, r, b.cast(m, wide)), [rm, mean], rm.shape, mean_dtype)
+    new_var = ctx.pointwise(lambda b, r, s: update(b, r, b.cast(s, wide) / (b.lift(n, wide) - 1.0)), [rv, m2],
+                            rv.shape, var_dtype)
     return [new_mean, new_var]
 
 
