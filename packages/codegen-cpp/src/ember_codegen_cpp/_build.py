@@ -36,12 +36,20 @@ from ._cache import CACHE
 
 # -O3: -O2 builds only ~10% faster (0.61 s vs 0.70 s for a 1900-line training graph) and vectorizes less.
 # No -ffast-math: results must match torch's, NaN and inf included. -fno-math-errno lets sqrt and libm calls
-# vectorize, -fno-trapping-math lets masked code if-convert; neither changes a result. -ffp-contract=off: gcc would
-# otherwise fuse a*b+c into one fma (one rounding instead of two), a result eager's kernels do not give (atanh's
-# gradient 1/(1-x*x) near |x|=1 was 2 ulps off).
+# vectorize, -fno-trapping-math lets masked code if-convert (where it may: see GCC_FLAGS); neither changes a result.
+# -ffp-contract=off: gcc would otherwise fuse a*b+c into one fma (one rounding instead of two), a result eager's
+# kernels do not give (atanh's gradient 1/(1-x*x) near |x|=1 was 2 ulps off).
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
                           "-ffp-contract=off", "-fno-semantic-interposition", "-fvisibility=hidden", "-std=c++17",
                           "-shared", "-fPIC", "-w")
+# gcc only: -fno-tree-loop-if-convert. gcc 12.2's vectorizer miscompiles the masked loads that loop if-conversion
+# makes: in a loop it vectorizes with several vectors a step (a kernel's outer loop with a short inner one unrolled
+# into it), every masked load of a group reads under the first vector's mask. `slice_scatter(x, y, 0, 6, 8)
+# .bfloat16()` wrote 0 in the scattered rows, silently (-O3 -mavx2: -march=native on an AVX2 machine). Without
+# if-conversion gcc makes no masked loads at all. The hot loops are explicit vectors (`_vector.py`) and keep their
+# speed; what gcc vectorized by if-converting slows down: the lane-by-lane argmax/argmin update (about 1.8x on one
+# AVX2 core) and gathers (1.1x).
+GCC_FLAGS: tuple[str, ...] = ("-fno-tree-loop-if-convert",)
 FORMAT = "1"  # bump when the meaning of generated code changes without its text changing
 PART_LINES = 500  # fewest kernel lines per part of a split unit (0.35 s of g++): a part's fixed cost is then ~10%
 
@@ -62,6 +70,16 @@ def compiler_version(cxx: str) -> str:
     except (OSError, subprocess.SubprocessError) as e:
         return f"unknown ({e})"
     return out.stdout.splitlines()[0] if out.stdout else "unknown"
+
+
+@cache
+def is_gcc(cxx: str) -> bool:
+    """Is `cxx` gcc (g++, or c++ where that is g++)? Its `--version` names the Free Software Foundation."""
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Free Software Foundation" in out.stdout and "clang" not in out.stdout.lower()
 
 
 @cache
@@ -164,8 +182,8 @@ class Builder:
 
     def __init__(self, flags: tuple[str, ...] = FLAGS, cxx: str | None = None, part_lines: int = PART_LINES,
                  workers: int | None = None):
-        self.flags = tuple(flags)
         self._cxx = cxx
+        self.flags = tuple(flags) + (GCC_FLAGS if self.cxx and is_gcc(self.cxx) else ())
         self.part_lines = part_lines
         self.pool = BuildPool(CACHE, "cpp", workers, what="C++ library")  # default: a worker per core
 
