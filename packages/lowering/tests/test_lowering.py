@@ -127,6 +127,24 @@ def test_int_or_bool_read_from_a_zero_dim_tensor_is_loaded_by_the_kernel(dtype, 
         torch.testing.assert_close(got, x * n)
 
 
+@pytest.mark.parametrize("use", ["select", "narrow"])
+def test_a_number_read_from_a_tensor_used_as_an_index_is_refused_with_its_reason(use):
+    """`take(x, i)` with a 0-d index (Dynamo of torch 2.14), `narrow(x, 0, start, 2)` with a 0-d start: the
+    number indexes a view. Kernels read such numbers from their tensor as operands, but a view's index or a size
+    is plan arithmetic over symbols bound from the inputs' shapes, so the graph is refused with that reason
+    (a `lowering` fallback: the interpreter codegen runs it), not with 'expected a scalar'."""
+    node = {"select": "y: f32[] = aten.select.int(x, 0, i_1)",
+            "narrow": "y: f32[2] = aten.narrow.default(x, 0, i_1, 2)"}[use]
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[4], i: i64[]):\n"
+                        "  i_1: sym:i64 = aten._local_scalar_dense.default(i)\n"
+                        f"  {node}\n"
+                        "  return (y)\n")
+    with pytest.raises(LoweringError, match=r"'i_1' is a number read from a tensor at run time .* y uses it as an "
+                                            r"(integer|argument of an ATen call)"):
+        lower_graph(graph)
+
+
 def test_symbolic_floats_of_sizes_are_computed_in_float64():
     """`d ** -0.5`, `n / 3`, `d / 2` of symbolic sizes are floats: computed from the sizes as Python would, not
     read as an integer index (or as a symbol nothing binds)."""

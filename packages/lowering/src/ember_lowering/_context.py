@@ -99,12 +99,27 @@ class LoweringContext:
         """A Python number, or a sympy expression for a symbolic int."""
         if isinstance(arg, Ref):
             value = self.env.get(arg.name)
+            if self.read_at_run_time(arg.name):
+                raise LoweringError(self.run_time_number(arg.name, "as an integer (a size, an index, an offset)"))
             if isinstance(value, TensorRef) or value is None:
                 raise LoweringError(f"expected a scalar, got tensor value {arg.name!r}")
             return value
         if isinstance(arg, Sym):
             return to_expr(arg.expr)
         return arg
+
+    def read_at_run_time(self, name: str) -> bool:
+        """Is graph value `name` a number read from a 0-d tensor (`_local_scalar_dense`), which kernels read from
+        the tensor (see `_lowering._scalar_tensor`), so that no symbol of the plan holds it?"""
+        v = self.values.get(name)
+        return v is not None and v.type != "tensor" and isinstance(self.env.get(name), TensorRef)
+
+    def run_time_number(self, name: str, use: str) -> str:
+        """Why a plan cannot use such a number `use`d other than as a kernel's operand: the reason of the
+        `lowering` fallback that then runs the graph in the interpreter codegen."""
+        return (f"{name!r} is a number read from a tensor at run time (aten._local_scalar_dense: `.item()`, a 0-d "
+                f"tensor argument) and {', '.join(self.origin) or 'a node'} uses it {use}; a plan takes such numbers "
+                "only as kernel operands, its sizes and indices only from its inputs' shapes")
 
     def hint(self, expr: Any) -> int:
         expr = to_expr(expr)

@@ -345,9 +345,8 @@ def extern(ctx: LoweringContext, node: Node) -> None:
 def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
     if isinstance(a, Ref):
         value = ctx.env.get(a.name)
-        v = ctx.values.get(a.name)
-        if isinstance(value, TensorRef) and v is not None and v.type != "tensor":
-            raise LoweringError(f"the scalar {a.name!r} read from a tensor is an argument of an ATen call")
+        if ctx.read_at_run_time(a.name):
+            raise LoweringError(ctx.run_time_number(a.name, "as an argument of an ATen call"))
         if isinstance(value, TensorRef):
             return Ref(ctx.materialize(value))
         if isinstance(value, sympy.Basic):
