@@ -146,3 +146,14 @@ def test_batch_norm_computes_its_saved_rstd_in_float64_and_rounds_it_once():
     ulp = torch.finfo(torch.float32).eps * torch.exp2(torch.floor(torch.log2(exact)))
     ours, eager = ((rstd.double() - exact).abs() / ulp for rstd in (run_plan(plan, [x])[2], fn(x)[2]))
     assert ours.mean() <= 1.25 * eager.mean() and ours.max() <= 2
+
+
+def test_batch_norm_of_data_far_from_zero_keeps_its_variance():
+    """Channels at 1e4 with unit spread: a one-pass variance, E[x^2] - E[x]^2 in float32, would lose it entirely;
+    the plan's output and saved statistics stay within float32's rounding of the data."""
+    x = 1e4 + torch.randn(8, 3, 5, 5)
+    fn = lambda x: torch.ops.aten._native_batch_norm_legit.no_stats(x, None, None, True, 0.1, 1e-5)  # noqa: E731
+    out, mean, rstd = run_plan(lower(trace(fn, x), check=True, emit_event=False), [x])
+    exact = [t.float() for t in fn(x.double())]
+    torch.testing.assert_close(out, exact[0], rtol=0, atol=2e-3)
+    torch.testing.assert_close(rstd, exact[2], rtol=1e-3, atol=0)
