@@ -1,7 +1,7 @@
 """A fixed, varied handful of torch's OpInfos through the OpInfo sweep's harness (tests/opinfo), forward and backward
-in float32 (a few forward in bfloat16), compared with eager. A case that fails without a line in the expected-failures
-list fails the test, and so does a listed case that passes (delete its line). The whole table runs with
-`nox -s opinfo`."""
+in float32 (a few in bfloat16), compared with eager. A case that fails without a line in the expected-failures list
+fails the test, a case whose graph did not build, lower or print (status `fallback`) included, and so does a listed
+case that passes (delete its line). The whole table runs with `nox -s opinfo`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from opinfo import cases, expected
 
 # Pointwise, broadcasting, reductions, normalizations, matmul and conv, pooling, views and indexing, sorting, scans,
 # losses, random ops, a graph break, and ops that failed when the sweep began (linalg.inv, zero_, rrelu's silently
-# zero gradient, linear_cross_entropy's chunked custom op, kron's rounding, view_as_complex's dtype; fixed since):
-# about a minute on two cores with a cold build cache.
+# zero gradient, linear_cross_entropy's chunked custom op, kron's rounding, view_as_complex's dtype; fixed since),
+# or under torch 2.14 (norms' NaN gradients at zero, take's 0-d index and its gather that did not build, narrow's
+# 0-d start; take's and narrow's lowering fallbacks are listed, by design): about a minute on two cores with a cold
+# build cache.
 SUBSET = [
     "add", "mul", "div.no_rounding_mode", "sin", "exp", "tanh", "sigmoid", "pow", "where", "clamp",
     "sum", "mean", "amax", "max.reduction_with_dim", "var", "softmax", "log_softmax",
@@ -21,7 +23,7 @@ SUBSET = [
     "cat", "reshape", "permute", "expand", "index_select", "gather", "masked_select", "cumsum", "sort", "topk",
     "nn.functional.embedding", "nn.functional.cross_entropy", "nn.functional.dropout",
     "linalg.inv", "zero_", "nn.functional.rrelu", "nn.functional.linear_cross_entropy.chunked", "kron",
-    "view_as_complex",
+    "view_as_complex", "norm", "linalg.norm", "linalg.norm.subgradients_at_zero", "take", "narrow",
 ]
 
 
@@ -48,6 +50,12 @@ def test_op_and_what_it_writes_into_its_inputs_match_eager_in_bfloat16(key):
     assert_cases_pass(key, "bfloat16", ("forward",))
 
 
+def test_chunked_linear_cross_entropy_gradient_matches_eager_in_bfloat16():
+    """Its bfloat16 gradient lost the last chunk's rows (6 of 24 elements off, no error): gcc miscompiled the
+    kernel that scatters them (codegen-cpp's GCC_FLAGS)."""
+    assert_cases_pass("nn.functional.linear_cross_entropy.chunked_none", "bfloat16", cases.PHASES)
+
+
 def test_expected_failures_list_names_real_cases():
     listed = expected.load()
     keys = {cases.op_key(op) for op in cases.op_db()}
@@ -57,12 +65,14 @@ def test_expected_failures_list_names_real_cases():
 
 
 @pytest.mark.parametrize("line, why", [
-    ("sin float32 forward 0", "expected 5 fields"),
-    ("sin float64 forward 0 mismatch", "dtype is one of"),
-    ("sin float32 sideways 0 mismatch", "phase is one of"),
-    ("sin float32 forward -1 mismatch", "sample is"),
-    ("sin float32 forward 0 Mismatch!", "class is"),
-    ("__import__('os') float32 forward 0 mismatch", "op key"),
+    ("sin float32 forward 0", "expected op dtype phase sample class reason"),
+    ("sin float32 forward 0 mismatch", "the reason is missing"),
+    ("sin float32 forward 0 mismatch ab", "the reason is missing"),
+    ("sin float64 forward 0 mismatch a reason", "dtype is one of"),
+    ("sin float32 sideways 0 mismatch a reason", "phase is one of"),
+    ("sin float32 forward -1 mismatch a reason", "sample is"),
+    ("sin float32 forward 0 Mismatch! a reason", "class is"),
+    ("__import__('os') float32 forward 0 mismatch a reason", "op key"),
 ])
 def test_expected_failures_parse_strictly(line, why):
     with pytest.raises(expected.ExpectedFileError, match=why) as info:
@@ -72,7 +82,7 @@ def test_expected_failures_parse_strictly(line, why):
 
 def test_expected_failures_refuse_a_repeated_case():
     with pytest.raises(expected.ExpectedFileError, match="listed twice"):
-        expected.parse("sin float32 forward 0 mismatch\nsin float32 forward 0 error-x\n")
+        expected.parse("sin float32 forward 0 mismatch why\nsin float32 forward 0 error-x why\n")
 
 
 def test_check_reports_unexpected_failures_and_passes():
@@ -80,10 +90,47 @@ def test_check_reports_unexpected_failures_and_passes():
         return cases.CaseResult("sin", "", sample, "float32", "forward", status,
                                 klass="mismatch" if status == "fail-mismatch" else "")
 
-    listed = expected.parse("sin float32 forward 0 mismatch\nsin float32 forward 1 mismatch\n")
+    listed = expected.parse("sin float32 forward 0 mismatch off by one\nsin float32 forward 1 mismatch off by two\n")
     verdict = expected.check([result(0, "pass"), result(1, "fail-mismatch"), result(2, "fail-mismatch")], listed)
     assert [case[0] for case in verdict.unexpected_passes] == [("sin", "float32", "forward", 0)]
     assert [r.sample for r in verdict.unexpected_failures] == [2]
     assert not verdict.ok
     assert expected.parse(expected.render(expected.updated(listed, [result(0, "pass")]))) == \
-        {("sin", "float32", "forward", 1): "mismatch"}
+        {("sin", "float32", "forward", 1): expected.Listed("mismatch", "off by two")}
+
+
+def test_every_listed_case_has_a_reason_a_person_wrote():
+    unexplained = [key for key, entry in expected.load().items() if entry.reason.startswith("unexplained")]
+    assert not unexplained, f"--update-expected added these; write why each fails: {unexplained}"
+
+
+def test_a_graph_that_did_not_compile_fails_its_case_unless_listed():
+    """A case whose numbers match eager's but whose graph did not build or lower (the interpreter codegen ran it)
+    is a `fallback` failure; a fallback by design (a graph break, eager autograd) is not."""
+    def result(fallbacks):
+        r = cases.CaseResult("sin", "", 0, "float32", "forward", "pass", fallbacks=fallbacks)
+        cases.fail_on_fallbacks(r)
+        r.klass = cases.classify(r) if r.failed else ""
+        return r
+
+    built = result([["codegen-cpp", "build", "the build failed"]])
+    lowered = result([["codegen-cpp", "lowering", "lowering failed"]])
+    by_design = result([["capture", "eager", "a graph break"], ["autograd", "autograd", "eager autograd"]])
+    assert (built.klass, lowered.klass, by_design.status) == ("build-fallback", "lowering-fallback", "pass")
+    verdict = expected.check([built, by_design], {})
+    assert verdict.unexpected_failures == [built] and not verdict.ok
+    listed = expected.parse("sin float32 forward 0 build-fallback the build fails, on purpose\n")
+    assert expected.check([built], listed).ok
+
+
+def test_a_line_may_hold_under_some_torch_versions_only():
+    listed = expected.parse("take float32 forward 2 lowering-fallback torch>=2.14 Dynamo reads the 0-d index\n"
+                            "sin float32 forward 0 mismatch torch<2.14 an older decomposition\n")
+    failed = cases.CaseResult("take", "", 2, "float32", "forward", "fallback", klass="lowering-fallback")
+    passed = cases.CaseResult("take", "", 2, "float32", "forward", "pass")
+    assert expected.check([failed], listed, torch_version=(2, 14)).ok
+    assert not expected.check([failed], listed, torch_version=(2, 13)).ok  # not listed there: unexpected
+    assert expected.check([passed], listed, torch_version=(2, 13)).ok  # nor an unexpected pass
+    assert not expected.check([passed], listed, torch_version=(2, 15)).ok
+    sin = cases.CaseResult("sin", "", 0, "float32", "forward", "pass")
+    assert expected.check([sin], listed, torch_version=(2, 14)).ok and not expected.check([sin], listed, (2, 13)).ok

@@ -18,7 +18,11 @@ The rules, in one place:
 - uninitialized outputs (`empty`, `new_empty_strided`, ...): their values are whatever memory held, so only the
   outputs' shapes, dtypes and devices are compared.
 A case where eager itself raises (or computes no gradient) is `skipped-by-eager`; an exception from the compiled run
-is `error`, with its class and first line.
+is `error`, with its class and first line. A case that matches eager but whose graph did not compile (a `fallback`
+event of a cause in `STRICT_FALLBACKS`: generated code that did not build, a graph that could not be lowered or
+printed) is `fallback`, a failure like the others: the interpreter codegen gave the right numbers, ember's codegen
+none, so it fails the sweep unless the expected-failures list names it with its reason (as ember's own tests fail
+on a build failure: ember-core's `no_build_failures`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,12 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PHASES = ("forward", "backward")
-STATUSES = ("pass", "fail-mismatch", "error", "skipped-by-eager")
+STATUSES = ("pass", "fail-mismatch", "error", "fallback", "skipped-by-eager")
+FAILURES = ("fail-mismatch", "error", "fallback")
+# Fallback causes (ember_core.FALLBACK_CAUSES) that fail a case: each means a codegen could not handle the graph it
+# was given, so the graph (or a kernel of it) ran in an interpreter instead. The others are by design (a graph
+# break runs eagerly, a gradient the joint trace cannot follow runs under eager autograd) and are only reported.
+STRICT_FALLBACKS = ("build", "lowering", "print", "kernel")
 COMPILERS = ("ember", "inductor", "eager")  # inductor: reference only; eager: checks the harness itself
 SEED = 1234
 SAMPLES = 3
@@ -59,7 +68,7 @@ class CaseResult:
     error: str = ""  # the error's or the mismatch's first line
     error_type: str = ""
     klass: str = ""  # the failure class (`classify`); empty for a pass or a skip
-    fallbacks: list[list[str]] = dataclasses.field(default_factory=list)  # [stage, reason] of each fallback event
+    fallbacks: list[list[str]] = dataclasses.field(default_factory=list)  # [stage, cause, reason] of each fallback
     breaks: list[str] = dataclasses.field(default_factory=list)  # graph-break reasons (fullgraph is False)
     graphs: int = 0  # graphs ember captured: a pass with none ran wholly in eager
     random: bool = False
@@ -72,7 +81,11 @@ class CaseResult:
 
     @property
     def failed(self) -> bool:
-        return self.status in ("fail-mismatch", "error")
+        return self.status in FAILURES
+
+    def strict_fallbacks(self) -> list[list[str]]:
+        """The fallbacks (`[stage, cause, reason]`) of causes that fail the case (`STRICT_FALLBACKS`)."""
+        return [f for f in self.fallbacks if len(f) == 3 and f[1] in STRICT_FALLBACKS]
 
 
 # ---------------------------------------------------------------------------------------------------- the op table
@@ -363,6 +376,9 @@ ROUNDING = 1e-3  # a value mismatch whose greatest relative difference is below 
 
 def classify(result: CaseResult) -> str:
     """The failure's class: what the report groups by and the expected-failures list records."""
+    if result.status == "fallback":
+        causes = [cause for _, cause, _ in result.strict_fallbacks()]
+        return f"{causes[0] if causes else 'unspecified'}-fallback"  # build-fallback, lowering-fallback ...
     if result.status == "fail-mismatch":
         if result.random:
             return "random-mismatch"
@@ -403,10 +419,20 @@ def dynamo_breaks() -> list[str]:
     return reasons
 
 
+def fail_on_fallbacks(result: CaseResult) -> None:
+    """A case that matched eager although its graph did not compile (a fallback of a `STRICT_FALLBACKS` cause: the
+    interpreter ran it) is a `fallback` failure, its first such fallback the error."""
+    strict = result.strict_fallbacks()
+    if result.status == "pass" and strict:
+        stage, cause, reason = strict[0]
+        result.status, result.error = "fallback", f"{stage} ({cause}): {reason}"[:300]
+
+
 def run_sample(op: Any, sample: Any, index: int, dtype: str, phases: Sequence[str],
                compiler: str = "ember") -> list[CaseResult]:
     """Every requested phase of one sample; never raises for the op's sake."""
     import ember_core
+    from ember_core.testing import fallback_cause
 
     random = is_random(op, sample) if "forward" in phases else False
     results = []
@@ -417,7 +443,7 @@ def run_sample(op: Any, sample: Any, index: int, dtype: str, phases: Sequence[st
         dynamo_breaks()
         with ember_core.record_events() as rec:
             eager, compiled, refused = run_phase(op, sample, dtype, phase, compiler)
-        result.fallbacks = [[e.stage, fallback_reason(e)] for e in rec.kinds("fallback")]
+        result.fallbacks = [[e.stage, fallback_cause(e), fallback_reason(e)] for e in rec.kinds("fallback")]
         result.graphs = len(rec.kinds("graph_captured"))
         result.breaks = dynamo_breaks()
         if refused is not None:
@@ -434,6 +460,7 @@ def run_sample(op: Any, sample: Any, index: int, dtype: str, phases: Sequence[st
                 bad = "compare: " + " ".join(error_parts(e))
             if bad:
                 result.status, result.error = "fail-mismatch", bad[:300]
+        fail_on_fallbacks(result)
         if result.failed:
             result.klass = classify(result)
         result.seconds = round(time.perf_counter() - start, 3)

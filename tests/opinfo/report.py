@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from .cases import STATUSES, CaseResult
+from .cases import STATUSES, STRICT_FALLBACKS, CaseResult
 from .expected import Verdict
 
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "forward": "fwd", "backward": "bwd"}
@@ -80,15 +80,19 @@ def failing_ops(results: Sequence[CaseResult]) -> list[str]:
 
 
 def fallbacks(results: Sequence[CaseResult]) -> list[str]:
+    """Every fallback event by op, stage and cause (`-` in result files older than causes); a cause of
+    `STRICT_FALLBACKS` fails its case unless the expected-failures list names it."""
     seen: Counter = Counter()
     for r in results:
-        for stage, reason in r.fallbacks:
-            seen[(_key(r), stage, reason)] += 1
+        for f in r.fallbacks:
+            stage, cause, reason = f if len(f) == 3 else (f[0], "-", f[-1])
+            seen[(_key(r), stage, cause, reason)] += 1
     if not seen:
         return ["No fallback events."]
-    lines = ["| op | stage | reason | cases |", "|---|---|---|---:|"]
-    for (op, stage, reason), n in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"| {op} | {stage} | {_cell(reason, 240)} | {n} |")
+    lines = ["| op | stage | cause | reason | cases |", "|---|---|---|---|---:|"]
+    for (op, stage, cause, reason), n in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])):
+        strict = f"**{cause}**" if cause in STRICT_FALLBACKS else cause
+        lines.append(f"| {op} | {stage} | {strict} | {_cell(reason, 240)} | {n} |")
     return lines
 
 
@@ -125,7 +129,9 @@ that requires grad. In both, the inputs as the call left them (what an op wrote 
 too. bfloat16 values outside the tolerance pass when no further from a float32 reference than eager's.
 Random ops run from the same seed in both (ember reproduces eager's random stream) and are compared exactly like the
 rest; ops returning uninitialized memory (`empty*`) are compared by shape, dtype and device only.
-*skipped-by-eager*: eager refuses the sample or computes no gradient for it. Rules: tests/opinfo/cases.py."""
+*fallback*: the numbers match but ember's codegen did not compile the graph (it did not build, lower or print: a
+fallback of a cause in bold below) and the interpreter codegen ran it. *skipped-by-eager*: eager refuses the sample
+or computes no gradient for it. Rules: tests/opinfo/cases.py."""
 
 
 def render(results: Sequence[CaseResult], verdict: Verdict | None = None, title: str = "ember OpInfo sweep",
