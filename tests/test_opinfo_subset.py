@@ -6,6 +6,7 @@ case that passes (delete its line). The whole table runs with `nox -s opinfo`.""
 from __future__ import annotations
 
 import pytest
+import torch
 from opinfo import cases, expected
 
 # Pointwise, broadcasting, reductions, normalizations, matmul and conv, pooling, views and indexing, sorting, scans,
@@ -134,3 +135,21 @@ def test_a_line_may_hold_under_some_torch_versions_only():
     assert not expected.check([passed], listed, torch_version=(2, 15)).ok
     sin = cases.CaseResult("sin", "", 0, "float32", "forward", "pass")
     assert expected.check([sin], listed, torch_version=(2, 14)).ok and not expected.check([sin], listed, (2, 13)).ok
+
+
+def test_a_float32_miss_passes_only_when_float64_says_ember_is_right():
+    """layer_norm over one element: its input gradient is mathematically 0, the rounding residue of terms 1/sqrt(eps)
+    times larger; eager's float32 kernel leaves 3e-5 of it under some ATen vector kernels (ATEN_CPU_CAPABILITY=
+    default), ember 0. Beyond float32's tolerance of each other, judged against the float64 run: ember's value must
+    match it at the tolerances and be no further from it than eager's."""
+    atol, rtol = 1e-5, 1.3e-6
+    eager, ref = torch.tensor([3.0517578125e-05]), torch.zeros(1, dtype=torch.float64)
+    assert cases.compare(torch.zeros(1), eager, atol, rtol, "grad") is not None  # a miss, without a reference
+    assert cases.compare(torch.zeros(1), eager, atol, rtol, "grad", ref) is None
+    for wrong in (1.0, -3.1e-5, -1e-3):  # off, or as far from float64 as eager but the other way, beyond tolerance
+        assert "max error against float64" in cases.compare(torch.tensor([wrong]), eager, atol, rtol, "grad", ref)
+    # an op whose float32 result differs from its float64 one by design (nan_to_num's largest finite value): a
+    # wrong value no further from float64's than eager's is not right
+    big = torch.tensor([torch.finfo(torch.float32).max])
+    huge = torch.tensor([torch.finfo(torch.float64).max], dtype=torch.float64)
+    assert "beyond the tolerances" in cases.compare(torch.zeros(1), big, atol, rtol, "output", huge)
