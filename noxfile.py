@@ -161,7 +161,8 @@ def opinfo(session: nox.Session) -> None:
     """ember against eager on every OpInfo of torch's op_db (3 samples each, CPU, forward and backward; tests/opinfo),
     shard after shard, each in worker processes: `nox -s opinfo -- --shard 0/8` runs one shard, `-- --dtype bfloat16`
     the other dtype, `-- --ops sin,cat` a few ops. Writes opinfo-results/SUMMARY-ember.md over every result file there
-    and fails on a case the expected-failures list does not foresee (tests/opinfo/expected_failures.txt)."""
+    and fails on a case the expected-failures list does not foresee (tests/opinfo/expected_failures.txt, each line with
+    its reason), a case whose graph did not build or lower (the interpreter codegen ran it) included."""
     install_siblings(session, [f"packages/{p}" for p in PACKAGES])
     run = ["python", "-m", "tests.opinfo", "run", "--jobs", "2"]
     if any(a == "--shard" or a.startswith("--shard=") for a in session.posargs):
