@@ -92,6 +92,7 @@ class WrapperWriter:
         self.profiled = False  # writing the profiled twin
         self.indent = 0  # levels added to every emitted line (inside a range)
         self._consts: dict[int, str] = {}
+        self._stem_counts: dict[str, int] = {}
         self._interpreters: dict[int, Callable] = {}
         self.kernel_roots = {r for s in program.segments for r in s.roots}
         self.viewed_roots = {self.layout.root(b.name) for b in self.plan.buffers if b.kind == "view"}
@@ -99,9 +100,14 @@ class WrapperWriter:
     # ------------------------------------------------------------------ helpers
 
     def const(self, obj: Any, stem: str = "_k") -> str:
+        """The global name `obj` is bound to in the wrapper: `stem` and a count kept per stem, so a helper added to
+        the globals renames nothing (snapshots of generated source change only where the code does)."""
         key = id(obj)
         if key not in self._consts:
-            name = f"{stem}{len(self.globals)}"
+            number = self._stem_counts.get(stem, 0)
+            self._stem_counts[stem] = number + 1
+            name = f"{stem}{number}"
+            assert name not in self.globals, name
             self.globals[name] = obj
             self._consts[key] = name
         return self._consts[key]
