@@ -2,7 +2,9 @@
 compiled in parallel before the module is stored) runs here against a stand-in Triton driver that reports an H100
 (sm_90), through Triton's whole pipeline (TTIR, TTGIR, LLVM IR, PTX, cubin). That catches what the interpreter
 lets pass (types, shapes and constructs the compiler rejects), and shows the build's failure path for real: a
-kernel Triton rejects sends its graph to the interpreter codegen with the compiler's message.
+kernel Triton rejects sends its graph to the interpreter codegen with the compiler's message. The driver's launcher
+records launches (`ember_codegen_triton.testing.StandInGPU`): the lean launchers' calls are checked against Triton's
+own launch path, argument by argument.
 
 A process that imported Triton under `TRITON_INTERPRET=1` (as the other tests do) cannot compile, so the work runs
 in a fresh process: this file run as a script (`python test_gpu_compile.py`) prints one `name:ok` per check."""
@@ -32,7 +34,8 @@ CASES = {
                     (torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))), "fake"),
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),
 }
-CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back", "private_triton_cache"]
+CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
+          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "private_triton_cache"]
 
 
 def test_the_gpu_build_compiles_every_kernel_for_sm90(tmp_path):
@@ -51,22 +54,10 @@ def test_the_gpu_build_compiles_every_kernel_for_sm90(tmp_path):
 def main() -> None:
     import triton
     from ember_codegen_triton import TritonCodegen
+    from ember_codegen_triton.testing import StandInGPU
     from ember_core import record_events
     from ember_lowering.codegen import PrintedKernel
-    from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
-
-    class Sm90:
-        """What Triton's JIT asks of a driver to compile (not to launch): an H100 as the current device."""
-
-        def get_current_device(self) -> int:
-            return 0
-
-        def get_current_stream(self, device: int | None = None) -> int:
-            return 0
-
-        def get_current_target(self) -> GPUTarget:
-            return GPUTarget("cuda", 90, 32)
 
     class OnSm90(TritonCodegen):
         """Also serves CPU graphs (without the interpreter), compiled for the stand-in GPU: a graph whose build
@@ -84,7 +75,7 @@ def main() -> None:
             lines.insert(2, '    tl.static_assert(XBLOCK < 0, "ember test: rejected")')
             return dataclasses.replace(printed, text="\n".join(lines))
 
-    driver.set_active(Sm90())
+    driver.set_active(StandInGPU())
     cache = Path(os.environ["EMBER_CACHE_DIR"]) / "triton_jit"
 
     def built(codegen, fn, args, mode, options=None, cuda=True):
@@ -121,6 +112,8 @@ def main() -> None:
     torch.testing.assert_close(compiled(list(args))[0], fn(*args)[0])  # through ATen, on the CPU
     print("compile_error_falls_back:ok", flush=True)
 
+    lean_launches_match_tritons(OnSm90, built, StandInGPU.launches)
+
     mode_bits = stat.S_IMODE(os.stat(cache).st_mode)
     assert triton.knobs.cache.dir == str(cache) and mode_bits == 0o700, (triton.knobs.cache.dir, oct(mode_bits))
     del triton.knobs.cache.dir  # Triton's default again; a build that hits ember's cache still moves it
@@ -130,6 +123,65 @@ def main() -> None:
         OnSm90().compile_many([on_cuda(trace(fn, *args, mode=mode))])
     assert rec.kinds("build_cache_hit") and triton.knobs.cache.dir == str(cache), triton.knobs.cache.dir
     print("private_triton_cache:ok", flush=True)
+
+
+def lean_launches_match_tritons(on_sm90, built, launches: list) -> None:
+    """Each case's wrapper, launching through its lean launchers, makes exactly the launches (kernel, grid, stream,
+    binary, hooks, every argument) that Triton's own path makes, and never enters Triton's `JITFunction.run`; an
+    input at an odd offset (not 16-byte aligned, which the binaries were compiled for) takes Triton's path, which
+    compiles the binary it needs."""
+    import triton.runtime.jit as jit
+    from ember_core.testing import assert_golden
+
+    class Lean(on_sm90):
+        def lean_launch(self, program) -> bool:  # on these CPU plans too
+            return program.options.get("triton.launch", "lean") == "lean"
+
+    entered = []
+    tritons_run = jit.JITFunction.run
+
+    def counted(self, *args, warmup, **kwargs):
+        entered.append(warmup)
+        return tritons_run(self, *args, warmup=warmup, **kwargs)
+
+    jit.JITFunction.run = counted
+
+    def launched(compiled, args) -> list:
+        del launches[:], entered[:]
+        compiled(list(args))
+        return list(launches)
+
+    for name, (fn, args, mode) in CASES.items():
+        lean, fallbacks = built(Lean(), fn, args, mode, cuda=False)
+        jitted, more = built(Lean(), fn, args, mode, {"triton.launch": "jit"}, cuda=False)
+        assert not fallbacks and not more and "_lean_stream()" in lean.source and "_launch_ember_" in lean.source
+        if name == "looped_symbolic":  # the lean wrapper as it reads, symbols and all
+            wrapper = lean.source[lean.source.index("# ---- wrapper"):]
+            assert_golden(wrapper, Path(__file__).parent / "snapshots" / "lean_launch_looped_symbolic.txt")
+        launched(lean, args)  # the first call binds: it warms each kernel up, which goes through Triton's run
+        ours = launched(lean, args)
+        assert ours and entered == [], (name, entered)
+        tritons = launched(jitted, args)
+        assert [c[4:7] for c in ours] == [(None, None, None)] * len(ours)  # no metadata, no hooks to call
+        assert all(not c[5].calls and not c[6].calls for c in tritons)  # Triton's: empty hook chains
+        assert without_hooks(ours) == without_hooks(tritons), (name, ours, tritons)
+        print(f"lean_launch_{name}:ok", flush=True)
+
+    fn, args, mode = CASES["softmax_tanh"]
+    lean, _ = built(Lean(), fn, args, mode, cuda=False)
+    aligned = launched(lean, args)
+    odd = torch.randn(args[0].numel() + 1)[1:].view(args[0].shape)  # 4 bytes past an aligned start
+    ours = launched(lean, [odd])
+    assert entered == [False] * len(ours), entered  # every launch through Triton's path
+    assert [c[3] for c in ours] != [c[3] for c in aligned], "the aligned binaries ran on unaligned data"
+    jitted, _ = built(Lean(), fn, args, mode, {"triton.launch": "jit"}, cuda=False)
+    assert without_hooks(ours) == without_hooks(launched(jitted, [odd]))
+    print("lean_launch_odd_offset:ok", flush=True)
+
+
+def without_hooks(calls: list[tuple]) -> list[tuple]:
+    """Recorded launches without the launch metadata and hooks: kernel, grid, stream, binary, arguments."""
+    return [c[:4] + c[7:] for c in calls]
 
 
 def on_cuda(graph):

@@ -18,13 +18,15 @@ import triton
 from ember_core import CacheLookup, Graph
 from ember_lowering import Kernel
 from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
+from triton.runtime.driver import driver
 
 from ._autotune import tuned_kernels
 from ._build import import_module, module_build
-from ._kernel_printer import TritonKernelPrinter
-from ._precompile import current_target, precompile, use_ember_cache_dir
+from ._kernel_printer import TritonKernel, TritonKernelPrinter
+from ._launcher import launch_signature, make_launcher, stream_reader
+from ._precompile import current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
 from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE
-from ._wrapper import TritonWrapperWriter
+from ._wrapper import TritonWrapperWriter, launch_meta
 
 
 def interpreting() -> bool:
@@ -55,8 +57,17 @@ class TritonCodegen(PlanCodegen):
         return PRELUDE.replace("import triton.language as tl\n", f"import triton.language as tl\n{libdevice}\n", 1) \
             + "\n\n" + "\n\n\n".join(k.text for k in program.kernels) + "\n"
 
+    def lean_launch(self, program: Program) -> bool:
+        """Do the program's kernels launch through lean launchers (`_launcher.py`)? On CUDA unless option
+        `triton.launch` is `"jit"` (Triton's own `kernel[grid](...)`, as in Triton's interpreter)."""
+        if program.options.get("triton.launch", "lean") not in ("lean", "jit"):
+            raise ValueError(f"option triton.launch is 'lean' or 'jit', not {program.options['triton.launch']!r}")
+        return (program.options.get("triton.launch", "lean") == "lean" and not interpreting()
+                and torch.device(program.plan.device).type == "cuda" and lean_launch_supported())
+
     def wrapper_writer(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]):
         writer = TritonWrapperWriter(program, fn_name, constants)
+        writer.lean = self.lean_launch(program)
         writer.globals["_cdiv"] = triton.cdiv
         writer.globals["_error_flag"] = _error_flag
         if writer.tuned:
@@ -72,12 +83,19 @@ class TritonCodegen(PlanCodegen):
             build = module_build(program.source, lambda module: precompile(module, kernels, layout, debug, sync),
                                  f"{current_target()} debug={debug} sync={sync}")
         report_build(self.stage, graph, build, "module")
-        names = [k.name for k in program.kernels]
+        kernels_by_name = {k.name: k for k in program.kernels}
+        lean = writer.lean and not writer.tuned
+        names = [*kernels_by_name] + ([f"_launch_{k}" for k in kernels_by_name] + ["_lean_stream"] if lean else [])
 
         def bind(found: CacheLookup, env: dict) -> None:
             module = import_module(build.key, found)
-            for name in names:
+            for name, k in kernels_by_name.items():
                 env[name] = getattr(module, name)
+                if lean:
+                    env[f"_launch_{name}"] = lean_launcher(env[name], k, layout, debug, sync)
+            if lean:
+                env["_lean_stream"] = stream_reader(driver.active.get_current_device(), driver.active,
+                                                    triton.knobs.runtime)
 
         lazy = KernelBinding(build, graph, names, env, bind, self.stage)
         lazy.install_stubs()
@@ -85,9 +103,12 @@ class TritonCodegen(PlanCodegen):
 
 
 class KernelBinding(LazyBinding):
-    """Stubs that the wrapper indexes with a grid, as it does a Triton kernel (`k[grid](...)`)."""
+    """Stubs that the wrapper indexes with a grid, as it does a Triton kernel (`k[grid](...)`); the lean launchers'
+    and `_lean_stream`'s stubs are plain functions."""
 
     def _stub(self, name: str):
+        if name.startswith("_"):
+            return super()._stub(name)
         binding = self
 
         class Stub:
@@ -96,6 +117,20 @@ class KernelBinding(LazyBinding):
                 return binding.env[name][grid]
 
         return Stub()
+
+
+def lean_launch_supported() -> bool:
+    """Does this Triton launch compiled kernels the way `_launcher.py` calls them (`knobs.runtime` holds the launch
+    hooks, `CompiledKernel.run` takes every parameter after the hooks: Triton 3.4 and later)?"""
+    return hasattr(getattr(triton, "knobs", None), "runtime")
+
+
+def lean_launcher(jit, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool):
+    """`k`'s lean launcher over the binary its build compiled (found again in Triton's caches)."""
+    args = warmup_args(k, layout, sync)
+    compiled = warm_up(jit, k, args, debug, sync)
+    params = [(p.name, bool(p.is_constexpr)) for p in jit.params]
+    return make_launcher(launch_signature(k.name, params, args, launch_meta(k, debug, sync)), compiled, jit)
 
 
 def _error_flag(device: torch.device) -> torch.Tensor:

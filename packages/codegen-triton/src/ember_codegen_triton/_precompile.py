@@ -29,7 +29,7 @@ from ember_core import private_cache_dir, to_dtype
 from ember_lowering.codegen import BuildError, PlanLayout
 
 from ._kernel_printer import TritonKernel
-from ._wrapper import launch_debug
+from ._wrapper import launch_meta
 
 CACHE_NAME = "triton_jit"
 _lock = threading.Lock()
@@ -76,11 +76,14 @@ def warmup_args(k: TritonKernel, layout: PlanLayout, sync: bool) -> list:
     return dtypes + ([torch.int32 if sync else None] if k.checks else []) + [hints[s] for s in layout.symbols]
 
 
-def _warm_up(fn, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool) -> None:
-    meta = {"XBLOCK": k.xblock, "num_warps": k.warps, **({"RBLOCK": k.rblock} if k.rblock else {})}
-    if launch_debug(k, debug, sync):
-        meta["debug"] = True
-    fn.warmup(*warmup_args(k, layout, sync), grid=(1,), **meta)
+def _warm_up(fn, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool):
+    """Compile (or find in Triton's caches) `k` as its launches will most likely need it; the compiled kernel."""
+    return warm_up(fn, k, warmup_args(k, layout, sync), debug, sync)
+
+
+def warm_up(fn, k: TritonKernel, args: list, debug: bool, sync: bool):
+    compiled = fn.warmup(*args, grid=(1,), **launch_meta(k, debug, sync))
+    return compiled.result() if hasattr(compiled, "result") else compiled  # Triton's asynchronous compile mode
 
 
 def _threads() -> ThreadPoolExecutor:

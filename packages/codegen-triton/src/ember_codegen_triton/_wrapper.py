@@ -4,6 +4,13 @@
     if _n > 0:
         k0_pointwise_s0x7[(_cdiv(_n, 1024),)](b_x_1, b_out, S_s0, XBLOCK=1024)
 
+On CUDA each kernel launches through its lean launcher instead (`_launcher.py`), the stream read once per segment:
+
+    _stream = _lean_stream()
+    _n = (S_s0 * 7)
+    if _n > 0:
+        _launch_k0_pointwise_s0x7(_cdiv(_n, 1024), _stream, b_x_1, b_out, S_s0)  # XBLOCK=1024, num_warps=4
+
 Kernels take the root tensors themselves (Triton reads their data pointers) and the plan's symbols as ints. In the
 wrapper's profiled twin (see the shared `WrapperWriter`) each launch is inside a profiler range named after its
 kernel, which on CUDA is also the name the GPU trace shows for the kernel itself.
@@ -28,6 +35,8 @@ class TritonWrapperWriter(WrapperWriter):
     """Under a max-autotune mode each launch goes through `_tune_<kernel>(n, args...)` (`_autotune.py`), which
     picks the block size and warps; otherwise the heuristic's are written into the launch."""
 
+    lean = False  # launch through the lean launchers (`_launcher.py`); the codegen sets it per program
+
     @property
     def tuned(self) -> bool:
         return tuning_mode(self.p.options)
@@ -43,14 +52,20 @@ class TritonWrapperWriter(WrapperWriter):
         return sync_checks(self.p.plan.device, self.p.options)
 
     def call_segment(self, seg: Segment) -> None:
+        self._read_stream(seg)
         for k in seg.kernels:
             self.launch(k)
 
     def call_segment_profiled(self, seg: Segment) -> None:
         """Each launch in a profiler range named after its kernel (on CUDA the kernel itself has that name)."""
+        self._read_stream(seg)
         for k in seg.kernels:
             with self.ranged(k.name):
                 self.launch(k)
+
+    def _read_stream(self, seg: Segment) -> None:
+        if self.lean and not self.tuned and seg.kernels:
+            self.emit("_stream = _lean_stream()")
 
     def launch(self, k: TritonKernel) -> None:
         """Emit one kernel's launch (and its error flag's check)."""
@@ -58,19 +73,31 @@ class TritonWrapperWriter(WrapperWriter):
         syms = [self.layout.sym_local[s] for s in self.layout.symbols]
         flag = k.checks and self.sync_checks
         args = [self.tensor(r) for r in k.roots] + (["_err" if flag else "None"] if k.checks else []) + syms
-        meta = [f"XBLOCK={k.xblock}", f"num_warps={k.warps}"] + ([f"RBLOCK={k.rblock}"] if k.rblock else []) \
-            + (["debug=True"] if launch_debug(k, self.debug, self.sync_checks) else [])
+        meta = [f"{key}={value!r}" for key, value in launch_meta(k, self.debug, self.sync_checks).items()]
         if flag:
             self.emit(f"_err = _error_flag({self.tensor(k.roots[0])}.device)")
         self.emit(f"_n = {self.py(k.numel)}")
         self.emit("if _n > 0:")
         if self.tuned:
             self.emit(f"_tune_{k.name}({', '.join(['_n', *args])})", 3)
+        elif self.lean:
+            launch = f"_launch_{k.name}({', '.join([f'_cdiv(_n, {k.xblock})', '_stream', *args])})"
+            self.emit(f"{launch}  # {', '.join(meta)}", 3)
         else:
             self.emit(f"{k.name}[(_cdiv(_n, {k.xblock}),)]({', '.join(args + meta)})", 3)
         if flag:  # reading the flag waits for the kernel
             self.emit("if _err.item():")
             self.emit("return _on_error(inputs)", 3)
+
+
+def launch_meta(k: TritonKernel, debug: bool, sync: bool) -> dict[str, object]:
+    """The keywords of `k`'s launch through Triton: its block sizes, warps, and `debug` where it launches so."""
+    meta: dict[str, object] = {"XBLOCK": k.xblock, "num_warps": k.warps}
+    if k.rblock:
+        meta["RBLOCK"] = k.rblock
+    if launch_debug(k, debug, sync):
+        meta["debug"] = True
+    return meta
 
 
 def sync_checks(device: str, options: dict) -> bool:
