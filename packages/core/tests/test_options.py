@@ -59,3 +59,11 @@ def test_plugin_options_are_checked_like_core_ones():
     assert check_options({"cpp.simd": False}, specs)["cpp.simd"] is False
     with pytest.raises(OptionError, match="did you mean 'cpp.simd'"):
         check_options({"cpp.smid": False}, specs)
+
+
+def test_an_option_of_a_few_values_names_them_when_given_another():
+    launch = OptionSpec("triton.launch", str, "lean", "how kernels launch", "a-plugin", choices=("lean", "jit"))
+    specs = SPECS | {"triton.launch": launch}
+    assert check_options({"triton.launch": "jit"}, specs)["triton.launch"] == "jit"
+    with pytest.raises(OptionError, match=r"option 'triton.launch' is one of 'lean', 'jit', not 'fast': how kernels"):
+        check_options({"triton.launch": "fast"}, specs)

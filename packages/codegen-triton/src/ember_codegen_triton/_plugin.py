@@ -49,6 +49,10 @@ def ember_register(registry) -> None:
     registry.add_option("triton.debug", bool, False,
                         "Triton kernels with device asserts compiled in: an index out of range stops the kernel "
                         "(as TRITON_DEBUG=1)")
+    registry.add_option("triton.launch", str, "lean",
+                        "how kernels launch on CUDA: 'lean' (a launcher made once per kernel calls its binary when the "
+                        "call fits what it was compiled for, else Triton's path) or 'jit' (Triton's kernel[grid](...) "
+                        "every time)", choices=("lean", "jit"))
     registry.add_option("triton.sync_index_checks", bool, False,
                         "on CUDA, an index out of range in a gather raises torch's own IndexError (the wrapper waits "
                         "for each gather kernel to read its error flag) instead of a device-side assert")

@@ -20,6 +20,7 @@ class OptionSpec:
     stage: str | None = None  # the value names an implementation of this stage (`passes`: a list of them)
     device: str | None = None  # ... one that serves this device
     also: tuple[str, ...] = ()  # names accepted beside the installed ones (autograd's 'eager')
+    choices: tuple[Any, ...] = ()  # the values it takes, where they are a fixed few (none: any of its type)
 
 
 CORE_OPTIONS: tuple[OptionSpec, ...] = (
@@ -66,4 +67,7 @@ def check_options(options: Mapping[str, Any] | None, specs: Mapping[str, OptionS
         if value is not None and not isinstance(value, spec.type) or isinstance(value, bool) and spec.type is int:
             want = spec.type.__name__ if isinstance(spec.type, type) else " or ".join(t.__name__ for t in spec.type)
             raise OptionError(f"{where}option {key!r} must be {want}, got {type(value).__name__} {value!r}: {spec.doc}")
+        if spec.choices and value is not None and value not in spec.choices:
+            raise OptionError(f"{where}option {key!r} is one of {', '.join(map(repr, spec.choices))}, not {value!r}: "
+                              f"{spec.doc}")
     return {key: options.get(key, spec.default) for key, spec in specs.items()} | options

@@ -60,16 +60,18 @@ class PluginRegistry:
         )
 
     def add_option(self, key: str, type: type | tuple[type, ...], default: Any, doc: str, *, stage: str | None = None,
-                   device: str | None = None, also: tuple[str, ...] = ()) -> None:
+                   device: str | None = None, also: tuple[str, ...] = (), choices: tuple[Any, ...] = ()) -> None:
         """Declare option `key`. One whose value names an implementation gives its `stage` (and the `device` that
-        implementation must serve, and any names accepted `also`): a name that is not installed is an error."""
+        implementation must serve, and any names accepted `also`): a name that is not installed is an error. One
+        that takes a fixed few values lists them as `choices`."""
         if key in self.options:
             other = self.options[key].plugin
             raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} is already defined by {other!r}")
         if stage is not None and stage not in STAGES:
             raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} names unknown stage {stage!r}; stages are "
                               f"{', '.join(STAGES)}")
-        self.options[key] = OptionSpec(key, type, default, doc, self._plugin[0], stage, device, tuple(also))
+        self.options[key] = OptionSpec(key, type, default, doc, self._plugin[0], stage, device, tuple(also),
+                                       tuple(choices))
 
     def all(self, stage: str | None = None) -> list[Implementation]:
         impls = [i for i in self._impls.values() if stage is None or i.stage == stage]
