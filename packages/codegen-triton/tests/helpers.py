@@ -3,6 +3,7 @@ eager PyTorch; count the kernels that did not print (each one a `fallback` event
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -37,3 +38,17 @@ def check(fn: Callable, *args: Any, mode: str = "fake", others=(), fallbacks: in
     reasons = [e.data["reason"] for e in rec.kinds("fallback")]
     assert len(reasons) == fallbacks, reasons
     return compiled
+
+
+def on_device(graph: Graph, device: str) -> Graph:
+    """The graph with its tensors (and the devices its nodes name) on `device`: a graph traced on the CPU, as if for
+    `cuda:0` (the machine may have no GPU), or back."""
+    values = {n: dataclasses.replace(v, device=device) if v.type == "tensor" else v for n, v in graph.values.items()}
+    target = torch.device(device)
+    nodes = tuple(dataclasses.replace(n, kwargs={k: target if isinstance(v, torch.device) else v
+                                                 for k, v in n.kwargs.items()}) for n in graph.nodes)
+    return dataclasses.replace(graph, values=values, nodes=nodes)
+
+
+def on_cuda(graph: Graph) -> Graph:
+    return on_device(graph, "cuda:0")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import trace
+from helpers import on_cuda, trace
 
 W = torch.randn(32)
 CASES = {
@@ -182,15 +182,6 @@ def lean_launches_match_tritons(on_sm90, built, launches: list) -> None:
 def without_hooks(calls: list[tuple]) -> list[tuple]:
     """Recorded launches without the launch metadata and hooks: kernel, grid, stream, binary, arguments."""
     return [c[:4] + c[7:] for c in calls]
-
-
-def on_cuda(graph):
-    """The graph with its tensors on `cuda:0` (traced on the CPU: the machine may have no GPU)."""
-    values = {n: dataclasses.replace(v, device="cuda:0") if v.type == "tensor" else v for n, v in graph.values.items()}
-    cuda = torch.device("cuda:0")
-    nodes = tuple(dataclasses.replace(n, kwargs={k: cuda if isinstance(v, torch.device) else v
-                                                 for k, v in n.kwargs.items()}) for n in graph.nodes)
-    return dataclasses.replace(graph, values=values, nodes=nodes)
 
 
 if __name__ == "__main__":

@@ -224,3 +224,15 @@ def rename_reads(node: Node, names: Mapping[str, str]) -> Node:
         return node
     kwargs = {k: _map_refs(v, names) for k, v in node.kwargs.items()}
     return node.replace(args=_map_refs(node.args, names), kwargs=kwargs)
+
+
+def fresh_name(graph: Graph, base: str, taken: set[str]) -> str:
+    """`base`, or `base_1`, `base_2` ..., unused by the graph's inputs, values, constants and `taken` (updated): a
+    name for a value a pass adds."""
+    used = set(graph.values) | set(graph.constants) | set(graph.input_names) | taken
+    name, k = base, 0
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name

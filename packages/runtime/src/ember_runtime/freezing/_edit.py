@@ -28,17 +28,6 @@ def constant_of(graph: Graph, arg: object) -> torch.Tensor | None:
     return None
 
 
-def fresh_name(graph: Graph, base: str, taken: set[str]) -> str:
-    """`base`, or `base_1`, `base_2` ..., unused by the graph's inputs, values, constants and `taken` (updated)."""
-    used = set(graph.values) | set(graph.constants) | set(graph.input_names) | taken
-    name, k = base, 0
-    while name in used:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
-
-
 def add_constant(constants: dict[str, Constant], name: str, tensor: torch.Tensor) -> Ref:
     """Store `tensor` as constant `name` (a constant's metadata is its tensor's: it has no entry in `values`)."""
     constants[name] = Constant(name, tensor)

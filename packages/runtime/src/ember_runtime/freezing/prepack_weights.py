@@ -23,10 +23,21 @@ import math
 from typing import Any
 
 import torch
-from ember_core import Graph, GraphError, Node, Ref, graph_device, node_refs, rename_reads, resolve_op, to_dtype
+from ember_core import (
+    Graph,
+    GraphError,
+    Node,
+    Ref,
+    fresh_name,
+    graph_device,
+    node_refs,
+    rename_reads,
+    resolve_op,
+    to_dtype,
+)
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ._edit import add_constant, constant_of, fresh_name, output_names, readers
+from ._edit import add_constant, constant_of, output_names, readers
 from ._epilogues import Epilogue, match_epilogue
 
 PASS_ID = "prepack-weights"
