@@ -1,0 +1,116 @@
+"""Pass `channels-last`: a CUDA graph with convolutions runs them and the work between them in NHWC, converted once
+at its edges, its user outputs in their old layouts. Checked without a GPU: the rewritten graph's text and layouts,
+verification, and its outputs and gradients (run on the CPU by ember-core's interpreter) against the original's."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from ember_codegen_triton.passes import ChannelsLast
+from ember_codegen_triton.passes.channels_last import Conv, channels_last_strides, worth_channels_last
+from ember_core import interpret, record_events, verify
+from helpers import CODEGEN, on_cuda, on_device, trace
+
+ALWAYS = ChannelsLast(decide=lambda convs: True)
+
+
+def small_cnn(x, w1, w2, scale, wl):
+    y = F.relu(F.conv2d(x, w1, padding=1) * scale[None, :, None, None])
+    y = F.max_pool2d(F.conv2d(y, w2, padding=1) + y, 2)
+    return (F.linear(y.flatten(1), wl), y)
+
+
+def cnn_args():
+    return (torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3), torch.randn(6, 6, 3, 3), torch.randn(6),
+            torch.randn(5, 6 * 4 * 4))
+
+
+def relaid(fn, args):
+    graph = on_cuda(trace(fn, *args))
+    after = ALWAYS.run(graph)
+    verify(after)
+    return graph, after
+
+
+def run_both(before, after, args, grad=False):
+    results = []
+    for graph in (before, after):
+        inputs = [a.clone().requires_grad_(grad) for a in args]
+        outs = interpret(on_device(graph, "cpu"), inputs)
+        if grad:
+            sum(o.float().square().sum() for o in outs).backward()
+        results.append(([o.detach() for o in outs], [i.grad for i in inputs] if grad else []))
+    return results
+
+
+def test_a_cnn_converts_its_input_and_weights_once_and_keeps_its_outputs_layouts():
+    before, after = relaid(small_cnn, cnn_args())
+    clones = [n for n in after.nodes if n.op == "aten.clone.default"]
+    converted = [n.args[0].name for n in clones if n.kwargs["memory_format"] == torch.channels_last]
+    assert converted == ["arg0_1", "arg1_1", "arg2_1"]  # the input, both weights; not the first conv's output
+    convs = [n for n in after.nodes if n.op == "aten.convolution.default"]
+    for n in convs:
+        v = after.values[n.outputs[0]]
+        assert v.stride == channels_last_strides(v.shape), n.outputs[0]
+    for old, new in zip(before.outputs, after.outputs):  # same layouts; the 4-d one copied back to NCHW
+        assert after.values[new.name].stride == before.values[old.name].stride
+    assert "memory_format=torch.channels_last" in str(after)
+    (want, _), (got, _) = run_both(before, after, cnn_args())
+    for w, g in zip(want, got):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g, w, rtol=1.3e-6, atol=1e-5)
+
+
+def test_gradients_through_the_channels_last_graph_are_as_accurate_as_eagers():
+    """Against a float64 run of the original graph: NHWC convolutions sum in another order, so the float32 results
+    differ from NCHW's in the last bits; each error is at most 3x the original's (the accuracy rule)."""
+    before, after = relaid(small_cnn, cnn_args())
+    args = cnn_args()
+    (ref, ref_grads), _ = run_both(before, before, [a.double() for a in args], grad=True)
+    (want, want_grads), (got, got_grads) = run_both(before, after, args, grad=True)
+    for r, w, g in zip([*ref, *ref_grads], [*want, *want_grads], [*got, *got_grads]):
+        floor = 1e-6 * r.abs().max()
+        assert (g - r).abs().max() <= 3 * (w - r).abs().max() + floor
+
+
+def test_a_flatten_the_new_layout_cannot_view_becomes_a_reshape():
+    def flat(x, w):
+        return (F.conv2d(x, w).view(2, -1),)
+    args = (torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3))
+    before, after = relaid(flat, args)
+    assert [n.op for n in after.nodes if "view" in n.op or "reshape" in n.op] == ["aten.reshape.default"]
+    (want, _), (got, _) = run_both(before, after, args)
+    torch.testing.assert_close(got[0], want[0], rtol=1.3e-6, atol=1e-5)
+
+
+def test_graphs_without_convolutions_on_the_cpu_or_declined_are_left_alone():
+    args = cnn_args()
+    cpu = trace(small_cnn, *args)
+    assert ALWAYS.run(cpu) is cpu
+    plain = on_cuda(trace(lambda x: (x.relu() * 2,), torch.randn(4, 4)))
+    assert ALWAYS.run(plain) is plain
+    seen = []
+    cuda = on_cuda(cpu)
+    assert ChannelsLast(decide=lambda convs: seen.extend(convs) or False).run(cuda) is cuda
+    assert seen == [Conv(1, 4, 6, 2 * 6 * 8 * 8 * 4 * 9), Conv(1, 6, 6, 2 * 6 * 8 * 8 * 6 * 9)]
+
+
+def test_mostly_depthwise_graphs_stay_nchw():
+    dense = Conv(1, 64, 64, 10_000)
+    depthwise = Conv(64, 1, 1, 12_000)
+    assert worth_channels_last([dense]) and not worth_channels_last([dense, depthwise])
+    assert worth_channels_last([Conv(1, 3, 64, 100), Conv(64, 1, 1, 50)])
+
+
+def test_the_nhwc_graphs_kernels_match_eager_in_tritons_interpreter():
+    """The rewritten graph through the Triton codegen (its kernels over NHWC values, run by Triton's interpreter on
+    the CPU): eager's outputs, in their layouts, and no fallback."""
+    args = cnn_args()
+    _, after = relaid(small_cnn, args)
+    with record_events() as rec:
+        compiled = CODEGEN.compile(on_device(after, "cpu"), list(args), {})
+        got = compiled([a.clone() for a in args])
+    assert not rec.kinds("fallback"), [e.data["reason"] for e in rec.kinds("fallback")]
+    for g, w in zip(got, small_cnn(*args)):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
