@@ -102,3 +102,61 @@ def test_reduce_overhead_records_each_shape():
             x, y = torch.randn(n, device="cuda"), torch.randn(3, device="cuda")
             torch.testing.assert_close(compiled(x, y), f(x, y))
     assert len(rec.kinds("cuda_graph_recorded")) == 2
+
+
+# ---------------------------------------------------------------------------------------------- CUDA-only paths
+
+
+def test_lean_launches_skip_tritons_launch_path_and_match_eager():
+    """After its first call a compiled graph launches every kernel through its lean launcher (Triton's
+    `JITFunction.run` is never entered), with eager's results; an input at an odd offset takes Triton's path and is
+    still right."""
+    import triton.runtime.jit as jit
+
+    fn = ember.compile(lambda x, y: (torch.softmax(x, -1) * y).sum(0) + y.sin().mean())
+    x, y = torch.randn(64, 128, device="cuda"), torch.randn(64, 128, device="cuda")
+    fn(x, y)
+    entered, tritons_run = [], jit.JITFunction.run
+
+    def counted(self, *args, **kwargs):
+        entered.append(kwargs.get("warmup"))
+        return tritons_run(self, *args, **kwargs)
+
+    jit.JITFunction.run = counted
+    try:
+        torch.testing.assert_close(fn(x, y), (torch.softmax(x, -1) * y).sum(0) + y.sin().mean())
+        assert entered == []
+        odd = torch.randn(64 * 128 + 1, device="cuda")[1:].view(64, 128)
+        torch.testing.assert_close(fn(odd, y), (torch.softmax(odd, -1) * y).sum(0) + y.sin().mean())
+        assert entered  # the unaligned input went through Triton
+    finally:
+        jit.JITFunction.run = tritons_run
+
+
+def test_a_cnn_runs_channels_last_on_cuda_and_matches_eager(frontend):
+    """Inference and a training step: the convolutions run NHWC (the pass's conversions are in the compiled source),
+    outputs in eager's layout, values and gradients as eager's."""
+    torch.manual_seed(0)
+    cnn = SmallCNN().cuda()
+    x = torch.randn(4, 3, 16, 16, device="cuda")
+    with ember.record_events() as rec:
+        with torch.no_grad():
+            out = compiled_on_cuda(copy.deepcopy(cnn).eval(), frontend)(x)
+        want = cnn.eval()(x)
+        assert out.stride() == want.stride()
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+        cnn.train()
+        assert_same_training_step(cnn, compiled_on_cuda(copy.deepcopy(cnn), frontend), [x])
+    assert any(e.get("pass") == "channels-last" for e in rec.kinds("pass_applied"))
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+
+
+def test_an_lm_head_of_odd_width_is_padded_on_cuda_and_matches_eager():
+    """bf16 `x @ w.T` with N = 50257 (GPT-2's vocabulary): padded when this GPU measures it faster; eager's values
+    and a contiguous output either way."""
+    head = torch.nn.Linear(768, 50257, bias=False).cuda().bfloat16()
+    x = torch.randn(4, 128, 768, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        got, want = ember.compile(head)(x), head(x)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)

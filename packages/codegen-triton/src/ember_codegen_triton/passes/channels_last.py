@@ -56,15 +56,18 @@ def worth_channels_last(convs: Sequence[Conv]) -> bool:
 
 
 class ChannelsLast:
-    """The pass; `decide(convs)` says whether a graph with these convolutions runs channels-last."""
+    """The pass; `decide(convs)` says whether a graph with these convolutions runs channels-last, `device_types`
+    which graphs it considers (a test runs it on the CPU's)."""
 
     id = PASS_ID
 
-    def __init__(self, decide: Callable[[Sequence[Conv]], bool] | None = None):
+    def __init__(self, decide: Callable[[Sequence[Conv]], bool] | None = None,
+                 device_types: tuple[str, ...] = ("cuda",)):
         self.decide = decide or worth_channels_last
+        self.device_types = device_types
 
     def run(self, graph: Graph) -> Graph:
-        if torch.device(graph_device(graph)).type != "cuda":
+        if torch.device(graph_device(graph)).type not in self.device_types:
             return graph
         convs = [c for n in graph.nodes if n.op == CONVOLUTION and (c := _conv(graph, n)) is not None]
         if not convs:

@@ -115,16 +115,18 @@ def _products(g: Gemm, device: torch.device):
 
 
 class PadGemms:
-    """The pass; `decide(gemm)` says whether to pad (default: `measured`)."""
+    """The pass; `decide(gemm)` says whether to pad (default: `measured`), `device_types` which graphs it
+    considers (a test runs it on the CPU's)."""
 
     id = PASS_ID
 
-    def __init__(self, decide: Decision | None = None):
+    def __init__(self, decide: Decision | None = None, device_types: tuple[str, ...] = ("cuda",)):
         self.decide = decide or measured
+        self.device_types = device_types
 
     def run(self, graph: Graph) -> Graph:
         device = graph_device(graph)
-        if torch.device(device).type != "cuda":
+        if torch.device(device).type not in self.device_types:
             return graph
         values, nodes, taken, padded = dict(graph.values), [], set(), 0
         for node in graph.nodes:
