@@ -35,7 +35,8 @@ CASES = {
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
-          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "private_triton_cache"]
+          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "compile_workers_fill_the_cache",
+          "private_triton_cache"]
 
 
 def test_the_gpu_build_compiles_every_kernel_for_sm90(tmp_path):
@@ -114,6 +115,8 @@ def main() -> None:
 
     lean_launches_match_tritons(OnSm90, built, StandInGPU.launches)
 
+    compile_workers_fill_the_cache(OnSm90, built)
+
     mode_bits = stat.S_IMODE(os.stat(cache).st_mode)
     assert triton.knobs.cache.dir == str(cache) and mode_bits == 0o700, (triton.knobs.cache.dir, oct(mode_bits))
     del triton.knobs.cache.dir  # Triton's default again; a build that hits ember's cache still moves it
@@ -177,6 +180,34 @@ def lean_launches_match_tritons(on_sm90, built, launches: list) -> None:
     jitted, _ = built(Lean(), fn, args, mode, {"triton.launch": "jit"}, cuda=False)
     assert without_hooks(ours) == without_hooks(launched(jitted, [odd]))
     print("lean_launch_odd_offset:ok", flush=True)
+
+
+def compile_workers_fill_the_cache(on_sm90, built) -> None:
+    """With two compile workers, a program's kernels are compiled in their processes: the build's own warm-up
+    finds every binary in Triton's (empty before) cache, and the program runs its kernels from there."""
+    import tempfile
+
+    import triton
+
+    old = triton.knobs.cache.dir
+    fresh = tempfile.mkdtemp(prefix="ember-triton-workers-")
+    os.environ.update(EMBER_TRITON_COMPILE_WORKERS="2", TRITON_CACHE_DIR=fresh)
+    triton.knobs.cache.dir = fresh
+    hits: list[bool] = []
+    triton.knobs.compilation.listener = lambda **info: hits.append(info["cache_hit"])
+    try:
+        x = torch.randn(16, 64)
+        fn = lambda x: (torch.softmax(x, -1) * 3, x.sum(0).sin(), x.amax(1) + 1)  # noqa: E731 - its own program
+        compiled, fallbacks = built(on_sm90(), fn, (x,), "fake")
+        kernels = [line for line in compiled.source.splitlines() if line.startswith("def ember_")]
+        assert not fallbacks and len(kernels) >= 2, (fallbacks, kernels)
+        assert hits and all(hits), hits  # the build's warm-ups: each a hit on what a worker compiled
+    finally:
+        triton.knobs.compilation.listener = None
+        del os.environ["EMBER_TRITON_COMPILE_WORKERS"]
+        os.environ["TRITON_CACHE_DIR"] = old
+        triton.knobs.cache.dir = old
+    print("compile_workers_fill_the_cache:ok", flush=True)
 
 
 def without_hooks(calls: list[tuple]) -> list[tuple]:

@@ -32,7 +32,7 @@ def module_build(source: str, check: Callable[[ModuleType], None] | None = None,
 
     def make(work: Path):
         if check is not None:
-            check(_load(f"ember_triton_check_{key}", work / f"{key}.py", source.encode()))
+            check(load_module(f"ember_triton_check_{key}", work / f"{key}.py", source.encode()))
         return {"py": source.encode()}, {"triton": triton.__version__}
 
     return _POOL.get(key, expect, make)
@@ -42,11 +42,11 @@ def import_module(key: str, found: CacheLookup) -> ModuleType:
     """The module of a verified entry (once per process and key)."""
     name = f"ember_triton_{key}"
     if name not in sys.modules:
-        sys.modules[name] = _load(name, found.files["py"], found.data["py"])
+        sys.modules[name] = load_module(name, found.files["py"], found.data["py"])
     return sys.modules[name]
 
 
-def _load(name: str, path: Path, source: bytes) -> ModuleType:
+def load_module(name: str, path: Path, source: bytes) -> ModuleType:
     """`source` run as module `name` whose file is `path` (what tracebacks and Triton's JIT see)."""
     try:
         text = source.decode("utf-8")

@@ -78,7 +78,8 @@ class TritonCodegen(PlanCodegen):
             build = module_build(program.source)
         else:
             use_ember_cache_dir()  # before any kernel compiles or loads, on a hit as on a miss
-            build = module_build(program.source, lambda module: precompile(module, kernels, layout, debug, sync),
+            source = program.source
+            build = module_build(source, lambda module: precompile(module, kernels, layout, debug, sync, source),
                                  f"{current_target()} debug={debug} sync={sync}")
         report_build(self.stage, graph, build, "module")
         kernels_by_name = {k.name: k for k in program.kernels}

@@ -1,4 +1,5 @@
-"""Compiling a program's kernels for the GPU as part of its build, all at once, in threads.
+"""Compiling a program's kernels for the GPU as part of its build, all at once: in worker processes where there are
+cores to spare (`_compile_workers.py`), then in threads.
 
 Left alone, Triton compiles a kernel on its first launch, one after another in the launching thread, and a kernel
 it cannot compile raises from inside the wrapper. ember compiles them in the build instead (the wrapper's first
@@ -27,7 +28,9 @@ import torch
 import triton
 from ember_core import private_cache_dir, to_dtype
 from ember_lowering.codegen import BuildError, PlanLayout
+from triton.runtime.driver import driver
 
+from ._compile_workers import prefill, workers
 from ._kernel_printer import TritonKernel
 from ._wrapper import launch_meta
 
@@ -50,9 +53,16 @@ def current_target() -> str:
 
 
 def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool,
-               sync: bool) -> None:
-    """Compile each kernel of `module` for the current device, in parallel; BuildError naming every kernel that
-    failed, with the compiler's message."""
+               sync: bool, source: str | None = None) -> None:
+    """Compile each kernel of `module` (whose text is `source`) for the current device, in parallel: first in the
+    compile workers' processes where there are any (`_compile_workers.py`), then in threads, which load what the
+    workers compiled and compile the rest; BuildError naming every kernel that failed, with the compiler's
+    message."""
+    if source is not None and workers() > 0:
+        target = driver.active.get_current_target()
+        jobs = [(k.name, warmup_args(k, layout, sync), launch_meta(k, debug, sync)) for k in kernels]
+        prefill(source, module.__file__, (target.backend, target.arch, target.warp_size), triton.knobs.cache.dir,
+                jobs)
     futures = {k: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug, sync) for k in kernels}
     failed = []
     for k, future in futures.items():
