@@ -15,13 +15,14 @@ import os
 
 import torch
 import triton
-from ember_core import CacheLookup, Graph
+from ember_core import CacheLookup, Graph, graph_device
 from ember_lowering import Kernel
 from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
 from triton.runtime.driver import driver
 
 from ._autotune import tuned_kernels
 from ._build import import_module, module_build
+from ._compile_workers import start as start_compile_workers
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
 from ._launcher import launch_signature, make_launcher, stream_reader
 from ._precompile import current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
@@ -62,6 +63,11 @@ class TritonCodegen(PlanCodegen):
         `triton.launch` is `"jit"` (Triton's own `kernel[grid](...)`, as in Triton's interpreter)."""
         return (program.options.get("triton.launch", "lean") == "lean" and not interpreting()
                 and torch.device(program.plan.device).type == "cuda" and lean_launch_supported())
+
+    def compile_lazily(self, graph: Graph, options=None):
+        if not interpreting() and torch.device(graph_device(graph)).type == "cuda":
+            start_compile_workers()  # they import torch and Triton while this graph is lowered and printed
+        return super().compile_lazily(graph, options)
 
     def wrapper_writer(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]):
         writer = TritonWrapperWriter(program, fn_name, constants)

@@ -74,12 +74,27 @@ def prefill(source: str, filename: str, target: tuple[str, Any, int], cache_dir:
     return compiled
 
 
+def start() -> None:
+    """Start the workers (importing torch and Triton takes each a few seconds), so that they are ready by the time
+    the first build's kernels are printed."""
+    _processes()
+
+
 def _processes() -> ProcessPoolExecutor | None:
     global _pool
     with _lock:
         if _pool is None and workers() > 0:
             _pool = ProcessPoolExecutor(workers(), mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(workers()):
+                _pool.submit(_ready)
         return _pool
+
+
+def _ready() -> None:
+    """In a worker, at its start: what compiling needs, imported."""
+    import triton  # noqa: F401
+
+    from . import _build  # noqa: F401 - ember-core and torch with it
 
 
 def _discard() -> None:
