@@ -1,7 +1,7 @@
 """Cold compile time of Triton programs: the build's kernels compiled by threads alone, against worker processes
 first (ember_codegen_triton/_compile_workers.py). Each variant runs in a fresh process with empty ember and Triton
 caches; the number is the build's wall time for a few programs compiled together (`compile_many`), medians over
-repeats.
+repeats. The workers start before the graphs are traced, as they start with the first CUDA graph's compile.
 
 With CUDA the programs are a transformer block's forward and backward and a small CNN's forward, on the GPU. Without,
 the same graphs are compiled for the stand-in sm_90 driver (ember_codegen_triton.testing): Triton's whole pipeline
@@ -28,11 +28,13 @@ def child() -> None:
     import torch
     import torch.utils._pytree as pytree
     from ember_codegen_triton import TritonCodegen
+    from ember_codegen_triton._compile_workers import start
     from ember_core import canonical_symbols, from_fx
     from models import Block, SmallCNN
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    start()  # as the first CUDA graph's compile does: the workers import while the graphs are traced and lowered
     cuda = torch.cuda.is_available()
     if not cuda:
         from ember_codegen_triton.testing import StandInGPU
