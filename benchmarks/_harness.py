@@ -89,3 +89,20 @@ def write_section(path: Path, heading: str, body: str) -> None:
         end = text.find("\n## ", start + 1)
         text = text[:start] + section + (text[end:] if end != -1 else "")
     path.write_text(text)
+
+
+def cuda_kernel_seconds(fn: Callable, calls: int = 20) -> float:
+    """The GPU's busy time per call of `fn`: the durations of the CUDA kernels and copies that `calls` calls ran,
+    from torch.profiler (CUPTI), divided by `calls` (after one call outside the profiler)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return us / 1e6 / calls

@@ -142,21 +142,9 @@ def moved_bytes(args: tuple, out: object) -> int:
 
 
 def kernel_seconds(fn: Callable, calls: int = KERNEL_CALLS) -> float | None:
-    """The GPU's busy time per call: the durations of the CUDA kernels and copies `calls` calls ran, from
-    torch.profiler (CUPTI), divided by `calls`. None on the CPU (smoke: Triton's interpreter has no device time)."""
-    if DEVICE != "cuda":
-        return None
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        sync()
-    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return us / 1e6 / calls
+    """The GPU's busy time per call (`_harness.cuda_kernel_seconds`). None on the CPU (smoke: Triton's interpreter
+    has no device time)."""
+    return _harness.cuda_kernel_seconds(fn, calls) if DEVICE == "cuda" else None
 
 
 def compilers(fn: Callable, variants: list[str]) -> dict[str, Callable]:

@@ -1,0 +1,240 @@
+"""Whole models on a GPU: eager, torch.compile (Inductor) and ember side by side, the seven models of the first H200
+run (/work/shared/gpu/models.jsonl; issue 29's table), random weights.
+
+Each model runs in a fresh process with fresh compile caches: the variants are compiled there (cold compile: the
+first call minus an eager call), then take turns in every repeat of a timed loop (median ms per call, synchronized
+at the loop's ends), and the GPU's own kernel time per call is read from torch.profiler (`_harness`). With `--warm`
+a second process compiles ember again from the disk caches the first left (warm compile). One JSON line per model
+goes to stdout (and to `--write FILE`), then a table: Inductor's time over ember's (above 1: ember is faster) by
+wall time and by kernel time, and the compile times.
+
+Usage: python benchmarks/gpu_models.py [--only resnet50,gpt2-infer] [--repeats 10] [--variants eager,inductor,ember]
+                                       [--warm] [--timeout 600] [--write results.jsonl]
+       python benchmarks/gpu_models.py --smoke   (no GPU: tiny stand-ins on the CPU, eager and ember; checks that the
+                                                  script runs, measures nothing worth reading)
+Needs timm and transformers for the real models (the GPU machines have both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import _harness
+
+SMOKE = "--smoke" in sys.argv
+if "--child" in sys.argv and "--keep-caches" not in sys.argv:  # cold compile: caches of its own
+    _harness.use_fresh_caches("ember-gpu-models-")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+DEVICE = "cpu" if SMOKE else "cuda"
+# name → (what it is, kind: infer-bf16 | train-fp32 | train-autocast)
+MODELS = {
+    "resnet50-infer": ("timm resnet50, 64x3x224x224, bf16 inference", "infer-bf16"),
+    "vit-infer": ("timm vit_base_patch16_224, batch 64, bf16 inference", "infer-bf16"),
+    "gpt2-infer": ("GPT-2 6 layers 768 wide, vocabulary 50257, 8x512 tokens, bf16 inference", "infer-bf16"),
+    "llama-infer": ("Llama 4 layers 2048 wide, GQA 16/8, vocabulary 32000, 4x512, bf16 inference", "infer-bf16"),
+    "gpt2-train": ("GPT-2 4 layers 768 wide, 8x256 tokens, fp32 training step", "train-fp32"),
+    "resnet18-train": ("timm resnet18, 32x3x224x224, fp32 training step", "train-fp32"),
+    "llama-train": ("Llama 4 layers 2048 wide, 4x512, training step under bf16 autocast", "train-autocast"),
+}
+
+
+def build(name: str) -> tuple[torch.nn.Module, tuple]:
+    """The model (float32, on the device) and its inputs."""
+    if SMOKE:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from models import Block, SmallCNN
+
+        if "resnet" in name:
+            return SmallCNN(), (torch.randn(2, 3, 16, 16),)
+        return Block(32, 4), (torch.randn(2, 8, 32),)
+    import timm
+    import transformers
+
+    ids = lambda b, t, v: torch.randint(0, v, (b, t), device=DEVICE)  # noqa: E731
+    if name == "resnet50-infer":
+        return timm.create_model("resnet50").eval(), (torch.randn(64, 3, 224, 224),)
+    if name == "vit-infer":
+        return timm.create_model("vit_base_patch16_224").eval(), (torch.randn(64, 3, 224, 224),)
+    if name == "resnet18-train":
+        return Loss(timm.create_model("resnet18"), torch.randint(0, 1000, (32,))), (torch.randn(32, 3, 224, 224),)
+    if name.startswith("gpt2"):
+        layers, (b, t) = (6, (8, 512)) if name == "gpt2-infer" else (4, (8, 256))
+        config = transformers.GPT2Config(n_layer=layers, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+        model = transformers.GPT2LMHeadModel(config)
+        tokens = (ids(b, t, 50257),)
+        return (Logits(model).eval(), tokens) if name == "gpt2-infer" else (Loss(model), tokens)
+    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
+                                      num_attention_heads=16, num_key_value_heads=8, vocab_size=32000,
+                                      max_position_embeddings=1024, use_cache=False)
+    model = transformers.LlamaForCausalLM(config)
+    tokens = (ids(4, 512, 32000),)
+    return (Logits(model).eval(), tokens) if name == "llama-infer" else (Loss(model), tokens)
+
+
+class Logits(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).logits
+
+
+class Loss(torch.nn.Module):
+    """A language model's loss on its own tokens, or a classifier's cross entropy against `labels`."""
+
+    def __init__(self, model, labels=None):
+        super().__init__()
+        self.model = model
+        self.register_buffer("labels", labels)
+
+    def forward(self, x):
+        if self.labels is not None:
+            return F.cross_entropy(self.model(x), self.labels)
+        return self.model(input_ids=x, labels=x).loss
+
+
+def step(fn: Callable, model: torch.nn.Module, inputs: tuple, kind: str) -> Callable:
+    """One call as timed: inference under no_grad (bf16), or forward and backward (autocast when asked)."""
+    if kind == "infer-bf16":
+        def infer():
+            with torch.no_grad():
+                return fn(*inputs)
+        return infer
+
+    def train():
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(DEVICE, torch.bfloat16, enabled=kind == "train-autocast"):
+            loss = fn(*inputs)
+        loss.backward()
+    return train
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(name: str, variants: list[str], repeats: int) -> dict:
+    import ember
+
+    torch.manual_seed(0)
+    kind = MODELS[name][1]
+    model, inputs = build(name)
+    model = model.to(DEVICE, torch.bfloat16 if kind == "infer-bf16" and not SMOKE else torch.float32)
+    inputs = tuple(x.to(DEVICE, torch.bfloat16) if x.is_floating_point() and kind == "infer-bf16" and not SMOKE
+                   else x.to(DEVICE) for x in inputs)
+    makers = {"eager": lambda: model, "inductor": lambda: torch.compile(model, backend="inductor"),
+              "ember": lambda: ember.compile(model)}
+    calls = {v: step(makers[v](), model, inputs, kind) for v in variants}
+    plain = step(model, model, inputs, kind)
+    cold = {}
+    for v in variants:
+        if v != "eager":
+            sync()
+            start = time.perf_counter()
+            calls[v]()
+            sync()
+            eager = _harness.first_call_s(lambda: (plain(), sync()))
+            cold[v] = time.perf_counter() - start - eager
+    wall = _harness.timed(calls, (), repeats, loop_s=0.5)
+    kernels = {v: _harness.cuda_kernel_seconds(c, 5) for v, c in calls.items()} if DEVICE == "cuda" else {}
+    return {"model": name, "what": MODELS[name][0], "device": torch.cuda.get_device_name() if DEVICE == "cuda" else
+            "cpu (smoke)", "torch": torch.__version__, "ms": {v: s * 1e3 for v, s in wall.items()},
+            "kernel_ms": {v: s * 1e3 for v, s in kernels.items()}, "cold_s": cold}
+
+
+def child(args: argparse.Namespace) -> None:
+    result = measure(args.only, args.variants.split(","), args.repeats)
+    if "--keep-caches" in sys.argv:
+        result = {"model": args.only, "warm_s": result["cold_s"].get("ember")}
+    print(json.dumps(result), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="resnet50-infer,gpt2-infer" if SMOKE else ",".join(MODELS))
+    parser.add_argument("--variants", default="eager,ember" if SMOKE else "eager,inductor,ember")
+    parser.add_argument("--repeats", type=int, default=2 if SMOKE else 10)
+    parser.add_argument("--warm", action="store_true", help="also time ember's warm compile (a second process)")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--write", help="append the JSON lines to this file")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--keep-caches", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    rows, failed = [], 0
+    for name in args.only.split(","):
+        flags = ["--only", name, "--variants", args.variants, "--repeats", str(args.repeats),
+                 *(["--smoke"] if SMOKE else [])]
+        try:
+            row = _harness.run_child(__file__, flags, args.timeout)
+            if args.warm:
+                cache = os.environ.get("EMBER_CACHE_DIR")
+                row["warm_s"] = _warm(flags, args.timeout, cache)
+        except RuntimeError as e:
+            row, failed = {"model": name, "failed": str(e).splitlines()[0]}, failed + 1
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        if args.write:
+            with open(args.write, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    print(table(rows))
+    sys.exit(1 if failed else 0)
+
+
+def _warm(flags: list[str], timeout: float, cache: str | None) -> float | None:
+    """ember's compile time in a second process that finds the first one's disk caches (same EMBER_CACHE_DIR)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ember-gpu-models-warm-") as root:
+        os.environ["EMBER_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = f"{root}/ember", f"{root}/triton"
+        try:
+            ember_only = [*flags[:2], "--variants", "eager,ember", *flags[4:], "--keep-caches"]
+            _harness.run_child(__file__, ember_only, timeout)  # fills the caches
+            return _harness.run_child(__file__, ember_only, timeout)["warm_s"]
+        finally:
+            os.environ.pop("TRITON_CACHE_DIR")
+            if cache is None:
+                os.environ.pop("EMBER_CACHE_DIR")
+            else:
+                os.environ["EMBER_CACHE_DIR"] = cache
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | eager ms | inductor ms | ember ms | inductor/ember wall | inductor/ember kernels | "
+             "cold s inductor / ember | warm s ember |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    ratios = []
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['model']} | failed: {r['failed'][:80]} |||||||")
+            continue
+        ms, k, cold = r["ms"], r.get("kernel_ms", {}), r["cold_s"]
+        ratio = ms["inductor"] / ms["ember"] if "inductor" in ms else None
+        kratio = k["inductor"] / k["ember"] if "inductor" in k else None
+        ratios += [ratio] if ratio else []
+        fmt = lambda x, f="{:.2f}": f.format(x) if x is not None else "n/a"  # noqa: E731
+        lines.append(f"| {r['model']} | {fmt(ms.get('eager'))} | {fmt(ms.get('inductor'))} | {fmt(ms.get('ember'))} | "
+                     f"{fmt(ratio)} | {fmt(kratio)} | {fmt(cold.get('inductor'), '{:.1f}')} / "
+                     f"{fmt(cold.get('ember'), '{:.1f}')} | {fmt(r.get('warm_s'), '{:.1f}')} |")
+    if ratios:
+        lines.append(f"\ngeomean inductor/ember (wall): {statistics.geometric_mean(ratios):.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
