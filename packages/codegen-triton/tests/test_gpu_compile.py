@@ -185,6 +185,7 @@ def lean_launches_match_tritons(on_sm90, built, launches: list) -> None:
 def compile_workers_fill_the_cache(on_sm90, built) -> None:
     """With two compile workers, a program's kernels are compiled in their processes: the build's own warm-up
     finds every binary in Triton's (empty before) cache, and the program runs its kernels from there."""
+    import logging
     import tempfile
 
     import triton
@@ -193,16 +194,23 @@ def compile_workers_fill_the_cache(on_sm90, built) -> None:
     fresh = tempfile.mkdtemp(prefix="ember-triton-workers-")
     os.environ.update(EMBER_TRITON_COMPILE_WORKERS="2", TRITON_CACHE_DIR=fresh)
     triton.knobs.cache.dir = fresh
-    hits: list[bool] = []
-    triton.knobs.compilation.listener = lambda **info: hits.append(info["cache_hit"])
+    hits: list[tuple[str, bool]] = []
+    triton.knobs.compilation.listener = lambda **info: hits.append((info["src"].fn.__name__, info["cache_hit"]))
+    left: list[str] = []  # what the workers left to the threads, and why
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lambda record: left.append(record.getMessage())
+    kernels_log = logging.getLogger("ember.kernels")
+    kernels_log.addHandler(handler)
+    kernels_log.setLevel(logging.DEBUG)
     try:
         x = torch.randn(16, 64)
         fn = lambda x: (torch.softmax(x, -1) * 3, x.sum(0).sin(), x.amax(1) + 1)  # noqa: E731 - its own program
         compiled, fallbacks = built(on_sm90(), fn, (x,), "fake")
         kernels = [line for line in compiled.source.splitlines() if line.startswith("def ember_")]
         assert not fallbacks and len(kernels) >= 2, (fallbacks, kernels)
-        assert hits and all(hits), hits  # the build's warm-ups: each a hit on what a worker compiled
+        assert hits and all(hit for _, hit in hits), (hits, left)  # each warm-up a hit on what a worker compiled
     finally:
+        kernels_log.removeHandler(handler)
         triton.knobs.compilation.listener = None
         del os.environ["EMBER_TRITON_COMPILE_WORKERS"]
         os.environ["TRITON_CACHE_DIR"] = old

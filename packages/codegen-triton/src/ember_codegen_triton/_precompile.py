@@ -58,6 +58,7 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
     compile workers' processes where there are any (`_compile_workers.py`), then in threads, which load what the
     workers compiled and compile the rest; BuildError naming every kernel that failed, with the compiler's
     message."""
+    _cache_keys(module, kernels)
     if source is not None and workers() > 0:
         target = driver.active.get_current_target()
         jobs = [(k.name, warmup_args(k, layout, sync), launch_meta(k, debug, sync)) for k in kernels]
@@ -76,6 +77,14 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
                 failed.append(f"kernel {k.name}: {type(e).__name__}: {e}")
     if failed:
         raise BuildError("Triton could not compile " + "; ".join(failed))
+
+
+def _cache_keys(module: ModuleType, kernels: Sequence[TritonKernel]) -> list[str]:
+    """Each kernel's Triton cache key, computed one at a time before the threads start. Triton computes a key once
+    per function, with a placeholder in place while it does: two threads that need a shared helper's key at once
+    can take the placeholder into a kernel's key, and that kernel then misses the binary a worker stored for it
+    (and would under that key in every later process)."""
+    return [getattr(module, k.name).cache_key for k in kernels]
 
 
 def warmup_args(k: TritonKernel, layout: PlanLayout, sync: bool) -> list:
