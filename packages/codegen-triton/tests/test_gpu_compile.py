@@ -33,6 +33,10 @@ CASES = {
     "integer_ops": (lambda a, b: (a // b, a % b, torch.fmod(a, b), (a > 0) & (b < 3)),
                     (torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))), "fake"),
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),
+    "column_sums": (lambda g, x: ((g * g).sum(0), torch.var_mean(x, (0, 2, 3))),
+                    (torch.randn(300, 70), torch.randn(2, 6, 10, 10).to(memory_format=torch.channels_last)), "fake"),
+    "split_batch_norm": (lambda x: (F.batch_norm(x, None, None, W[:4], W[4:8], training=True), x.sum()),
+                         (torch.randn(8, 4, 32, 32),), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "compile_workers_fill_the_cache",

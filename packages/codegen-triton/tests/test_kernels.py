@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import CODEGEN, check, trace
 
 
@@ -112,3 +115,24 @@ def test_scatter_style_ops_run_as_aten_externs_between_kernels():
     compiled = check(lambda x, i, s: (x.index_put((i,), s * 2), torch.zeros(10).index_add(0, i, s[:, 0])), x, idx,
                      src)
     assert "# aten.index_put.default" in compiled.source and "@triton.jit" in compiled.source
+
+
+def test_reductions_across_rows_take_many_rows_a_program():
+    """A sum over the rows of [300, 70] (a weight's gradient) and statistics of NHWC data read along the kept dim:
+    64 rows a program, looped in steps of 64 along the reduction (`_reads_columns`)."""
+    g, h = torch.randn(300, 70), torch.randn(300, 70)
+    nhwc = torch.randn(2, 6, 10, 10).to(memory_format=torch.channels_last)
+    compiled = check(lambda g, h, x: ((g * h).sum(0), g.var(0), torch.var_mean(x, (0, 2, 3))), g, h, nhwc,
+                     atol=1e-5, rtol=1e-4)
+    launches = re.findall(r"(ember_k\w+)\[.*XBLOCK=64, num_warps=\d+, RBLOCK=64\)", compiled.source)
+    assert len(set(launches)) == 2, compiled.source
+
+
+def test_long_reductions_with_few_results_run_split():
+    """Batch norm's statistics over 8x32x32 values a channel, 4 channels: partials a channel and image, then the
+    channel's (ember_lowering `SplitPolicy`); a sum of a whole tensor and of a column cut their leading dim."""
+    x = torch.randn(8, 4, 32, 32) * 3 + 100
+    w, b = torch.randn(4), torch.randn(4)
+    compiled = check(lambda x: (F.batch_norm(x, None, None, w, b, training=True), x.sum(), x.reshape(-1, 4).amax(0)),
+                     x, atol=1e-4, rtol=1e-4)
+    assert compiled.source.count("@triton.jit") >= 5

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from ember_core import Graph, Interpreter, from_fx, to_dtype
-from ember_lowering import Decision, KernelPlan, Op, lower, run_plan
+from ember_lowering import Decision, KernelPlan, Op, SplitPolicy, lower, run_plan
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -49,12 +49,13 @@ def assert_same(expected: Sequence[Any], got: Sequence[Any]) -> None:
 
 
 def check(fn: Callable, *args: Any, mode: str = "fake", others: Sequence[Sequence[Any]] = (),
-          passes=None) -> KernelPlan:
-    """Lower fn's graph unfused and scheduled; both must match the Interpreter on args and each of `others`."""
+          passes=None, split: SplitPolicy | None = None) -> KernelPlan:
+    """Lower fn's graph unfused and scheduled (long reductions split under `split`); both must match the
+    Interpreter on args and each of `others`."""
     graph = trace(fn, *args, mode=mode)
     constants = {n: c.tensor for n, c in graph.constants.items()}
-    plans = [lower(graph, passes=(), check=True, emit_event=False),
-             lower(graph, passes=passes, check=True, emit_event=False)]
+    plans = [lower(graph, passes=(), check=True, emit_event=False, split=split),
+             lower(graph, passes=passes, check=True, emit_event=False, split=split)]
     for inputs in (args, *others):
         expected = Interpreter(graph).run([clone(x) for x in inputs])
         for plan in plans:

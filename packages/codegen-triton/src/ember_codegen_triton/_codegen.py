@@ -16,7 +16,7 @@ import os
 import torch
 import triton
 from ember_core import CacheLookup, Graph, graph_device
-from ember_lowering import Kernel
+from ember_lowering import Kernel, SplitPolicy
 from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
 from triton.runtime.driver import driver
 
@@ -45,6 +45,9 @@ class TritonCodegen(PlanCodegen):
     # a row that fits a block computes its moments in two passes over registers already (`_accumulators.py`); a
     # longer one loops, and a second pass would read it from memory again
     skip_passes = frozenset({"split-moments"})
+    # a program takes a few rows of a reduction: one with few results and long rows runs split in two, so that
+    # every multiprocessor has rows (batch norm's statistics in training: 64 channels, 400k elements each)
+    split_reductions = SplitPolicy()
 
     def serves(self, device: str) -> bool:
         kind = torch.device(device).type

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 import sympy
-from ember_core import as_sympy
+from ember_core import as_sympy, to_dtype
 from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index, recompute_locals
 from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
@@ -38,6 +38,7 @@ MAX_RBLOCK = 16384  # elements of a row a persistent reduction holds in one bloc
 LOOPED_RBLOCK = 1024  # lanes of a looped reduction's accumulators
 POINTWISE_XBLOCK = 1024
 ROW_ELEMENTS = 4096  # XBLOCK * RBLOCK of a reduction kernel, at most
+COLUMN_XBLOCK = 64  # rows of a kernel that reads across rows (see `_reads_columns`)
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ class TritonKernelPrinter:
         self.accumulating: dict[str, Accumulator] = {}  # reduction → its accumulator, inside a looped Loop
         self.reduce = bool(self.k.reduce_dims)
         self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
-        self.looped = self.reduce and not (self.rsize.is_Integer and int(self.rsize) <= MAX_RBLOCK)
+        self.columns = self.reduce and _reads_columns(self.k, layout, self.ranges)
+        longest = ROW_ELEMENTS // COLUMN_XBLOCK if self.columns else MAX_RBLOCK
+        self.looped = self.reduce and not (self.rsize.is_Integer and int(self.rsize) <= longest)
         self.rnumel = self.expr(self.rsize) if self.reduce else "0"
         self.numel = sympy.Mul(*[d.size for d in self.k.outer_dims])  # the flattened i-dims (1 when none)
 
@@ -86,7 +89,8 @@ class TritonKernelPrinter:
         origins = f"  # from {', '.join(self.k.origins)}" if self.k.origins else ""
         text = "\n".join(["@triton.jit", f"def {self.name}({', '.join(params)}):{origins}",
                           *["    " + line for line in body]])
-        rblock = (LOOPED_RBLOCK if self.looped else _next_pow2(int(self.rsize))) if self.reduce else 0
+        looped_rblock = ROW_ELEMENTS // COLUMN_XBLOCK if self.columns else LOOPED_RBLOCK
+        rblock = (looped_rblock if self.looped else _next_pow2(int(self.rsize))) if self.reduce else 0
         xblock = max(1, min(64, ROW_ELEMENTS // rblock)) if self.reduce else POINTWISE_XBLOCK
         return TritonKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
                             self.numel, xblock, rblock, _warps(xblock * max(rblock, 1)), self.checks)
@@ -282,6 +286,31 @@ class _SsaNames(dict):
 
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key) if super().__contains__(key) else key
+
+
+def _reads_columns(k: Kernel, layout: PlanLayout, ranges: Ranges) -> bool:
+    """Does the kernel read across rows: do more of the bytes its loops load lie next to each other along its last
+    i-dim (stride 1) than along its last r-dim? A weight's gradient (a sum over the tokens of [tokens, width]),
+    batch norm's statistics over NHWC data. Such a kernel takes many rows a program (`COLUMN_XBLOCK`) and short
+    looped steps along them, so that each step of a program loads whole stretches of memory; a row a program and
+    the whole row a block would read one element of each 32-byte sector it touches."""
+    if not k.outer_dims:
+        return False
+    x = sympy.Symbol(k.outer_dims[-1].var, integer=True)
+    r = sympy.Symbol(k.reduce_dims[-1].var, integer=True)
+    across = along = 0
+    for stmt in k.body:
+        for i in stmt.body if isinstance(stmt, Loop) else ():
+            if i.op is not Op.LOAD or i.buffer not in layout.buffers:
+                continue
+            b = layout.buffers[i.buffer]
+            flat = sympy.expand(flat_index(i.index, b.stride, layout.rel_offset(i.buffer), ranges))
+            size = to_dtype(b.dtype).itemsize
+            if flat.coeff(r) == 1:
+                along += size
+            elif flat.coeff(x) == 1 and flat.coeff(r) != 0:
+                across += size
+    return across > along
 
 
 def _unflatten(flat: str, dims, expr) -> list[str]:

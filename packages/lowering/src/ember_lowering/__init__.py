@@ -25,16 +25,17 @@ from ._parser import parse_plan
 from ._plan_cache import PLANS, lower_cached, plan_facts, read_plan
 from ._printer import format_instr, format_plan
 from ._scheduler import Pass, default_passes, schedule
+from ._split_reductions import SplitPolicy
 from ._verify import check_round_trip, verify_plan
 from .passes.stash_values import recompute_locals
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "KERNEL_DTYPES", "NAN", "PLANS", "POINTWISE_OPS", "REDUCTIONS", "TRANSCENDENTAL", "VERDICTS", "Buffer",
-    "Decision", "Dim", "Extern", "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError", "Op", "Pass", "PlanError",
-    "PlanInterpreter", "Ranges", "Unsupported", "__version__", "bind_args", "check_round_trip", "default_passes",
-    "flat_index", "format_instr", "format_plan", "interpreter_rules", "lower", "lower_cached", "lower_graph",
-    "lowering_rules", "opmath", "parse_plan", "plan_facts", "read_plan", "recompute_locals", "run_plan", "schedule",
-    "simplify", "storage_size", "sym_rules", "verify_plan",
+    "KERNEL_DTYPES", "NAN", "PLANS", "POINTWISE_OPS", "REDUCTIONS", "TRANSCENDENTAL", "VERDICTS", "Buffer", "Decision",
+    "Dim", "Extern", "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError", "Op", "Pass", "PlanError",
+    "PlanInterpreter", "Ranges", "SplitPolicy", "Unsupported", "__version__", "bind_args", "check_round_trip",
+    "default_passes", "flat_index", "format_instr", "format_plan", "interpreter_rules", "lower", "lower_cached",
+    "lower_graph", "lowering_rules", "opmath", "parse_plan", "plan_facts", "read_plan", "recompute_locals", "run_plan",
+    "schedule", "simplify", "storage_size", "sym_rules", "verify_plan",
 ]

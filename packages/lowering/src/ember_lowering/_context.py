@@ -21,6 +21,7 @@ from ._builder import KernelBuilder, Val
 from ._errors import LoweringError
 from ._indexing import ONE, ZERO, Ranges, contiguous_strides, linear_index, simplify, sym, to_expr
 from ._loop_ir import Buffer, Dim, Op
+from ._split_reductions import SPLIT_OPS, SplitPolicy, plan_split, split_reduction
 
 Expr = sympy.Expr
 
@@ -64,8 +65,9 @@ class TensorRef:
 class LoweringContext:
     """Buffers, steps and the value environment of one graph being lowered."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, split: SplitPolicy | None = None):
         self.graph = graph
+        self.split = split  # long reductions with few results split in two (`_split_reductions.py`); None: never
         self.values = graph.values
         self.ranges = Ranges(lowers={s.name: s.lower for s in graph.symbols})
         self.hints = {s.name: s.hint for s in graph.symbols}
@@ -182,11 +184,16 @@ class LoweringContext:
         return self.identity(out)
 
     def reduction(self, op: Op, x: TensorRef, dims: Sequence[int], keepdim: bool, dtype: str,
-                  acc: str | None = None, prologue: Callable[..., Val] | None = None):
+                  acc: str | None = None, prologue: Callable[..., Val] | None = None, split: bool = True):
         """One reduction kernel of x over `dims` (empty: all). Loads are cast to `acc` (or `prologue(b, val)`
-        applied); returns the result (two for welford: mean, m2) as new buffers of dtype `dtype`."""
+        applied); returns the result (two for welford: mean, m2) as new buffers of dtype `dtype`. Under a split
+        policy (and `split`), a long reduction with few results is two reductions (`_split_reductions.py`)."""
         n = x.rank
         dims = sorted({d % n for d in dims} if n else set()) if dims else list(range(n))
+        if split and self.split is not None and op in SPLIT_OPS:
+            how = plan_split(x.shape, dims, self.split)
+            if how is not None:
+                return split_reduction(self, op, x, dims, keepdim, dtype, acc or x.dtype, prologue, how)
         kdims, idx = self.dims_for(x.shape, reduce=dims)
         b = self.builder(kdims)
         if not any(d.reduce for d in kdims):  # every reduced dim has size 1: nothing to reduce

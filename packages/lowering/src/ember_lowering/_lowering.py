@@ -47,6 +47,7 @@ from ._rules_pointwise import pointwise_rules
 from ._rules_reduction import reduction_rules
 from ._rules_view import view_rules
 from ._scheduler import drop_unused_buffers, name_kernels, order_buffers, schedule
+from ._split_reductions import SplitPolicy
 
 log = logging.getLogger("ember.kernels")
 
@@ -107,10 +108,11 @@ def bind_args(node: Node) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the walk
 
 
-def lower_graph(graph: Graph) -> KernelPlan:
-    """The unfused plan: one kernel per lowered op (views are index arithmetic), externs for the rest."""
+def lower_graph(graph: Graph, split: SplitPolicy | None = None) -> KernelPlan:
+    """The unfused plan: one kernel per lowered op (views are index arithmetic), externs for the rest; long
+    reductions with few results split in two under `split` (`_split_reductions.py`)."""
     graph = rewrite_graph(graph)
-    ctx = LoweringContext(graph)
+    ctx = LoweringContext(graph, split)
     device = graph_device(graph)
     for inp in graph.inputs:
         v = graph.values[inp.name]
@@ -362,16 +364,18 @@ def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
 # ---------------------------------------------------------------------------------------------- entry
 
 
-def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: bool = True) -> KernelPlan:
+def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: bool = True,
+          split: SplitPolicy | None = None) -> KernelPlan:
     """Lower a graph and schedule it: the KernelPlan a codegen builds from.
 
     passes: the scheduler passes to run (default `default_passes()`); check: verify the plan and its text round
-    trip after every pass (tests turn this on); emit_event: send `kernels_planned` (stage `lowering`, the
-    plan's text as source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
+    trip after every pass (tests turn this on); split: the codegen's policy for long reductions with few results
+    (`SplitPolicy`; None: none split); emit_event: send `kernels_planned` (stage `lowering`, the plan's text as
+    source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
     Codegens emit `kernels_generated` with their own source.
     """
     with Stopwatch() as clock:
-        plan = lower_graph(graph)
+        plan = lower_graph(graph, split)
         decisions: list[Decision] = []
         plan = schedule(plan, passes=passes, check=check, decisions=decisions)
     if emit_event:

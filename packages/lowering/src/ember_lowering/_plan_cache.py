@@ -24,6 +24,7 @@ from ._lowering import lower
 from ._parser import parse_plan
 from ._printer import format_plan
 from ._scheduler import default_passes
+from ._split_reductions import SplitPolicy
 from ._verify import verify_plan
 
 log = logging.getLogger("ember.cache")
@@ -32,15 +33,19 @@ FORMAT = "ember loop-IR text 1"
 PLANS: ResultCache[KernelPlan] = ResultCache("plans", "plan", "lowering", "kernel plan")
 
 
-def lower_cached(graph: Graph, *, cache: bool = True, skip: frozenset[str] = frozenset()) -> KernelPlan:
+def lower_cached(graph: Graph, *, cache: bool = True, skip: frozenset[str] = frozenset(),
+                 split: SplitPolicy | None = None) -> KernelPlan:
     """`lower(graph)` through the disk cache of plans (`cache=False`: lowered, nothing read or stored), without the
-    default passes whose ids are in `skip` (a codegen's choice; part of the cache entry's facts)."""
+    default passes whose ids are in `skip` and with long reductions split under `split` (a codegen's choices; part
+    of the cache entry's facts)."""
     def lowered() -> KernelPlan:
-        return lower(graph, passes=tuple(p for p in default_passes() if p.id not in skip)) if skip else lower(graph)
+        passes = tuple(p for p in default_passes() if p.id not in skip) if skip else None
+        return lower(graph, passes=passes, split=split)
 
     if not cache:
         return lowered()
-    facts = plan_facts(graph) | ({"skip": ",".join(sorted(skip))} if skip else {})
+    facts = plan_facts(graph) | ({"skip": ",".join(sorted(skip))} if skip else {}) | \
+        ({"split": split.fact()} if split is not None else {})
     plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph))
     if plan is not None:
         return plan

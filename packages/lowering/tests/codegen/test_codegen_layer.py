@@ -162,7 +162,7 @@ def test_a_failed_build_runs_the_graph_in_the_interpreter_codegen():
 def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(monkeypatch):
     import ember_lowering._plan_cache as plans
 
-    def fail(graph):
+    def fail(graph, **how):
         raise RuntimeError("no lowering today")
 
     monkeypatch.setattr(plans, "lower", fail)  # what the codegen layer's `lower_cached` calls on a miss

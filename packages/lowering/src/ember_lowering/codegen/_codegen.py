@@ -38,6 +38,7 @@ from ember_core import (
 
 from .._loop_ir import Kernel
 from .._plan_cache import lower_cached
+from .._split_reductions import SplitPolicy
 from ._errors import CannotPrint
 from ._fallback import InterpreterFallback, UseFallback, relayout, report_fallback
 from ._layout import PlanLayout
@@ -52,13 +53,16 @@ GRAPHED_MODES = ("reduce-overhead", "max-autotune")
 class PlanCodegen:
     """The shared flow; `name` labels results, `device` is the device type plans must be for, `stage` names the
     codegen in events (`codegen-cpp`) and `language` its kernels in messages (`C++`). `skip_passes`: ids of
-    lowering's default passes this codegen's plans go without (Triton keeps its own Welford: `split-moments`)."""
+    lowering's default passes this codegen's plans go without (Triton keeps its own Welford: `split-moments`).
+    `split_reductions`: the policy by which its plans split long reductions with few results in two (a GPU wants
+    many rows; ember_lowering's `SplitPolicy`), None for never."""
 
     name = "plan"
     device = "cpu"
     stage = "codegen"
     language = "native"
     skip_passes: frozenset[str] = frozenset()
+    split_reductions: SplitPolicy | None = None
 
     # ------------------------------------------------------------------ what a subclass provides
 
@@ -106,7 +110,8 @@ class PlanCodegen:
         """The compiled graph, and the binding its first call waits for (None when no kernel is built). The plan
         comes from lowering's disk cache of plans unless the `cache` option is off."""
         try:
-            plan = lower_cached(graph, cache=(options or {}).get("cache", True), skip=self.skip_passes)
+            plan = lower_cached(graph, cache=(options or {}).get("cache", True), skip=self.skip_passes,
+                                split=self.split_reductions)
         except Exception as e:  # noqa: BLE001 - any lowering failure means: run the graph as it is
             return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}", "lowering"), None
         if not self.serves(plan.device):
