@@ -95,10 +95,22 @@ def _models() -> list[Workload]:
     ]
 
 
+def _reduction_workloads() -> list[Workload]:
+    """Reductions with few results (batch norm's statistics in training: 64 channels of 401,408 values each) and
+    reductions across rows (a weight's gradient: a sum over 8192 rows)."""
+    n, c, hw = (4, 8, 8) if SMOKE else (32, 64, 112)
+    r, d = (64, 16) if SMOKE else (8192, 4096)
+    return [
+        Workload(f"batch norm train step {n}x{c}x{hw}x{hw}",
+                 lambda dt: (nn.BatchNorm2d(c).to(DEVICE, dt), (_t(n, c, hw, hw, dtype=dt),)), False, True),
+        Workload(f"column sum {r}x{d}", lambda dt: (lambda x: x.sum(0), (_t(r, d, dtype=dt),)), True),
+    ]
+
+
 CHAIN = 1 << (12 if SMOKE else 26)
 WORKLOADS = [
     Workload("pointwise chain 64M", lambda dt: (pointwise_chain, (_t(CHAIN, dtype=dt), _t(CHAIN, dtype=dt))), True),
-    *_norm_workloads(8192, 4096), *_norm_workloads(32768, 1024), *_models(),
+    *_norm_workloads(8192, 4096), *_norm_workloads(32768, 1024), *_reduction_workloads(), *_models(),
 ]
 
 
