@@ -7,7 +7,12 @@ With CUDA the programs are a transformer block's forward and backward and a smal
 the same graphs are compiled for the stand-in sm_90 driver (ember_codegen_triton.testing): Triton's whole pipeline
 and ptxas, no launch.
 
-Usage: python benchmarks/triton_compile.py [--workers 0,4] [--repeats 3]
+With `--warm`, each cold build is followed by two processes on the caches it left (no workers): one binds every
+kernel from the module entry's binaries manifest (`_binaries.py`), the other with the manifest withheld, through
+Triton's JIT and its cache (what a warm start did before). Kernels launch through lean launchers in all three, as
+on CUDA.
+
+Usage: python benchmarks/triton_compile.py [--workers 0,4] [--repeats 3] [--warm]
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def child() -> None:
                      _allow_non_fake_inputs=True)(*args)
         return canonical_symbols(from_fx(gm, name=f"g{len(graphs)}"))
 
+    torch.manual_seed(0)  # the same graphs (their constants included) in every process: a warm one finds their plans
     block, cnn = Block().to(device), SmallCNN().to(device).eval()
     x, image = torch.randn(4, 16, 256, device=device), torch.randn(2, 3, 16, 16, device=device)
     graphs: list = []
@@ -61,6 +67,14 @@ def child() -> None:
         def serves(self, device: str) -> bool:  # CPU graphs too, compiled for the stand-in GPU
             return True
 
+        def lean_launch(self, program) -> bool:  # bound as on CUDA (--warm measures the binding)
+            return "--lean" in sys.argv
+
+    if "--jit-bind" in sys.argv:  # the manifest withheld: each kernel found again through Triton's JIT
+        import ember_codegen_triton._codegen as codegen
+
+        codegen.prebuilt = lambda *args: {}
+
     start = time.perf_counter()
     compiled = Any().compile_many(graphs, {})
     seconds = time.perf_counter() - start
@@ -72,6 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", default=f"0,{max(2, min(8, (os.cpu_count() or 1) - 1))}")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warm", action="store_true", help="also warm processes: manifest against Triton's JIT")
     args = parser.parse_args()
     here = Path(__file__).resolve().parent
     results: dict[str, list[float]] = {}
@@ -93,6 +108,31 @@ def main() -> None:
     for workers, values in results.items():
         median = statistics.median(values)
         print(f"workers={workers:3s} {median:7.2f} s   {base / median:5.2f}x")
+    if args.warm:
+        warm(args.repeats, here)
+
+
+def run_child(flags: list[str], cache: str, workers: str, here: Path) -> dict:
+    env = {**os.environ, "EMBER_TRITON_COMPILE_WORKERS": workers, "EMBER_CACHE_DIR": cache,
+           "TRITON_CACHE_DIR": str(Path(cache) / "triton"), "PYTHONPATH": str(here)}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, __file__, "--child", *flags], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def warm(repeats: int, here: Path) -> None:
+    """Cold, then warm with the binaries manifest, then warm through Triton's JIT, on one cache each repeat."""
+    results: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            for label, flags in (("cold", []), ("warm, manifest", []), ("warm, Triton's JIT", ["--jit-bind"])):
+                row = run_child(["--lean", *flags], cache, "0", here)
+                results.setdefault(label, []).append(row["seconds"])
+    print(f"# build and bind of the same programs (lean launchers), median of {repeats}")
+    for label, values in results.items():
+        print(f"{label:20s} {statistics.median(values):7.2f} s")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ CASES = {
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "compile_workers_fill_the_cache",
-          "private_triton_cache"]
+          "private_triton_cache", "warm_bind_skips_the_jit", "warm_bind_compiles_a_missing_binary"]
 
 
 def test_the_gpu_build_compiles_every_kernel_for_sm90(tmp_path):
@@ -130,6 +130,10 @@ def main() -> None:
         OnSm90().compile_many([on_cuda(trace(fn, *args, mode=mode))])
     assert rec.kinds("build_cache_hit") and triton.knobs.cache.dir == str(cache), triton.knobs.cache.dir
     print("private_triton_cache:ok", flush=True)
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}  # the second process finds what this one compiled
+    warm = subprocess.run([sys.executable, __file__, "--warm"], capture_output=True, text=True, timeout=600, env=env)
+    assert warm.returncode == 0, warm.stderr[-4000:]
+    print(warm.stdout, end="", flush=True)
 
 
 def lean_launches_match_tritons(on_sm90, built, launches: list) -> None:
@@ -186,6 +190,66 @@ def lean_launches_match_tritons(on_sm90, built, launches: list) -> None:
     print("lean_launch_odd_offset:ok", flush=True)
 
 
+def warm_process() -> None:
+    """A second process on the caches the first left: every case's program binds from its module entry's binaries
+    manifest (`_binaries.py`) without entering Triton's JIT or compiler, and launches what Triton's own path
+    launches; a kernel whose binary is gone from Triton's cache is compiled through the JIT, alone."""
+    import shutil
+
+    import triton
+    import triton.runtime.jit as jit
+    from ember_codegen_triton import TritonCodegen
+    from ember_codegen_triton.testing import StandInGPU
+    from triton.runtime.driver import driver
+
+    driver.set_active(StandInGPU())
+
+    class Lean(TritonCodegen):
+        def serves(self, device: str) -> bool:
+            return True
+
+        def lean_launch(self, program) -> bool:
+            return program.options.get("triton.launch", "lean") == "lean"
+
+    entered: list[str] = []
+    tritons_run = jit.JITFunction.run
+
+    def counted(self, *args, **kwargs):
+        entered.append(self.__name__)
+        return tritons_run(self, *args, **kwargs)
+
+    jit.JITFunction.run = counted
+
+    def launches(compiled, args) -> list:
+        del StandInGPU.launches[:]
+        compiled(list(args))
+        return without_hooks(StandInGPU.launches)
+
+    for name, (fn, args, mode) in CASES.items():
+        lean = Lean().compile_many([trace(fn, *args, mode=mode)])[0]
+        ours = launches(lean, args)
+        assert ours and entered == [], (name, entered)
+        jitted = Lean().compile_many([trace(fn, *args, mode=mode)], {"triton.launch": "jit"})[0]
+        assert ours == launches(jitted, args), name
+        del entered[:]
+    print("warm_bind_skips_the_jit:ok", flush=True)
+
+    fn, args, mode = CASES["cross_entropy"]
+    lean = Lean().compile_many([trace(fn, *args, mode=mode)])[0]
+    kernels = [line.split("(")[0][4:] for line in lean.source.splitlines() if line.startswith("def ember_")]
+    cache = Path(triton.knobs.cache.dir)
+    gone = kernels[0]
+    for group in {p.parent for p in cache.glob(f"*/{gone}.cubin")}:
+        shutil.rmtree(group)
+    for module in [m for m in sys.modules if m.startswith("ember_triton_")]:  # imported again, as a fresh process
+        del sys.modules[module]
+    compiled = Lean().compile_many([trace(fn, *args, mode=mode)])[0]
+    launches(compiled, args)
+    assert gone in entered and set(entered) == {gone}, (gone, entered)
+    assert list(cache.glob(f"*/{gone}.cubin")), "the JIT compiled it again"
+    print("warm_bind_compiles_a_missing_binary:ok", flush=True)
+
+
 def compile_workers_fill_the_cache(on_sm90, built) -> None:
     """With two compile workers, a program's kernels are compiled in their processes: the build's own warm-up
     finds every binary in Triton's (empty before) cache, and the program runs its kernels from there."""
@@ -228,4 +292,4 @@ def without_hooks(calls: list[tuple]) -> list[tuple]:
 
 
 if __name__ == "__main__":
-    main()
+    warm_process() if "--warm" in sys.argv else main()

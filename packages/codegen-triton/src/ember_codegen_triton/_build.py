@@ -18,22 +18,24 @@ import triton
 from ember_core import CacheLookup, DiskCache
 from ember_lowering.codegen import Build, BuildError, BuildPool
 
-FORMAT = "1"  # bump when the meaning of generated code changes without its text changing
-CACHE = DiskCache("triton", ("py",))
+FORMAT = "2"  # bump when the meaning of generated code changes without its text changing
+CACHE = DiskCache("triton", ("py", "bins"))  # the module; the manifest of its compiled kernels (`_binaries.py`)
 _POOL = BuildPool(CACHE, "triton", what="Triton module")
 
 
-def module_build(source: str, check: Callable[[ModuleType], None] | None = None, flavor: str = "") -> Build:
-    """A Build whose future resolves to the entry's files (`py`); `check(module)` runs on the module imported from
-    the work folder before the entry is stored, and raises BuildError to fail the build. `flavor` names what the
-    check did (the GPU compiled for, debug or not): part of the key, so that another one checks again."""
+def module_build(source: str, check: Callable[[ModuleType], bytes | None] | None = None, flavor: str = "") -> Build:
+    """A Build whose future resolves to the entry's files (`py`, and `bins`: what `check` returned, or nothing);
+    `check(module)` runs on the module imported from the work folder before the entry is stored, and raises
+    BuildError to fail the build. `flavor` names what the check did (the GPU compiled for, debug or not): part of
+    the key, so that another one checks again."""
     key = hashlib.sha256("\0".join([FORMAT, triton.__version__, flavor, source]).encode()).hexdigest()[:40]
     expect = {"source_sha256": hashlib.sha256(source.encode()).hexdigest()}
 
     def make(work: Path):
+        bins = None
         if check is not None:
-            check(load_module(f"ember_triton_check_{key}", work / f"{key}.py", source.encode()))
-        return {"py": source.encode()}, {"triton": triton.__version__}
+            bins = check(load_module(f"ember_triton_check_{key}", work / f"{key}.py", source.encode()))
+        return {"py": source.encode(), "bins": bins or b""}, {"triton": triton.__version__}
 
     return _POOL.get(key, expect, make)
 

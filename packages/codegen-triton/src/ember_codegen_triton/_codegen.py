@@ -11,6 +11,7 @@ CPU tensors: how CI tests it without a GPU; `options={"codegen.cpu": "triton"}`)
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
@@ -21,6 +22,8 @@ from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, Printed
 from triton.runtime.driver import driver
 
 from ._autotune import tuned_kernels
+from ._binaries import BadManifest
+from ._binaries import load as load_binaries
 from ._build import import_module, module_build
 from ._compile_workers import start as start_compile_workers
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
@@ -28,6 +31,8 @@ from ._launcher import launch_signature, make_launcher, stream_reader
 from ._precompile import current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
 from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE
 from ._wrapper import TritonWrapperWriter, launch_meta
+
+log = logging.getLogger("ember.kernels")
 
 
 def interpreting() -> bool:
@@ -97,10 +102,13 @@ class TritonCodegen(PlanCodegen):
 
         def bind(found: CacheLookup, env: dict) -> None:
             module = import_module(build.key, found)
-            for name, k in kernels_by_name.items():
+            for name in kernels_by_name:
                 env[name] = getattr(module, name)
-                if lean:
-                    env[f"_launch_{name}"] = lean_launcher(env[name], k, layout, debug, sync)
+            if not lean:
+                return
+            built = prebuilt(found, {name: env[name] for name in kernels_by_name}, graph)
+            for name, k in kernels_by_name.items():
+                env[f"_launch_{name}"] = lean_launcher(env[name], k, layout, debug, sync, built.get(name))
             if lean:
                 env["_lean_stream"] = stream_reader(driver.active.get_current_device(), driver.active,
                                                     triton.knobs.runtime)
@@ -133,10 +141,23 @@ def lean_launch_supported() -> bool:
     return hasattr(getattr(triton, "knobs", None), "runtime")
 
 
-def lean_launcher(jit, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool):
-    """`k`'s lean launcher over the binary its build compiled (found again in Triton's caches)."""
+def prebuilt(found: CacheLookup, functions: dict, graph: Graph) -> dict:
+    """The program's compiled kernels as its build's manifest finds them (`_binaries.py`), without Triton's JIT;
+    none where the manifest is unusable (logged: each kernel then goes through the JIT)."""
+    try:
+        return load_binaries(found.data.get("bins", b""), functions, triton.knobs.cache.dir)
+    except BadManifest as e:
+        log.warning("graph %r: the Triton module's binaries manifest %s is unusable (%s); its kernels load through "
+                    "Triton's JIT", graph.name, found.files.get("bins"), e)
+        return {}
+
+
+def lean_launcher(jit, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool, compiled=None):
+    """`k`'s lean launcher over the binary its build compiled: `compiled`, found by the build's manifest, else
+    through Triton's JIT and caches."""
     args = warmup_args(k, layout, sync)
-    compiled = warm_up(jit, k, args, debug, sync)
+    if compiled is None:
+        compiled = warm_up(jit, k, args, debug, sync)
     params = [(p.name, bool(p.is_constexpr)) for p in jit.params]
     return make_launcher(launch_signature(k.name, params, args, launch_meta(k, debug, sync)), compiled, jit)
 

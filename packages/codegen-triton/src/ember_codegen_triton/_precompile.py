@@ -30,6 +30,7 @@ from ember_core import private_cache_dir, to_dtype
 from ember_lowering.codegen import BuildError, PlanLayout
 from triton.runtime.driver import driver
 
+from ._binaries import manifest
 from ._compile_workers import prefill, workers
 from ._kernel_printer import TritonKernel
 from ._wrapper import launch_meta
@@ -53,11 +54,11 @@ def current_target() -> str:
 
 
 def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool,
-               sync: bool, source: str | None = None) -> None:
+               sync: bool, source: str | None = None) -> bytes:
     """Compile each kernel of `module` (whose text is `source`) for the current device, in parallel: first in the
     compile workers' processes where there are any (`_compile_workers.py`), then in threads, which load what the
     workers compiled and compile the rest; BuildError naming every kernel that failed, with the compiler's
-    message."""
+    message. Returns the binaries' manifest (`_binaries.py`), which the module's cache entry keeps."""
     _cache_keys(module, kernels)
     if source is not None and workers() > 0:
         target = driver.active.get_current_target()
@@ -65,18 +66,19 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
         prefill(source, module.__file__, (target.backend, target.arch, target.warp_size), triton.knobs.cache.dir,
                 jobs)
     futures = {k: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug, sync) for k in kernels}
-    failed = []
+    failed, compiled = [], {}
     for k, future in futures.items():
         try:
-            future.result()
+            compiled[k.name] = future.result()
         except Exception:  # noqa: BLE001 - tried again alone, below
             try:  # CPython 3.11's ast module is not thread-safe ("AST constructor recursion depth mismatch"): a
                 # kernel that failed among others is compiled again by itself before it counts as failed
-                _warm_up(getattr(module, k.name), k, layout, debug, sync)
+                compiled[k.name] = _warm_up(getattr(module, k.name), k, layout, debug, sync)
             except Exception as e:  # noqa: BLE001 - whatever Triton raises: the kernel cannot run, ATen will
                 failed.append(f"kernel {k.name}: {type(e).__name__}: {e}")
     if failed:
         raise BuildError("Triton could not compile " + "; ".join(failed))
+    return manifest(compiled, triton.knobs.cache.dir)
 
 
 def _cache_keys(module: ModuleType, kernels: Sequence[TritonKernel]) -> list[str]:

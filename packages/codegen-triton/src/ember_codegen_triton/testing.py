@@ -3,15 +3,16 @@
     driver.set_active(StandInGPU())      # before anything compiles; Triton must not be in interpreter mode
 
 Triton then compiles for an H100 (sm_90) through its whole pipeline (TTIR ... PTX, cubin with its bundled ptxas),
-"loads" each binary as a name, and launches through `StandInGPU.launcher_cls`, which records each launch instead
-of running it: kernel, grid, stream, binary, launch metadata, hooks and every argument (`launches`). Kernels do not
-run, so outputs hold whatever their buffers held; what can be checked is what was compiled and what each launch
-passed — which is what Triton's interpreter cannot show (it runs kernels as Python on CPU tensors, no binary, no
-launcher).
+"loads" each binary as a name (the kernel's and its bytes' sha256), and launches through `StandInGPU.launcher_cls`,
+which records each launch instead of running it: kernel, grid, stream, binary, launch metadata, hooks and every
+argument (`launches`). Kernels do not run, so outputs hold whatever their buffers held; what can be checked is what
+was compiled and what each launch passed — which is what Triton's interpreter cannot show (it runs kernels as Python
+on CPU tensors, no binary, no launcher).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import torch
@@ -48,7 +49,8 @@ class StandInGPU:
         @staticmethod
         def load_binary(name: str, kernel: bytes, shared: int, device: int):
             StandInGPU.loaded.append(name)
-            return object(), f"{name}#{len(StandInGPU.loaded)}", 32, 0, 1024  # module, function, regs, spills, threads
+            function = f"{name}#{hashlib.sha256(kernel).hexdigest()[:12]}"  # the binary, by its bytes
+            return object(), function, 32, 0, 1024  # module, function, registers, spills, threads
 
         @staticmethod
         def unload_module(module: Any) -> None:

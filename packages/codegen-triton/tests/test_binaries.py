@@ -1,0 +1,60 @@
+"""The binaries manifest a GPU build keeps with its module (`_binaries.py`): parsed and checked, never trusted for
+its form; a kernel whose files are gone or changed is left to Triton's JIT. (That a warm process binds every kernel
+from it without the JIT, on a stand-in sm_90, is `test_gpu_compile.py`'s `warm_bind_*` checks.)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from ember_codegen_triton._binaries import BadManifest, load
+
+SHA = "0" * 64
+
+
+def entry(**changes):
+    good = {"folder": "ABC123", "metadata": "k.json", "binary": "k.cubin", "sha256": {"k.json": SHA, "k.cubin": SHA},
+            "hash": SHA, "signature": {"b_x": "*fp32", "S_s0": "i32", "XBLOCK": "constexpr"},
+            "constants": [[[2], 1024]], "attrs": [[[0], [["tt.divisibility", 16]]]]}
+    return {**good, **changes}
+
+
+def manifest(**kernels) -> bytes:
+    return json.dumps({"format": 1, "kernels": kernels}).encode()
+
+
+@pytest.mark.parametrize("bad,says", [
+    (b"\xff", "not JSON"),
+    (b"[]", "format"),
+    (json.dumps({"format": 2, "kernels": {}}).encode(), "format"),
+    (manifest(other=entry()), "not in the module"),
+    (manifest(k=entry(folder="../../etc")), "bad folder"),
+    (manifest(k=entry(binary="k.cubin; rm")), "bad binary file name"),
+    (manifest(k=entry(metadata="k.cubin")), "bad file kinds"),
+    (manifest(k=entry(sha256={"k.json": SHA})), "bad sha256"),
+    (manifest(k=entry(signature={"b_x": "*fp32); system(1"})), "bad signature"),
+    (manifest(k=entry(signature={"x y": "i32"})), "bad signature"),
+    (manifest(k=entry(constants=[[[2], {"a": 1}]])), "bad constants"),
+    (manifest(k=entry(attrs=[[[-1], []]])), "bad attributes"),
+    (manifest(k=entry(extra=1)), "unexpected fields"),
+])
+def test_a_manifest_of_another_form_is_refused_naming_what(bad, says):
+    with pytest.raises(BadManifest, match=says.replace("(", r"\(")):
+        load(bad, {"k": object()}, "/nonexistent")
+
+
+def test_an_empty_manifest_finds_nothing():
+    assert load(b"", {"k": object()}, "/nonexistent") == {}
+
+
+def test_a_kernel_whose_files_are_gone_or_changed_is_left_to_the_jit(tmp_path, caplog):
+    folder = tmp_path / "ABC123"
+    folder.mkdir()
+    (folder / "k.json").write_text("{}")
+    (folder / "k.cubin").write_bytes(b"binary")
+    sha = {"k.json": hashlib.sha256(b"{}").hexdigest(), "k.cubin": hashlib.sha256(b"other").hexdigest()}
+    with caplog.at_level("INFO", logger="ember.kernels"):
+        assert load(manifest(k=entry(sha256=sha)), {"k": object()}, tmp_path) == {}
+    assert "k.cubin missing or changed" in caplog.text
+    assert load(manifest(k=entry()), {"k": object()}, tmp_path / "gone") == {}
