@@ -1,5 +1,6 @@
 """Whole models on a GPU: eager, torch.compile (Inductor) and ember side by side, the seven models of the first H200
-run (/work/shared/gpu/models.jsonl; issue 29's table), random weights.
+run (/work/shared/gpu/models.jsonl; issue 29's table), random weights, and a small-batch decode step (`llama-decode`,
+benchmarks/models.py's `DecodeStep`) under mode="reduce-overhead" for both compilers.
 
 Each model runs in a fresh process with fresh compile caches: the variants are compiled there (cold compile: the
 first call minus an eager call), then take turns in every repeat of a timed loop (median ms per call, synchronized
@@ -45,6 +46,8 @@ MODELS = {
     "gpt2-train": ("GPT-2 4 layers 768 wide, 8x256 tokens, fp32 training step", "train-fp32"),
     "resnet18-train": ("timm resnet18, 32x3x224x224, fp32 training step", "train-fp32"),
     "llama-train": ("Llama 4 layers 2048 wide, 4x512, training step under bf16 autocast", "train-autocast"),
+    "llama-decode": ("Llama-style decode step, 4 layers 2048 wide, batch 4, one token against 512 cached, bf16, "
+                     'mode="reduce-overhead" (CUDA graphs) for Inductor and ember', "decode-bf16"),
 }
 
 
@@ -56,7 +59,15 @@ def build(name: str) -> tuple[torch.nn.Module, tuple]:
 
         if "resnet" in name:
             return SmallCNN(), (torch.randn(2, 3, 16, 16),)
+        if name == "llama-decode":
+            from models import DecodeStep
+
+            return DecodeStep(32, 2, 4, 2, 64, 100), decode_inputs(2, 2, 8, 2, 8, 100)
         return Block(32, 4), (torch.randn(2, 8, 32),)
+    if name == "llama-decode":
+        from models import DecodeStep
+
+        return DecodeStep(), decode_inputs(4, 4, 512, 8, 128, 32000)
     import timm
     import transformers
 
@@ -80,6 +91,12 @@ def build(name: str) -> tuple[torch.nn.Module, tuple]:
     model = transformers.LlamaForCausalLM(config)
     tokens = (ids(4, 512, 32000),)
     return (Logits(model).eval(), tokens) if name == "llama-infer" else (Loss(model), tokens)
+
+
+def decode_inputs(batch: int, layers: int, cached: int, kv_heads: int, head_dim: int, vocab: int) -> tuple:
+    """A decode step's token ids [batch, 1] and key and value caches [layers, batch, kv_heads, cached, head_dim]."""
+    cache = (layers, batch, kv_heads, cached, head_dim)
+    return torch.randint(0, vocab, (batch, 1)), torch.randn(cache), torch.randn(cache)
 
 
 class Logits(torch.nn.Module):
@@ -107,7 +124,7 @@ class Loss(torch.nn.Module):
 
 def step(fn: Callable, model: torch.nn.Module, inputs: tuple, kind: str) -> Callable:
     """One call as timed: inference under no_grad (bf16), or forward and backward (autocast when asked)."""
-    if kind == "infer-bf16":
+    if kind in ("infer-bf16", "decode-bf16"):
         def infer():
             with torch.no_grad():
                 return fn(*inputs)
@@ -132,11 +149,12 @@ def measure(name: str, variants: list[str], repeats: int) -> dict:
     torch.manual_seed(0)
     kind = MODELS[name][1]
     model, inputs = build(name)
-    model = model.to(DEVICE, torch.bfloat16 if kind == "infer-bf16" and not SMOKE else torch.float32)
-    inputs = tuple(x.to(DEVICE, torch.bfloat16) if x.is_floating_point() and kind == "infer-bf16" and not SMOKE
-                   else x.to(DEVICE) for x in inputs)
-    makers = {"eager": lambda: model, "inductor": lambda: torch.compile(model, backend="inductor"),
-              "ember": lambda: ember.compile(model)}
+    low = kind in ("infer-bf16", "decode-bf16") and not SMOKE
+    model = model.to(DEVICE, torch.bfloat16 if low else torch.float32)
+    inputs = tuple(x.to(DEVICE, torch.bfloat16) if x.is_floating_point() and low else x.to(DEVICE) for x in inputs)
+    mode = "reduce-overhead" if kind == "decode-bf16" else None
+    makers = {"eager": lambda: model, "inductor": lambda: torch.compile(model, backend="inductor", mode=mode),
+              "ember": lambda: ember.compile(model, mode=mode)}
     calls = {v: step(makers[v](), model, inputs, kind) for v in variants}
     plain = step(model, model, inputs, kind)
     cold = {}

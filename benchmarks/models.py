@@ -57,3 +57,35 @@ class SmallCNN(nn.Module):
 
 def mlp_train_step_model():
     return nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512))
+
+
+class DecodeStep(nn.Module):
+    """One token of a Llama-style decoder against a cache of `cached` earlier tokens: RMSNorm, attention with
+    grouped heads over the cache, SwiGLU MLP, per layer. The caches are inputs (as a static KV cache is), so that
+    each call is the same graph: the small-batch step `mode="reduce-overhead"` is for."""
+
+    def __init__(self, d=2048, layers=4, heads=16, kv_heads=8, hidden=5632, vocab=32000):
+        super().__init__()
+        self.heads, self.kv_heads = heads, kv_heads
+        self.embed, self.head = nn.Embedding(vocab, d), nn.Linear(d, vocab, bias=False)
+        self.layers = nn.ModuleList(nn.ModuleDict({
+            "q": nn.Linear(d, d, bias=False), "kv": nn.Linear(d, 2 * d * kv_heads // heads, bias=False),
+            "o": nn.Linear(d, d, bias=False), "gate_up": nn.Linear(d, 2 * hidden, bias=False),
+            "down": nn.Linear(hidden, d, bias=False)}) for _ in range(layers))
+        self.norms = nn.Parameter(torch.ones(2 * layers + 1, d))
+
+    def forward(self, ids, k_cache, v_cache):
+        """ids: [B, 1]; k_cache, v_cache: [layers, B, kv_heads, cached, d / heads]. Returns the next logits."""
+        x = self.embed(ids)
+        b, d = x.shape[0], x.shape[-1]
+        dh = d // self.heads
+        for n, layer in enumerate(self.layers):
+            h = rmsnorm(x, self.norms[2 * n])
+            q = layer["q"](h).view(b, 1, self.heads, dh).transpose(1, 2)
+            k, v = layer["kv"](h).view(b, 1, 2 * self.kv_heads, dh).transpose(1, 2).chunk(2, dim=1)
+            k, v = torch.cat([k_cache[n], k], 2), torch.cat([v_cache[n], v], 2)
+            a = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            x = x + layer["o"](a.transpose(1, 2).reshape(b, 1, d))
+            gate, up = layer["gate_up"](rmsnorm(x, self.norms[2 * n + 1])).chunk(2, dim=-1)
+            x = x + layer["down"](F.silu(gate) * up)
+        return self.head(rmsnorm(x, self.norms[-1]))

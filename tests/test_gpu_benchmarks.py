@@ -1,5 +1,5 @@
-"""The GPU benchmarks run end to end without a GPU, so that they work when one is lent: the seven-model benchmark in
-its CPU smoke mode, the launch benchmark against the stand-in sm_90 driver."""
+"""The GPU benchmarks run end to end without a GPU, so that they work when one is lent: the model benchmark in its CPU
+smoke mode (and its decode step against eager), the launch benchmark against the stand-in sm_90 driver."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ember
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -33,3 +35,21 @@ def test_the_launch_benchmark_measures_both_paths_on_the_stand_in_gpu():
     done = run("triton_launch.py", "--launches", "50", "--repeats", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "triton kernel[grid]" in done.stdout and "ember lean launcher" in done.stdout
+
+
+def test_the_decode_step_benchmarked_matches_eager_under_reduce_overhead():
+    """`gpu_models.py`'s llama-decode (smoke sizes): ember's mode="reduce-overhead" against eager, twice (the second
+    call replays what the first recorded)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from models import DecodeStep
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    torch.manual_seed(0)
+    model = DecodeStep(64, 2, 4, 2, 96, 100).eval()
+    cache = (2, 2, 2, 8, 16)
+    ids, k, v = torch.randint(0, 100, (2, 1)), torch.randn(cache), torch.randn(cache)
+    compiled = ember.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(compiled(ids, k, v), model(ids, k, v), rtol=1e-4, atol=1e-5)
