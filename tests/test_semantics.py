@@ -239,3 +239,23 @@ def test_a_training_step_with_backward_inside_runs_equal_to_eager(frontend):
         torch.testing.assert_close(p, q)
     if frontend == "trace":
         assert any("backward()" in e.message for e in rec.kinds("fallback"))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda i, x: torch.arange(5.0)[i] + x,
+    lambda i, x: torch.zeros(5).index_select(0, i) + x,
+    lambda i, x: torch.gather(torch.ones(3, 4), 1, i[1:].view(1, 1).expand(3, 1)) * x,
+    lambda i, x: (x.expand(5) * 2)[i],
+    lambda i, x: F.embedding(i, torch.ones(5, 2) * x),
+], ids=["arange", "index_select-zeros", "gather-ones", "broadcast", "embedding-of-a-product"])
+def test_an_index_out_of_range_raises_as_in_eager(frontend, fn):
+    """A gather from values no load reads (an arange, a fill, a broadcast) with an index out of range raised
+    nothing and returned a value that was never there (lowering inlined the values into the gather)."""
+    x = torch.randn(1)
+    compiled = compile_with(frontend, fn)
+    torch.testing.assert_close(compiled(torch.tensor([1, 3]), x), fn(torch.tensor([1, 3]), x))
+    bad = torch.tensor([1, 7])
+    with pytest.raises((IndexError, RuntimeError)) as eager:
+        fn(bad, x)
+    with pytest.raises(eager.type):
+        compiled(bad, x)

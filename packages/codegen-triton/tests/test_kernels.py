@@ -93,6 +93,18 @@ def test_an_index_out_of_range_raises_torchs_own_error():
     assert "ember_err" in compiled.source
 
 
+@pytest.mark.parametrize("fn", [lambda i, x: (torch.arange(5.0)[i] + x,), lambda i, x: ((x.expand(5) * 2)[i],),
+                                lambda i, x: (torch.zeros(5, 2).index_select(0, i) + x,)], ids=["arange", "broadcast",
+                                                                                              "zeros"])
+def test_an_index_out_of_range_into_generated_values_raises(fn):
+    """Values no load reads (an arange, a fill, a broadcast) are stored for a gather, so that its index is checked:
+    inlined, an index out of range read a value that was never there."""
+    x = torch.randn(1)
+    compiled = check(fn, torch.tensor([4, 0]), x)
+    with pytest.raises(IndexError):
+        compiled([torch.tensor([1, 7]), x])
+
+
 def test_in_debug_mode_an_index_out_of_range_fails_a_device_assert(monkeypatch):
     # `triton.debug` (or TRITON_DEBUG=1) launches with debug=True, which compiles the kernels' device asserts in:
     # the kernel itself stops, naming the buffer, before the error flag would send the graph to torch. Triton's

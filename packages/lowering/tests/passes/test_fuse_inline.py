@@ -1,7 +1,8 @@
 """fuse-inline alone: chains collapse, cheap values are recomputed, expensive shared ones are stored."""
 
+import pytest
 import torch
-from ember_lowering import Op
+from ember_lowering import Op, run_plan
 from ember_lowering.passes.fuse_inline import FuseInline
 from lowering_checks import before_after, count_ops, verdicts
 
@@ -49,3 +50,23 @@ def test_an_extern_reader_keeps_the_value_stored():
     _, after, decisions = before_after(lambda x: (x * 2).cumsum(0), X, passes=[FuseInline()])
     (kept,) = [d for d in decisions if d.reason == "extern-reader"]
     assert kept.verdict == "kept" and kept.subjects[1] == "mul" and len(after.kernels) == 1
+
+
+def test_a_gather_of_generated_values_keeps_them_stored_so_its_index_is_checked():
+    """`arange(5)[i]`, `zeros(5)[i]`, a broadcast `x.expand(5)[i]`: inlined, no load would check `i` against 5 and
+    an index out of range would read a value that was never there (eager raises IndexError)."""
+    i, x = torch.tensor([2]), torch.randn(1)
+    for fn in (lambda i, x: torch.arange(5.0)[i] + x, lambda i, x: torch.zeros(5).index_select(0, i) + x,
+               lambda i, x: (x.expand(5) * 2)[i]):
+        _, after, decisions = before_after(fn, i, x, passes=[FuseInline()])
+        assert ("kept", "unchecked-index") in verdicts(decisions)
+        with pytest.raises(IndexError):
+            run_plan(after, [torch.tensor([7]), x], {})
+
+
+def test_a_gather_of_an_elementwise_value_still_inlines():
+    """`embedding(w.sin(), i)`: the sine's load of w takes the index, checked against w's rows."""
+    w = torch.randn(5, 3)
+    _, after, decisions = before_after(lambda w, i: torch.nn.functional.embedding(i, w.sin()) * 2, w,
+                                       torch.tensor([4, 0]), passes=[FuseInline()])
+    assert len(after.kernels) == 1 and ("kept", "unchecked-index") not in verdicts(decisions)

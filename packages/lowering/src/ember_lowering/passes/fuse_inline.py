@@ -6,6 +6,12 @@ pointwise prologues of reductions. It would recompute the producer once per load
 of a broadcast read, so: a single consumer without broadcast always inlines; several consumers only when the
 producer is cheap (cost ≤ RECOMPUTE_BUDGET); a broadcast read only when it is trivial (≤ BROADCAST_BUDGET).
 An expensive value with several consumers stays materialized.
+
+A load whose index reads values (a gather, an embedding: `x[idx]`) is checked against its buffer's shape by the
+codegens; inlined, the producer's own loads take that index instead, and are checked against their buffers. So a
+producer is inlined at such a load only where each dim the index reads values for is one that some plain load of
+the producer walks over the same extent: `arange(5)[idx]`, `zeros(5)[idx]` or a broadcast `x.expand(5)[idx]` stay
+materialized, so that an index out of range fails as in eager instead of reading a value that was never there.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ class FuseInline:
     id = "fuse-inline"
     # fused: nothing reads it / one consumer / cheap enough to recompute at every load;
     # kept: an extern reads it / a broadcast read would recompute it / expensive and read more than once
-    reasons = frozenset({"no-reader", "single-consumer", "cheap", "extern-reader", "broadcast", "expensive"})
+    # kept: ... / a load with values in its index would lose its bounds check
+    reasons = frozenset({"no-reader", "single-consumer", "cheap", "extern-reader", "broadcast", "expensive",
+                         "unchecked-index"})
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         hints = {s.name: s.hint for s in plan.symbols}
@@ -42,6 +50,13 @@ class FuseInline:
             if any(not isinstance(steps[k], Kernel) for k in users):
                 note("kept", "extern-reader", (producer.name, target),
                      f"keep {describe(producer)}: an extern call reads {target}")
+                continue
+            shapes = {b.name: b.shape for b in plan.buffers}
+            unchecked = _unchecked_dims(producer, target, [steps[k] for k in users], shapes)
+            if unchecked:
+                note("kept", "unchecked-index", (producer.name, target),
+                     f"keep {describe(producer)}: a load reads {target} at an index computed from values in dims "
+                     f"{unchecked}, which no load of it would check")
                 continue
             ok, code, reason = _decide(producer, target, [steps[k] for k in users], hints)
             note("fused" if ok else "kept", code, (producer.name, target),
@@ -69,6 +84,32 @@ def _inlinable(k) -> str | None:
     if sorted(used, key=str) != sorted((sym(d.var) for d in k.dims), key=str):
         return None
     return stores[0].buffer
+
+
+def _unchecked_dims(producer: Kernel, target: str, readers: list[Kernel], shapes: dict) -> list[int]:
+    """The dims of `target` that some reader indexes with values (an indirect load) and that no unmasked load of
+    the producer walks at the same loop variable over the same extent: inlined there, an out-of-range index would
+    go unchecked."""
+    store = next(i for i in producer.body if i.op is Op.STORE)
+    sizes = {d.var: d.size for d in producer.dims}
+    carried = set()  # the producer's loop variables some plain load indexes one of its buffer's dims with
+    for i in producer.body:
+        if i.op is Op.LOAD and not i.srcs:
+            for e, extent in zip(i.index, shapes.get(i.buffer, ())):
+                if e.is_Symbol and e.name in sizes and extent == sizes[e.name]:
+                    carried.add(e.name)
+    unchecked = set()
+    for r in readers:
+        values = set(defined_names(r.body))
+        for s in r.body:
+            for i in (s.body if isinstance(s, Loop) else (s,)):
+                if i.op is not Op.LOAD or i.buffer != target:
+                    continue
+                for d, e in enumerate(i.index):
+                    var = store.index[d]
+                    if {x.name for x in e.free_symbols} & values and not (var.is_Symbol and var.name in carried):
+                        unchecked.add(d)
+    return sorted(unchecked)
 
 
 def _sites(kernel: Kernel, target: str) -> list[tuple[bool, bool]]:
