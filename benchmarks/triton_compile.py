@@ -12,7 +12,10 @@ kernel from the module entry's binaries manifest (`_binaries.py`), the other wit
 Triton's JIT and its cache (what a warm start did before). Kernels launch through lean launchers in all three, as
 on CUDA.
 
-Usage: python benchmarks/triton_compile.py [--workers 0,4] [--repeats 3] [--warm]
+With `--layers N`, cold builds of N identical blocks: kernels of one body share one function (`_dedup.py`), against
+every kernel compiled on its own.
+
+Usage: python benchmarks/triton_compile.py [--workers 0,4] [--repeats 3] [--warm] [--layers 6]
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ def child() -> None:
         return canonical_symbols(from_fx(gm, name=f"g{len(graphs)}"))
 
     torch.manual_seed(0)  # the same graphs (their constants included) in every process: a warm one finds their plans
-    block, cnn = Block().to(device), SmallCNN().to(device).eval()
+    layers = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--layers=")), "1"))
+    block = (Block() if layers == 1 else torch.nn.Sequential(*[Block() for _ in range(layers)])).to(device)
+    cnn = SmallCNN().to(device).eval()
     x, image = torch.randn(4, 16, 256, device=device), torch.randn(2, 3, 16, 16, device=device)
     graphs: list = []
     graphs.append(graph(lambda x: block(x), x))
@@ -70,6 +75,10 @@ def child() -> None:
         def lean_launch(self, program) -> bool:  # bound as on CUDA (--warm measures the binding)
             return "--lean" in sys.argv
 
+    if "--no-dedup" in sys.argv:  # every kernel its own function, as before `_dedup.py`
+        import ember_codegen_triton._codegen as codegen
+
+        codegen.module_text = lambda kernels: "\n\n\n".join(k.text for k in kernels)
     if "--jit-bind" in sys.argv:  # the manifest withheld: each kernel found again through Triton's JIT
         import ember_codegen_triton._codegen as codegen
 
@@ -87,6 +96,8 @@ def main() -> None:
     parser.add_argument("--workers", default=f"0,{max(2, min(8, (os.cpu_count() or 1) - 1))}")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warm", action="store_true", help="also warm processes: manifest against Triton's JIT")
+    parser.add_argument("--layers", type=int, default=1, help="also cold builds of this many blocks, kernels of one "
+                        "body compiled once against each alone")
     args = parser.parse_args()
     here = Path(__file__).resolve().parent
     results: dict[str, list[float]] = {}
@@ -110,6 +121,23 @@ def main() -> None:
         print(f"workers={workers:3s} {median:7.2f} s   {base / median:5.2f}x")
     if args.warm:
         warm(args.repeats, here)
+    if args.layers > 1:
+        dedup(args.layers, args.repeats, here)
+
+
+def dedup(layers: int, repeats: int, here: Path) -> None:
+    """Cold builds of a stack of `layers` identical blocks: kernels of one body compiled once, or each alone."""
+    results: dict[str, list[float]] = {}
+    functions = {}
+    for _ in range(repeats):
+        for label, flags in (("one function a body", []), ("a function a kernel", ["--no-dedup"])):
+            with tempfile.TemporaryDirectory() as cache:
+                row = run_child([f"--layers={layers}", *flags], cache, "0", here)
+            results.setdefault(label, []).append(row["seconds"])
+            functions[label] = row["kernels"]
+    print(f"# cold build, {layers} blocks forward and backward and the CNN, median of {repeats}")
+    for label, values in results.items():
+        print(f"{label:22s} {statistics.median(values):7.2f} s   ({functions[label]} @triton.jit functions)")
 
 
 def run_child(flags: list[str], cache: str, workers: str, here: Path) -> dict:

@@ -26,6 +26,7 @@ from ._binaries import BadManifest
 from ._binaries import load as load_binaries
 from ._build import import_module, module_build
 from ._compile_workers import start as start_compile_workers
+from ._dedup import module_text
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
 from ._launcher import launch_signature, make_launcher, stream_reader
 from ._precompile import current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
@@ -64,7 +65,7 @@ class TritonCodegen(PlanCodegen):
     def unit_source(self, program: Program) -> str:
         libdevice = INTERPRETER_LIBDEVICE if interpreting() else LIBDEVICE
         return PRELUDE.replace("import triton.language as tl\n", f"import triton.language as tl\n{libdevice}\n", 1) \
-            + "\n\n" + "\n\n\n".join(k.text for k in program.kernels) + "\n"
+            + "\n\n" + module_text(program.kernels) + "\n"
 
     def lean_launch(self, program: Program) -> bool:
         """Do the program's kernels launch through lean launchers (`_launcher.py`)? On CUDA unless option

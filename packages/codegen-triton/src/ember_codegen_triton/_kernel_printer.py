@@ -82,7 +82,7 @@ class TritonKernelPrinter:
 
     def print(self) -> TritonKernel:
         body = self._body()
-        roots = sorted(self.roots, key=list(self.layout.buffers).index)
+        roots = list(self.roots)  # in the order the body first uses them: kernels of one body list theirs alike
         params = [self.layout.local[r] for r in roots] + (["ember_err"] if self.checks else [])
         params += [self.layout.sym_local[s] for s in self.layout.symbols]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduce else [])

@@ -60,14 +60,18 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
     workers compiled and compile the rest; BuildError naming every kernel that failed, with the compiler's
     message. Returns the binaries' manifest (`_binaries.py`), which the module's cache entry keeps."""
     _cache_keys(module, kernels)
+    distinct = _distinct(module, kernels, layout, debug, sync)
     if source is not None and workers() > 0:
         target = driver.active.get_current_target()
-        jobs = [(k.name, warmup_args(k, layout, sync), launch_meta(k, debug, sync)) for k in kernels]
+        jobs = [(k.name, warmup_args(k, layout, sync), launch_meta(k, debug, sync)) for k in distinct.values()]
         prefill(source, module.__file__, (target.backend, target.arch, target.warp_size), triton.knobs.cache.dir,
                 jobs)
-    futures = {k: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug, sync) for k in kernels}
+    futures = {key: _threads().submit(_warm_up, getattr(module, k.name), k, layout, debug, sync)
+               for key, k in distinct.items()}
     failed, compiled = [], {}
-    for k, future in futures.items():
+    for k in kernels:
+        key = _compile_key(module, k, layout, debug, sync)
+        future = futures[key]
         try:
             compiled[k.name] = future.result()
         except Exception:  # noqa: BLE001 - tried again alone, below
@@ -79,6 +83,22 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
     if failed:
         raise BuildError("Triton could not compile " + "; ".join(failed))
     return manifest(compiled, triton.knobs.cache.dir)
+
+
+def _compile_key(module: ModuleType, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool) -> tuple:
+    """What decides k's binary: its function (kernels of one body share one, `_dedup.py`), its launches' argument
+    types and specialization, and its launch options."""
+    meta = launch_meta(k, debug, sync)
+    return (getattr(module, k.name).__name__, repr(warmup_args(k, layout, sync)), repr(sorted(meta.items())))
+
+
+def _distinct(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool,
+              sync: bool) -> dict[tuple, TritonKernel]:
+    """One kernel per binary to compile: the first of those that share a function and a specialization."""
+    out: dict[tuple, TritonKernel] = {}
+    for k in kernels:
+        out.setdefault(_compile_key(module, k, layout, debug, sync), k)
+    return out
 
 
 def _cache_keys(module: ModuleType, kernels: Sequence[TritonKernel]) -> list[str]:
