@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUDGET_S = 480.0
 GPU_MARK = re.compile(r"mark\.gpu\b|marks=\[?pytest\.mark\.gpu|pytestmark\s*=.*\bgpu\b")
 # benchmarks/gpu.py's workloads the real run times (first words or names: its --only)
-BENCH_REAL = "pointwise chain 64M,softmax 8192x4096,transformer block train step"
+BENCH_REAL = "pointwise chain 64M,softmax 8192x4096,transformer block train step,batch norm train step"
 
 
 @dataclasses.dataclass
