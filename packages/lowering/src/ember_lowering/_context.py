@@ -190,7 +190,7 @@ class LoweringContext:
         policy (and `split`), a long reduction with few results is two reductions (`_split_reductions.py`)."""
         n = x.rank
         dims = sorted({d % n for d in dims} if n else set()) if dims else list(range(n))
-        if split and self.split is not None and op in SPLIT_OPS:
+        if split and self.split is not None and op in SPLIT_OPS and not (prologue and op is Op.REDUCE_WELFORD):
             how = plan_split(x.shape, dims, self.split)
             if how is not None:
                 return split_reduction(self, op, x, dims, keepdim, dtype, acc or x.dtype, prologue, how)
