@@ -10,7 +10,7 @@ from ember_lowering._split_reductions import plan_split
 from lowering_checks import check, count_ops, trace
 
 torch.manual_seed(0)
-SMALL = SplitPolicy(rows=32, min_length=64, min_chunk=8)  # the GPU's policy, scaled to test sizes
+SMALL = SplitPolicy(rows=32, min_length=64, min_chunk=8, column_rows=2, min_column_chunk=8)  # scaled to test sizes
 
 
 def shape(*sizes):
@@ -30,6 +30,14 @@ def test_a_reduction_to_a_scalar_cuts_its_leading_dim():
 def test_a_column_sum_cuts_the_reduced_dim():
     s = plan_split(shape(65536, 64), [0], SplitPolicy())
     assert s.shape == (32, 2048, 64) and (s.kept, s.inner, s.parts) == ((0,), (1,), 32)
+
+
+def test_a_sum_across_rows_wants_as_many_rows_again_as_a_program_takes():
+    """A weight's gradient, [2048 tokens, 2048 wide] summed over the tokens: 2048 results are enough rows for a
+    reduction along rows, but across rows a program takes 64 of them (32 programs): split, partials of 256 tokens."""
+    assert plan_split(shape(2048, 2048), [0], SplitPolicy()) is None
+    s = plan_split(shape(2048, 2048), [0], SplitPolicy(), across=True)
+    assert s.shape == (8, 256, 2048) and s.parts == 8
 
 
 def test_each_partial_keeps_at_least_min_chunk():

@@ -289,8 +289,9 @@ class _SsaNames(dict):
 
 
 def _reads_columns(k: Kernel, layout: PlanLayout, ranges: Ranges) -> bool:
-    """Does the kernel read across rows: do more of the bytes its loops load lie next to each other along its last
-    i-dim (stride 1) than along its last r-dim? A weight's gradient (a sum over the tokens of [tokens, width]),
+    """Does the kernel read across rows: do more of the bytes its loops stream (loads that change along its last
+    i-dim) lie next to each other along that i-dim (stride 1) than along its last r-dim? A weight's gradient (a sum
+    over the tokens of [tokens, width]),
     batch norm's statistics over NHWC data. Such a kernel takes many rows a program (`COLUMN_XBLOCK`) and short
     looped steps along them, so that each step of a program loads whole stretches of memory; a row a program and
     the whole row a block would read one element of each 32-byte sector it touches."""
@@ -306,6 +307,8 @@ def _reads_columns(k: Kernel, layout: PlanLayout, ranges: Ranges) -> bool:
             b = layout.buffers[i.buffer]
             flat = sympy.expand(flat_index(i.index, b.stride, layout.rel_offset(i.buffer), ranges))
             size = to_dtype(b.dtype).itemsize
+            if flat.coeff(x) == 0:  # the same for every row of a program (a per-token scale): cached, not streamed
+                continue
             if flat.coeff(r) == 1:
                 along += size
             elif flat.coeff(x) == 1 and flat.coeff(r) != 0:

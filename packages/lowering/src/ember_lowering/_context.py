@@ -191,7 +191,7 @@ class LoweringContext:
         n = x.rank
         dims = sorted({d % n for d in dims} if n else set()) if dims else list(range(n))
         if split and self.split is not None and op in SPLIT_OPS and not (prologue and op is Op.REDUCE_WELFORD):
-            how = plan_split(x.shape, dims, self.split)
+            how = plan_split(x.shape, dims, self.split, self.reads_across(x, dims))
             if how is not None:
                 return split_reduction(self, op, x, dims, keepdim, dtype, acc or x.dtype, prologue, how)
         kdims, idx = self.dims_for(x.shape, reduce=dims)
@@ -236,6 +236,13 @@ class LoweringContext:
             return self.new_buffer(t.shape, root.dtype, kind="view", stride=stride, name=name, offset=offset,
                                    base=base)
         return self.pointwise(lambda b, v: v, [t], t.shape, t.dtype).buffer
+
+    def reads_across(self, t: TensorRef, dims: Sequence[int]) -> bool:
+        """Does a reduction of t over `dims` read across rows: is t's stride-1 dim (in its buffer's layout) kept?"""
+        layout = self.strided_layout(t)
+        if layout is None:
+            return False
+        return any(stride == 1 and k not in dims and t.shape[k] != 1 for k, stride in enumerate(layout[0]))
 
     def strided_layout(self, t: TensorRef) -> tuple[tuple[Expr, ...], Expr] | None:
         """(strides, offset) of t over its buffer's storage when that is affine in the view index, else None."""

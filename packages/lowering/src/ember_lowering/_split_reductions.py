@@ -9,7 +9,9 @@ the second kernel reads a few kilobytes.
 `plan_split` decides, from static sizes alone (a symbolic size is never split): a reduction is split when its
 results number fewer than `SplitPolicy.rows` and it reduces at least `min_length` elements. The partials keep the
 leading reduced dims (for NCHW batch norm: N), and where the next one is longer than needed it is cut into
-`(f, size / f)` by a view, f a divisor; every partial covers at least `min_chunk` elements.
+`(f, size / f)` by a view, f a divisor; every partial covers at least `min_chunk` elements. A reduction across rows
+(its input's stride-1 dim is kept: a weight's gradient summed over tokens, NHWC statistics) runs `column_rows`
+results a program, so it wants that many times the rows, and its partials may be as short as `min_column_chunk`.
 
 `split_reduction` lowers the split form through the context (so the scheduler fuses the first half with what
 produces its input, as any reduction): sum, max, min, any and all reduce the partials with the same op;
@@ -46,10 +48,15 @@ class SplitPolicy:
     rows: int = 2048
     min_length: int = 4096
     min_chunk: int = 1024
+    # a reduction across rows (its input's stride-1 dim is kept: a weight's gradient) runs `column_rows` results a
+    # program, so it wants that many times the rows; its partials may be shorter, `min_column_chunk`
+    column_rows: int = 64
+    min_column_chunk: int = 256
 
     def fact(self) -> str:
         """The policy as a plan-cache fact."""
-        return f"rows={self.rows} min_length={self.min_length} min_chunk={self.min_chunk}"
+        return (f"rows={self.rows} min_length={self.min_length} min_chunk={self.min_chunk} "
+                f"column_rows={self.column_rows} min_column_chunk={self.min_column_chunk}")
 
 
 @dataclass(frozen=True)
@@ -68,16 +75,22 @@ class Split:
         return prod(self.shape[d] for d in self.kept)
 
 
-def plan_split(shape: tuple[sympy.Expr, ...], dims: list[int], policy: SplitPolicy) -> Split | None:
-    """The split of a reduction of a tensor of `shape` over `dims` (sorted), or None to reduce it in one go."""
+def plan_split(shape: tuple[sympy.Expr, ...], dims: list[int], policy: SplitPolicy,
+               across: bool = False) -> Split | None:
+    """The split of a reduction of a tensor of `shape` over `dims` (sorted), or None to reduce it in one go;
+    `across`: the reduction reads across rows (its input's stride-1 dim is one it keeps)."""
     if not all(sympy.sympify(s).is_Integer for s in shape):
         return None
     sizes = [int(s) for s in shape]
     results = prod(sizes[k] for k in range(len(sizes)) if k not in dims)
     length = prod(sizes[d] for d in dims)
-    if results >= policy.rows or length < policy.min_length:
+    rows = policy.rows * (policy.column_rows if across else 1)
+    chunk = policy.min_column_chunk if across else policy.min_chunk
+    if results >= rows or length < (2 * chunk if across else policy.min_length):
         return None
-    want = min(-(-policy.rows // results), length // policy.min_chunk)
+    want = min(-(-rows // results), length // chunk)
+    if want < 2:
+        return None
     kept: list[int] = []
     parts, cut, factor = 1, None, 1
     for d in dims:
