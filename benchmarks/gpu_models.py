@@ -10,10 +10,12 @@ goes to stdout (and to `--write FILE`), then a table: Inductor's time over ember
 wall time and by kernel time, and the compile times.
 
 Usage: python benchmarks/gpu_models.py [--only resnet50,gpt2-infer] [--repeats 10] [--variants eager,inductor,ember]
-                                       [--warm] [--timeout 600] [--write results.jsonl]
+                                       [--warm] [--profile 15] [--timeout 600] [--write results.jsonl]
        python benchmarks/gpu_models.py --smoke   (no GPU: tiny stand-ins on the CPU, eager and ember; checks that the
                                                   script runs, measures nothing worth reading)
-Needs timm and transformers for the real models (the GPU machines have both).
+Needs timm and transformers for the real models (the GPU machines have both). `--profile N` adds each variant's N
+costliest GPU kernels per call (where the time goes, as /work/shared/gpu's profiles showed for inference; the
+training models have none yet).
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def measure(name: str, variants: list[str], repeats: int) -> dict:
+def measure(name: str, variants: list[str], repeats: int, profile: int = 0) -> dict:
     import ember
 
     torch.manual_seed(0)
@@ -168,13 +170,16 @@ def measure(name: str, variants: list[str], repeats: int) -> dict:
             cold[v] = time.perf_counter() - start - eager
     wall = _harness.timed(calls, (), repeats, loop_s=0.5)
     kernels = {v: _harness.cuda_kernel_seconds(c, 5) for v, c in calls.items()} if DEVICE == "cuda" else {}
+    top = {v: _harness.cuda_kernel_table(c, 3, profile) for v, c in calls.items()} if DEVICE == "cuda" and profile \
+        else {}
     return {"model": name, "what": MODELS[name][0], "device": torch.cuda.get_device_name() if DEVICE == "cuda" else
             "cpu (smoke)", "torch": torch.__version__, "ms": {v: s * 1e3 for v, s in wall.items()},
-            "kernel_ms": {v: s * 1e3 for v, s in kernels.items()}, "cold_s": cold}
+            "kernel_ms": {v: s * 1e3 for v, s in kernels.items()}, "cold_s": cold,
+            **({"top_kernels": top} if top else {})}
 
 
 def child(args: argparse.Namespace) -> None:
-    result = measure(args.only, args.variants.split(","), args.repeats)
+    result = measure(args.only, args.variants.split(","), args.repeats, args.profile)
     if "--keep-caches" in sys.argv:
         result = {"model": args.only, "warm_s": result["cold_s"].get("ember")}
     print(json.dumps(result), flush=True)
@@ -188,6 +193,8 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="also time ember's warm compile (a second process)")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--write", help="append the JSON lines to this file")
+    parser.add_argument("--profile", type=int, default=0, help="also each variant's N costliest GPU kernels per call "
+                        "(`top_kernels` in the JSON line, a table after the summary)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--keep-caches", action="store_true")
@@ -198,7 +205,7 @@ def main() -> None:
     rows, failed = [], 0
     for name in args.only.split(","):
         flags = ["--only", name, "--variants", args.variants, "--repeats", str(args.repeats),
-                 *(["--smoke"] if SMOKE else [])]
+                 "--profile", str(args.profile), *(["--smoke"] if SMOKE else [])]
         try:
             row = _harness.run_child(__file__, flags, args.timeout)
             if args.warm:
@@ -212,6 +219,11 @@ def main() -> None:
             with open(args.write, "a") as f:
                 f.write(json.dumps(row) + "\n")
     print(table(rows))
+    for row in rows:
+        for variant, kernels in row.get("top_kernels", {}).items():
+            print(f"\n{row['model']} {variant}: ms per call, launches per call")
+            for k in kernels:
+                print(f"  {k['ms']:8.3f}  {k['launches']:6.1f}  {k['kernel']}")
     sys.exit(1 if failed else 0)
 
 
