@@ -148,3 +148,14 @@ def test_long_reductions_with_few_results_run_split():
     compiled = check(lambda x: (F.batch_norm(x, None, None, w, b, training=True), x.sum(), x.reshape(-1, 4).amax(0)),
                      x, atol=1e-4, rtol=1e-4)
     assert compiled.source.count("@triton.jit") >= 5
+
+
+def test_nhwc_batch_norm_statistics_split_and_read_channels_side_by_side():
+    """Batch norm in training over channels-last data: split into partials (a channel and a stretch of rows each),
+    whose rows the printer flattens channel-last (the plan's order is the partials' store's), so that they read
+    across rows: 64 channels a program (`_streaming_order`, `_reads_columns`)."""
+    x = (torch.randn(8, 4, 32, 32) * 2 + 5).to(memory_format=torch.channels_last)
+    w, b = torch.randn(4), torch.randn(4)
+    compiled = check(lambda x: (F.batch_norm(x, None, None, w, b, training=True),), x, atol=1e-4, rtol=1e-4)
+    launches = re.findall(r"(ember_k\w+)\[.*XBLOCK=64, num_warps=\d+, RBLOCK=64\)", compiled.source)
+    assert launches and compiled.source.count("@triton.jit\ndef ember_") >= 3, compiled.source

@@ -72,11 +72,14 @@ class TritonKernelPrinter:
         self.accumulating: dict[str, Accumulator] = {}  # reduction → its accumulator, inside a looped Loop
         self.reduce = bool(self.k.reduce_dims)
         self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
-        self.columns = self.reduce and _reads_columns(self.k, layout, self.ranges)
+        # a reduction's rows flattened with the i-dim its loops stream with stride 1 last (NHWC statistics: C), so
+        # that a program's rows lie side by side in memory; the plan's order is the store's (order-dims)
+        self.outer = _streaming_order(self.k, layout, self.ranges) if self.reduce else list(self.k.outer_dims)
+        self.columns = self.reduce and _reads_columns(self.k, self.outer, layout, self.ranges)
         longest = ROW_ELEMENTS // COLUMN_XBLOCK if self.columns else MAX_RBLOCK
         self.looped = self.reduce and not (self.rsize.is_Integer and int(self.rsize) <= longest)
         self.rnumel = self.expr(self.rsize) if self.reduce else "0"
-        self.numel = sympy.Mul(*[d.size for d in self.k.outer_dims])  # the flattened i-dims (1 when none)
+        self.numel = sympy.Mul(*[d.size for d in self.outer])  # the flattened i-dims (1 when none)
 
     # ------------------------------------------------------------------ entry
 
@@ -98,7 +101,7 @@ class TritonKernelPrinter:
     # ------------------------------------------------------------------ the iteration space
 
     def _body(self) -> list[str]:
-        outer, rdims = self.k.outer_dims, self.k.reduce_dims
+        outer, rdims = self.outer, self.k.reduce_dims
         col = "[:, None]" if self.reduce else ""
         lines = [f"xindex = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK){col}",
                  f"xmask = xindex < {self.expr(self.numel)}",
@@ -288,31 +291,49 @@ class _SsaNames(dict):
         return super().__getitem__(key) if super().__contains__(key) else key
 
 
-def _reads_columns(k: Kernel, layout: PlanLayout, ranges: Ranges) -> bool:
-    """Does the kernel read across rows: do more of the bytes its loops stream (loads that change along its last
-    i-dim) lie next to each other along that i-dim (stride 1) than along its last r-dim? A weight's gradient (a sum
-    over the tokens of [tokens, width]),
-    batch norm's statistics over NHWC data. Such a kernel takes many rows a program (`COLUMN_XBLOCK`) and short
-    looped steps along them, so that each step of a program loads whole stretches of memory; a row a program and
-    the whole row a block would read one element of each 32-byte sector it touches."""
-    if not k.outer_dims:
-        return False
-    x = sympy.Symbol(k.outer_dims[-1].var, integer=True)
-    r = sympy.Symbol(k.reduce_dims[-1].var, integer=True)
-    across = along = 0
+def _streamed(k: Kernel, layout: PlanLayout, ranges: Ranges):
+    """(flat element offset, bytes) of each load in the kernel's loops: what it streams through a row."""
     for stmt in k.body:
         for i in stmt.body if isinstance(stmt, Loop) else ():
-            if i.op is not Op.LOAD or i.buffer not in layout.buffers:
-                continue
-            b = layout.buffers[i.buffer]
-            flat = sympy.expand(flat_index(i.index, b.stride, layout.rel_offset(i.buffer), ranges))
-            size = to_dtype(b.dtype).itemsize
-            if flat.coeff(x) == 0:  # the same for every row of a program (a per-token scale): cached, not streamed
-                continue
-            if flat.coeff(r) == 1:
-                along += size
-            elif flat.coeff(x) == 1 and flat.coeff(r) != 0:
-                across += size
+            if i.op is Op.LOAD and i.buffer in layout.buffers:
+                b = layout.buffers[i.buffer]
+                flat = flat_index(i.index, b.stride, layout.rel_offset(i.buffer), ranges)
+                yield sympy.expand(flat), to_dtype(b.dtype).itemsize
+
+
+def _streaming_order(k: Kernel, layout: PlanLayout, ranges: Ranges) -> list:
+    """k's i-dims with the one its loops' loads walk with stride 1 (most bytes) moved last, if any."""
+    outer = list(k.outer_dims)
+    weight = {d.var: 0 for d in outer}
+    for flat, size in _streamed(k, layout, ranges):
+        for d in outer:
+            if flat.coeff(sympy.Symbol(d.var, integer=True)) == 1:
+                weight[d.var] += size
+    best = max(outer, key=lambda d: weight[d.var], default=None)
+    if best is None or weight[best.var] == 0 or best is outer[-1]:
+        return outer
+    return [d for d in outer if d is not best] + [best]
+
+
+def _reads_columns(k: Kernel, outer: list, layout: PlanLayout, ranges: Ranges) -> bool:
+    """Does the kernel read across rows: do more of the bytes its loops stream (loads that change along its last
+    i-dim in `outer`) lie next to each other along that i-dim (stride 1) than along its last r-dim? A weight's
+    gradient (a sum over the tokens of [tokens, width]), batch norm's statistics over NHWC data. Such a kernel takes
+    many rows a program (`COLUMN_XBLOCK`) and short looped steps along them, so that each step of a program loads
+    whole stretches of memory; a row a program and the whole row a block would read one element of each 32-byte
+    sector it touches."""
+    if not outer:
+        return False
+    x = sympy.Symbol(outer[-1].var, integer=True)
+    r = sympy.Symbol(k.reduce_dims[-1].var, integer=True)
+    across = along = 0
+    for flat, size in _streamed(k, layout, ranges):
+        if flat.coeff(x) == 0:  # the same for every row of a program (a per-token scale): cached, not streamed
+            continue
+        if flat.coeff(r) == 1:
+            along += size
+        elif flat.coeff(x) == 1 and flat.coeff(r) != 0:
+            across += size
     return across > along
 
 
