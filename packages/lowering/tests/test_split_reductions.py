@@ -112,3 +112,19 @@ def test_low_precision_partials_stay_in_float32(dtype):
 def test_integer_sums_split_exactly():
     i = torch.randint(-5, 5, (64, 3), dtype=torch.int32)
     check(lambda i: (i.sum(0), i.sum()), i, split=SMALL)
+
+
+def test_each_split_is_a_decision_in_the_plans_event():
+    """`kernels_planned` lists each split with the node it lowered, its sizes and partials (inspectable like the
+    scheduler's choices)."""
+    from ember_core import record_events
+
+    x = torch.randn(8, 4, 6, 5)
+    graph = trace(lambda x: (x.sum((0, 2, 3)), x.amax(-1)), x)
+    with record_events() as rec:
+        lower(graph, split=SMALL)
+    (event,) = rec.kinds("kernels_planned")
+    splits = [d for d in event.data["decisions"] if d.pass_id == "split-reductions"]
+    assert [(d.verdict, d.reason) for d in splits] == [("split", "few-results")]
+    assert "sum" in splits[0].subjects[0] and "4 results, 8 partials of 30" in splits[0].detail
+    assert "split-reductions: split" in event.message

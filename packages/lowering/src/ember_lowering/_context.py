@@ -10,6 +10,7 @@ emits one kernel that writes one new buffer; the scheduler fuses them afterwards
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,13 @@ import sympy
 from ember_core import Graph, Ref, Sym, as_sympy
 
 from ._builder import KernelBuilder, Val
+from ._decisions import Decision, make_decision
 from ._errors import LoweringError
 from ._indexing import ONE, ZERO, Ranges, contiguous_strides, linear_index, simplify, sym, to_expr
 from ._loop_ir import Buffer, Dim, Op
 from ._split_reductions import SPLIT_OPS, SplitPolicy, plan_split, split_reduction
+
+log = logging.getLogger("ember.kernels")
 
 Expr = sympy.Expr
 
@@ -68,6 +72,7 @@ class LoweringContext:
     def __init__(self, graph: Graph, split: SplitPolicy | None = None):
         self.graph = graph
         self.split = split  # long reductions with few results split in two (`_split_reductions.py`); None: never
+        self.decisions: list[Decision] = []  # what lowering itself chose (split reductions), for the plan's event
         self.values = graph.values
         self.ranges = Ranges(lowers={s.name: s.lower for s in graph.symbols})
         self.hints = {s.name: s.hint for s in graph.symbols}
@@ -78,6 +83,13 @@ class LoweringContext:
         self.origin: tuple[str, ...] = ()
         self._taken = set(graph.values) | set(graph.constants)
         self._count = 0
+
+    def decide(self, pass_id: str, reasons: frozenset[str], verdict: str, reason: str, subjects: Sequence[str],
+               detail: str) -> None:
+        """Record a choice lowering made (as a scheduler pass records its own), logged on `ember.kernels`."""
+        decision = make_decision(pass_id, reasons, verdict, reason, subjects, detail)
+        log.debug("%s", decision)
+        self.decisions.append(decision)
 
     # ------------------------------------------------------------------ names and values
 
@@ -191,9 +203,10 @@ class LoweringContext:
         n = x.rank
         dims = sorted({d % n for d in dims} if n else set()) if dims else list(range(n))
         if split and self.split is not None and op in SPLIT_OPS and not (prologue and op is Op.REDUCE_WELFORD):
-            how = plan_split(x.shape, dims, self.split, self.reads_across(x, dims))
+            across = self.reads_across(x, dims)
+            how = plan_split(x.shape, dims, self.split, across)
             if how is not None:
-                return split_reduction(self, op, x, dims, keepdim, dtype, acc or x.dtype, prologue, how)
+                return split_reduction(self, op, x, dims, keepdim, dtype, acc or x.dtype, prologue, how, across)
         kdims, idx = self.dims_for(x.shape, reduce=dims)
         b = self.builder(kdims)
         if not any(d.reduce for d in kdims):  # every reduced dim has size 1: nothing to reduce

@@ -108,11 +108,15 @@ def bind_args(node: Node) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the walk
 
 
-def lower_graph(graph: Graph, split: SplitPolicy | None = None) -> KernelPlan:
+def lower_graph(graph: Graph, split: SplitPolicy | None = None, decisions: list[Decision] | None = None
+                ) -> KernelPlan:
     """The unfused plan: one kernel per lowered op (views are index arithmetic), externs for the rest; long
-    reductions with few results split in two under `split` (`_split_reductions.py`)."""
+    reductions with few results split in two under `split` (`_split_reductions.py`), each such choice appended to
+    `decisions`."""
     graph = rewrite_graph(graph)
     ctx = LoweringContext(graph, split)
+    if decisions is not None:
+        ctx.decisions = decisions
     device = graph_device(graph)
     for inp in graph.inputs:
         v = graph.values[inp.name]
@@ -375,8 +379,8 @@ def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: 
     Codegens emit `kernels_generated` with their own source.
     """
     with Stopwatch() as clock:
-        plan = lower_graph(graph, split)
         decisions: list[Decision] = []
+        plan = lower_graph(graph, split, decisions)
         plan = schedule(plan, passes=passes, check=check, decisions=decisions)
     if emit_event:
         emit(Event(kind="kernels_planned", stage="lowering",

@@ -113,9 +113,19 @@ def plan_split(shape: tuple[sympy.Expr, ...], dims: list[int], policy: SplitPoli
                  tuple(shifted(d) for d in dims if d not in kept and d != cut) + (cut + 1,))
 
 
+PASS_ID = "split-reductions"  # the decisions' pass id (lowering makes them, not a scheduler pass)
+REASONS = frozenset({"few-results", "across-rows"})
+
+
 def split_reduction(ctx: LoweringContext, op: Op, x: TensorRef, dims: list[int], keepdim: bool, dtype: str,
-                    acc: str, prologue, split: Split) -> TensorRef | tuple[TensorRef, ...]:
-    """The reduction of x over `dims` lowered as `split` says: what `ctx.reduction` would return."""
+                    acc: str, prologue, split: Split, across: bool = False) -> TensorRef | tuple[TensorRef, ...]:
+    """The reduction of x over `dims` lowered as `split` says: what `ctx.reduction` would return. The choice is
+    recorded in `ctx.decisions` (verdict `split`, reason `few-results` or `across-rows`)."""
+    chunk = prod(split.shape[d] for d in split.inner)
+    results = prod(int(s) for k, s in enumerate(x.shape) if k not in dims)
+    ctx.decide(PASS_ID, REASONS, "split", "across-rows" if across else "few-results", ctx.origin or (x.buffer,),
+               f"{op.value} of {'x'.join(str(s) for s in x.shape)} over dims {list(dims)}: {results} results, "
+               f"{split.parts} partials of {chunk} each, then one reduction of the partials")
     shift = None
     if op is Op.REDUCE_WELFORD:  # moments of x - shift: small numbers, whose means float32 holds to the last bits
         shift, x = _shifted(ctx, x, dims, acc)
