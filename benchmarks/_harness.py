@@ -91,9 +91,9 @@ def write_section(path: Path, heading: str, body: str) -> None:
     path.write_text(text)
 
 
-def cuda_kernel_table(fn: Callable, calls: int = 3, top: int = 15) -> list[dict]:
-    """Where a call's GPU time goes: the `top` kernels (and copies) by total duration over `calls` calls, each with
-    its milliseconds and launches per call, from torch.profiler (after one call outside it)."""
+def cuda_events(fn: Callable, calls: int) -> list:
+    """The CUDA kernels and copies that `calls` calls of `fn` ran, from torch.profiler (CUPTI), after one call
+    outside the profiler."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -104,28 +104,22 @@ def cuda_kernel_table(fn: Callable, calls: int = 3, top: int = 15) -> list[dict]
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    return [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
+def cuda_kernel_table(fn: Callable, calls: int = 3, top: int = 15) -> list[dict]:
+    """Where a call's GPU time goes: the `top` kernels (and copies) by total duration over `calls` calls, each with
+    its milliseconds and launches per call."""
     totals: dict[str, list[float]] = {}
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            row = totals.setdefault(e.name, [0.0, 0])
-            row[0] += e.time_range.elapsed_us()
-            row[1] += 1
+    for e in cuda_events(fn, calls):
+        row = totals.setdefault(e.name, [0.0, 0])
+        row[0] += e.time_range.elapsed_us()
+        row[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
     return [{"kernel": name[:100], "ms": us / 1e3 / calls, "launches": n / calls} for name, (us, n) in ranked]
 
 
 def cuda_kernel_seconds(fn: Callable, calls: int = 20) -> float:
     """The GPU's busy time per call of `fn`: the durations of the CUDA kernels and copies that `calls` calls ran,
-    from torch.profiler (CUPTI), divided by `calls` (after one call outside the profiler)."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return us / 1e6 / calls
+    divided by `calls`."""
+    return sum(e.time_range.elapsed_us() for e in cuda_events(fn, calls)) / 1e6 / calls

@@ -5,8 +5,8 @@ Triton stored its binary and metadata (a group folder of Triton's cache, under e
 their sha256, and what the binary was specialized for (Triton's `ASTSource`: signature, constants, attributes).
 A later process binds the program from it: each kernel's `CompiledKernel` is made from those two files, so no
 JIT cache key (Triton hashes its own sources and libraries once per process, then each kernel's AST), no
-specialization and no cache lookup runs. On an H200's host, Triton's warm path costs about 10 ms a kernel and
-0.3 s once: a hundred-kernel model's warm start spent a second there.
+specialization and no cache lookup runs. On this repository's 2-core CPU machine (stand-in sm_90, Triton 3.9)
+Triton's warm path cost about 10 ms a kernel and 0.3 s once a process; a GPU host is still to be measured.
 
 The manifest comes from ember's verified cache (signed sidecar, sha256 of every file); it is still parsed, never
 evaluated: each field is checked for its type and form before use. A kernel whose files are gone (Triton's cache

@@ -74,8 +74,9 @@ class TritonKernelPrinter:
         self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
         # a reduction's rows flattened with the i-dim its loops stream with stride 1 last (NHWC statistics: C), so
         # that a program's rows lie side by side in memory; the plan's order is the store's (order-dims)
-        self.outer = _streaming_order(self.k, layout, self.ranges) if self.reduce else list(self.k.outer_dims)
-        self.columns = self.reduce and _reads_columns(self.k, self.outer, layout, self.ranges)
+        streamed = list(_streamed(self.k, layout, self.ranges)) if self.reduce else []
+        self.outer = _streaming_order(self.k, streamed) if self.reduce else list(self.k.outer_dims)
+        self.columns = self.reduce and _reads_columns(self.k, self.outer, streamed)
         longest = ROW_ELEMENTS // COLUMN_XBLOCK if self.columns else MAX_RBLOCK
         self.looped = self.reduce and not (self.rsize.is_Integer and int(self.rsize) <= longest)
         self.rnumel = self.expr(self.rsize) if self.reduce else "0"
@@ -301,11 +302,11 @@ def _streamed(k: Kernel, layout: PlanLayout, ranges: Ranges):
                 yield sympy.expand(flat), to_dtype(b.dtype).itemsize
 
 
-def _streaming_order(k: Kernel, layout: PlanLayout, ranges: Ranges) -> list:
-    """k's i-dims with the one its loops' loads walk with stride 1 (most bytes) moved last, if any."""
+def _streaming_order(k: Kernel, streamed: list) -> list:
+    """k's i-dims with the one its loops' loads (`_streamed`) walk with stride 1 (most bytes) moved last, if any."""
     outer = list(k.outer_dims)
     weight = {d.var: 0 for d in outer}
-    for flat, size in _streamed(k, layout, ranges):
+    for flat, size in streamed:
         for d in outer:
             if flat.coeff(sympy.Symbol(d.var, integer=True)) == 1:
                 weight[d.var] += size
@@ -315,9 +316,9 @@ def _streaming_order(k: Kernel, layout: PlanLayout, ranges: Ranges) -> list:
     return [d for d in outer if d is not best] + [best]
 
 
-def _reads_columns(k: Kernel, outer: list, layout: PlanLayout, ranges: Ranges) -> bool:
-    """Does the kernel read across rows: do more of the bytes its loops stream (loads that change along its last
-    i-dim in `outer`) lie next to each other along that i-dim (stride 1) than along its last r-dim? A weight's
+def _reads_columns(k: Kernel, outer: list, streamed: list) -> bool:
+    """Does the kernel read across rows: do more of the bytes its loops stream (`_streamed`: loads that change along
+    its last i-dim in `outer`) lie next to each other along that i-dim (stride 1) than along its last r-dim? A weight's
     gradient (a sum over the tokens of [tokens, width]), batch norm's statistics over NHWC data. Such a kernel takes
     many rows a program (`COLUMN_XBLOCK`) and short looped steps along them, so that each step of a program loads
     whole stretches of memory; a row a program and the whole row a block would read one element of each 32-byte
@@ -327,7 +328,7 @@ def _reads_columns(k: Kernel, outer: list, layout: PlanLayout, ranges: Ranges) -
     x = sympy.Symbol(outer[-1].var, integer=True)
     r = sympy.Symbol(k.reduce_dims[-1].var, integer=True)
     across = along = 0
-    for flat, size in _streamed(k, layout, ranges):
+    for flat, size in streamed:
         if flat.coeff(x) == 0:  # the same for every row of a program (a per-token scale): cached, not streamed
             continue
         if flat.coeff(r) == 1:

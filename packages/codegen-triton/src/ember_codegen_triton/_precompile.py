@@ -60,7 +60,10 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
     workers compiled and compile the rest; BuildError naming every kernel that failed, with the compiler's
     message. Returns the binaries' manifest (`_binaries.py`), which the module's cache entry keeps."""
     _cache_keys(module, kernels)
-    distinct = _distinct(module, kernels, layout, debug, sync)
+    keys = {k.name: _compile_key(module, k, layout, debug, sync) for k in kernels}
+    distinct: dict[tuple, TritonKernel] = {}  # one kernel per binary: the first of those sharing a key
+    for k in kernels:
+        distinct.setdefault(keys[k.name], k)
     if source is not None and workers() > 0:
         target = driver.active.get_current_target()
         jobs = [(k.name, warmup_args(k, layout, sync), launch_meta(k, debug, sync)) for k in distinct.values()]
@@ -70,8 +73,7 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
                for key, k in distinct.items()}
     failed, compiled = [], {}
     for k in kernels:
-        key = _compile_key(module, k, layout, debug, sync)
-        future = futures[key]
+        future = futures[keys[k.name]]
         try:
             compiled[k.name] = future.result()
         except Exception:  # noqa: BLE001 - tried again alone, below
@@ -90,15 +92,6 @@ def _compile_key(module: ModuleType, k: TritonKernel, layout: PlanLayout, debug:
     types and specialization, and its launch options."""
     meta = launch_meta(k, debug, sync)
     return (getattr(module, k.name).__name__, repr(warmup_args(k, layout, sync)), repr(sorted(meta.items())))
-
-
-def _distinct(module: ModuleType, kernels: Sequence[TritonKernel], layout: PlanLayout, debug: bool,
-              sync: bool) -> dict[tuple, TritonKernel]:
-    """One kernel per binary to compile: the first of those that share a function and a specialization."""
-    out: dict[tuple, TritonKernel] = {}
-    for k in kernels:
-        out.setdefault(_compile_key(module, k, layout, debug, sync), k)
-    return out
 
 
 def _cache_keys(module: ModuleType, kernels: Sequence[TritonKernel]) -> list[str]:

@@ -79,7 +79,7 @@ def plan_split(shape: tuple[sympy.Expr, ...], dims: list[int], policy: SplitPoli
                across: bool = False) -> Split | None:
     """The split of a reduction of a tensor of `shape` over `dims` (sorted), or None to reduce it in one go;
     `across`: the reduction reads across rows (its input's stride-1 dim is one it keeps)."""
-    if not all(sympy.sympify(s).is_Integer for s in shape):
+    if not all(isinstance(s, (int, sympy.Integer)) for s in shape):
         return None
     sizes = [int(s) for s in shape]
     results = prod(sizes[k] for k in range(len(sizes)) if k not in dims)
