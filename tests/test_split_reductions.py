@@ -15,14 +15,14 @@ from conftest import assert_same_training_step
 from ember_codegen_cpp import CppCodegen
 from ember_core import get_plugin_manager, hookimpl, reset_plugin_manager
 from ember_core.testing import gradient_errors, too_far
-from ember_lowering import SplitPolicy
+from ember_lowering import Capabilities, SplitPolicy
 from models import SmallCNN
 from torch import nn
 
 
 class SplittingCpp(CppCodegen):
     name = "cpp-split"
-    split_reductions = SplitPolicy(rows=64, min_length=256, min_chunk=32)
+    capabilities = Capabilities(split_reductions=SplitPolicy(rows=64, min_length=256, min_chunk=32))
 
 
 class Plugin:

@@ -15,6 +15,13 @@ def test_every_pointwise_op_has_a_rule():
     assert missing == []
 
 
+def test_every_op_of_the_table_prints_by_a_rule_or_its_default():
+    from ember_codegen_cpp import CppCodegen
+    from ember_lowering.codegen import missing_ops
+
+    assert missing_ops(CppCodegen.prints_op) == []
+
+
 def test_literals_round_once_to_their_dtype():
     assert literal(0.1, "float32") == "0.10000000149011612f"
     assert literal(0.1, "float64") == "0.1"

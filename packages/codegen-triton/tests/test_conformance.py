@@ -35,3 +35,9 @@ def test_every_fallback_over_the_battery_is_reported_and_counted():
         if fallbacks:
             seen[name] = len(fallbacks)
     assert seen == EXPECTED_FALLBACKS
+
+
+def test_every_op_of_the_table_prints_by_a_rule_or_its_default():
+    from ember_lowering.codegen import missing_ops
+
+    assert missing_ops(TritonCodegen.prints_op) == []

@@ -159,3 +159,15 @@ def test_nhwc_batch_norm_statistics_split_and_read_channels_side_by_side():
     compiled = check(lambda x: (F.batch_norm(x, None, None, w, b, training=True),), x, atol=1e-4, rtol=1e-4)
     launches = re.findall(r"(ember_k\w+)\[.*XBLOCK=64, num_warps=\d+, RBLOCK=64\)", compiled.source)
     assert launches and compiled.source.count("@triton.jit\ndef ember_") >= 3, compiled.source
+
+
+def test_float_floor_division_rounds_as_torch_does():
+    # floor(1.0 / 0.1) is 10.0, but 0.1f is a little more than 0.1: torch (and Python) give 9.0
+    a = torch.tensor([1.0, -1.0, 7.5, -7.5, 0.0, -0.0, 3.0, 5.0, float("inf")])
+    b = torch.tensor([0.1, 0.1, 2.0, 2.0, -3.0, 3.0, 0.0, -0.0, 2.0])
+    check(lambda a, b: (a // b, torch.remainder(a, b), torch.div(a, b, rounding_mode="trunc")), a, b)
+
+
+def test_sign_of_nan_is_zero_as_in_torch():
+    x = torch.tensor([float("nan"), -0.0, 0.0, -2.5, 3.0, float("inf"), float("-inf")])
+    check(lambda x: (torch.sign(x), torch.sign(x.double()), torch.sign(x.to(torch.int32))), x)

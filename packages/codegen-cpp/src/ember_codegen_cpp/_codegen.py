@@ -18,12 +18,14 @@ from ember_lowering.codegen import (
     PlanLayout,
     PrintedKernel,
     Program,
+    prints_by_trying,
     report_build,
     tuning_mode,
 )
 
 from ._autotune import TunedSegment, print_variants
 from ._build import Builder, compiler_version, cpu_tag, wide_vectors
+from ._cpp_rules import expression
 from ._kernel_printer import KernelPrinter
 from ._loader import LazyLibrary, is_loaded
 from ._prelude import prelude
@@ -40,6 +42,8 @@ class CppCodegen(PlanCodegen):
     device = "cpu"
     stage = "codegen-cpp"
     language = "C++"
+    # what `cpp_rules` spells; every other op of the table is composed from its default before printing
+    prints_op = staticmethod(prints_by_trying(expression))
 
     def __init__(self, builder: Builder | None = None):
         self.builder = builder or Builder()

@@ -17,8 +17,16 @@ import os
 import torch
 import triton
 from ember_core import CacheLookup, Graph, graph_device
-from ember_lowering import Kernel, SplitPolicy
-from ember_lowering.codegen import LazyBinding, PlanCodegen, PlanLayout, PrintedKernel, Program, report_build
+from ember_lowering import Capabilities, Kernel, SplitPolicy
+from ember_lowering.codegen import (
+    LazyBinding,
+    PlanCodegen,
+    PlanLayout,
+    PrintedKernel,
+    Program,
+    prints_by_trying,
+    report_build,
+)
 from triton.runtime.driver import driver
 
 from ._autotune import tuned_kernels
@@ -30,7 +38,7 @@ from ._dedup import module_text
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
 from ._launcher import launch_signature, make_launcher, stream_reader
 from ._precompile import current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
-from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE
+from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE, expression
 from ._wrapper import TritonWrapperWriter, launch_meta
 
 log = logging.getLogger("ember.kernels")
@@ -48,12 +56,20 @@ class TritonCodegen(PlanCodegen):
     device = "cuda"
     stage = "codegen-triton"
     language = "Triton"
-    # a row that fits a block computes its moments in two passes over registers already (`_accumulators.py`); a
-    # longer one loops, and a second pass would read it from memory again
-    skip_passes = frozenset({"split-moments"})
-    # a program takes a few rows of a reduction: one with few results and long rows runs split in two, so that
-    # every multiprocessor has rows (batch norm's statistics in training: 64 channels, 400k elements each)
-    split_reductions = SplitPolicy()
+    capabilities = Capabilities(
+        # a persistent kernel holds its row in registers: what a later loop reads again is computed again there,
+        # so no stash-values (and no `local` rows)
+        stashes=False,
+        # a row that fits a block computes its moments in two passes over registers already (`_accumulators.py`);
+        # a longer one loops, and a second pass would read it from memory again: no split-moments
+        row_moments=True,
+        # a program takes a few rows of a reduction: one with few results and long rows runs split in two, so that
+        # every multiprocessor has rows (batch norm's statistics in training: 64 channels, 400k elements each)
+        split_reductions=SplitPolicy(),
+        cuda_graphs=True,
+    )
+    # what `_rules.py` spells; every other op of the table is composed from its default before printing
+    prints_op = staticmethod(prints_by_trying(expression))
 
     def serves(self, device: str) -> bool:
         kind = torch.device(device).type

@@ -9,15 +9,16 @@
 Each program runs `XBLOCK` points of the kernel's i-dims, flattened row-major into `xindex`. A kernel without
 r-dims works on vectors of `XBLOCK` points. A kernel with r-dims is *persistent*: the whole reduced extent of a
 row sits in one block of `RBLOCK` (its next power of two), values at outer level are `[XBLOCK, 1]` and values in
-a `Loop` `[XBLOCK, RBLOCK]`; each reduction is one `tl.sum`/`tl.max`/... along axis 1. Stashed values (`local`
-buffers) are recomputed in registers (`recompute_locals`): in a persistent kernel the row is in registers anyway.
+a `Loop` `[XBLOCK, RBLOCK]`; each reduction is one `tl.sum`/`tl.max`/... along axis 1. Plans for Triton have no
+stashed values (`local` buffers; `Capabilities(stashes=False)`): in a persistent kernel the row is in registers
+anyway, and what a later loop reads again is computed again there.
 
 A row that is symbolic or longer than `MAX_RBLOCK` is *looped*: each `Loop` runs over the row in steps of
 `RBLOCK`, its reductions kept in `[XBLOCK, RBLOCK]` lane accumulators reduced after the loop (`_accumulators.py`).
 
 Indirect loads and stores (gathers, scatters: an index reading SSA values) test the index against the buffer's
 shape; out of range, the element is not touched and the kernel's error flag is raised. Ops without a rule in
-`_rules.py` are not printed (`CannotPrint`: the kernel runs in the loop-IR interpreter, reported as a fallback).
+`_rules.py` arrive composed from their defaults (`TritonCodegen.prints_op`, ember-lowering's `decompose_ops`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import sympy
 from ember_core import as_sympy, to_dtype
-from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index, recompute_locals
+from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index
 from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
 from ._accumulators import Accumulator
@@ -56,8 +57,12 @@ class TritonKernelPrinter:
     """Prints one kernel; `CannotPrint` if it uses anything this printer does not handle."""
 
     def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
-        stashes = {n for n, b in layout.buffers.items() if b.kind == "local"}
-        self.k, self.layout, self.name = recompute_locals(kernel, stashes), layout, name
+        stashes = sorted({n for n, b in layout.buffers.items() if b.kind == "local"} & {i.buffer for i in
+                                                                                          kernel.instrs()})
+        if stashes:  # a plan lowered for another codegen's capabilities
+            raise CannotPrint(f"kernel {kernel.name} keeps rows in local buffers {stashes}: plans for Triton are "
+                              f"lowered without stashes (its Capabilities)")
+        self.k, self.layout, self.name = kernel, layout, name
         self.ssa: dict[str, str] = {}  # SSA value → dtype
         loop_vars = {d.var for d in kernel.dims}
         names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
@@ -154,9 +159,7 @@ class TritonKernelPrinter:
                     f".to({TL_DTYPE[i.dtype]})"]
         if i.op in REDUCTIONS:
             return self.accumulating[i.out].update() if self.looped else self._reduction(i)
-        src = self.ssa.get(i.srcs[0], i.dtype) if i.srcs else i.dtype
-        if i.op is Op.WHERE:
-            src = self.ssa.get(i.srcs[1], i.dtype)
+        src = [self.ssa.get(s, i.dtype) for s in i.srcs]
         operands = [self.same.get(s, s) for s in i.srcs]
         key = (i.op, tuple(operands), i.dtype, inside)
         if key in self.computed:  # what fusion recomputed for a later loop, computed once

@@ -7,6 +7,8 @@ so it runs in the loop-IR interpreter, reported as a fallback.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ember_lowering import Op
 from ember_lowering.codegen import CannotPrint
 
@@ -33,7 +35,6 @@ _FLOAT_RULES: dict[Op, str] = {
     Op.RECIPROCAL: "(1.0 / {0})", Op.DIV: "({0} / {1})", Op.POW: "libdevice.pow({0}, {1})",
     Op.ATAN2: "libdevice.atan2({0}, {1})", Op.COPYSIGN: "libdevice.copysign({0}, {1})",
     Op.FMOD: "libdevice.fmod({0}, {1})",
-    Op.SIGN: "tl.where({0} != {0}, {0}, ({0} > 0).to({t}) - ({0} < 0).to({t}))",
     Op.ISNAN: "({0} != {0})", Op.ISINF: "(tl.abs({0}) == float('inf'))",
     Op.SIGNBIT: "(libdevice.signbit({0}) != 0)",
     Op.MAXIMUM: f"tl.maximum({{0}}, {{1}}, propagate_nan={_NAN})",
@@ -43,7 +44,7 @@ _INT_RULES: dict[Op, str] = {
     Op.FLOORDIV: "_ember_floordiv({0}, {1})", Op.MOD: "_ember_mod({0}, {1})",
     Op.TRUNCDIV: "_ember_truncdiv({0}, {1})", Op.FMOD: "_ember_fmod({0}, {1})",
     Op.MAXIMUM: "tl.maximum({0}, {1})", Op.MINIMUM: "tl.minimum({0}, {1})",
-    Op.SIGN: "(({0} > 0).to({t}) - ({0} < 0).to({t}))", Op.ISNAN: "({0} != {0})",
+    Op.ISNAN: "({0} != {0})",
     Op.ISINF: "({0} != {0})", Op.SIGNBIT: "({0} < 0)",
     Op.BITAND: "({0} & {1})", Op.BITOR: "({0} | {1})", Op.BITXOR: "({0} ^ {1})", Op.BITNOT: "(~{0})",
     Op.LSHIFT: "({0} << {1})", Op.RSHIFT: "({0} >> {1})",
@@ -54,15 +55,16 @@ _ANY_RULES: dict[Op, str] = {
     Op.GT: "({0} > {1})", Op.GE: "({0} >= {1})", Op.WHERE: "tl.where({0}, {1}, {2})",
     Op.AND: "({0} & {1})", Op.OR: "({0} | {1})", Op.XOR: "({0} ^ {1})", Op.NOT: "({0} == 0)",
 }
-_FLOAT_FLOORDIV = "tl.floor({0} / {1})"
 
 
-def expression(op: Op, operands: list[str], src_dtype: str, dtype: str) -> str:
-    """The Triton expression of one pointwise instruction; `CannotPrint` when no rule covers it."""
+def expression(op: Op, operands: list[str], srcs: Sequence[str], dtype: str) -> str:
+    """The Triton expression of one pointwise instruction on operands of dtypes `srcs`; `CannotPrint` when no rule
+    covers it (its op is then composed from its default before printing: `prints_op`)."""
+    src_dtype = (srcs[1] if op is Op.WHERE else srcs[0]) if srcs else dtype
     if op is Op.CAST:
         return cast(operands[0], src_dtype, dtype)
     if src_dtype in FLOAT_DTYPES:
-        rule = _FLOAT_RULES.get(op) or (_FLOAT_FLOORDIV if op is Op.FLOORDIV else None)
+        rule = _FLOAT_RULES.get(op)
     else:
         rule = _INT_RULES.get(op)
     rule = rule or _ANY_RULES.get(op)

@@ -1,5 +1,6 @@
 """ember-lowering: ATen graphs → a backend-neutral loop IR (KernelPlan), fused and with buffers planned."""
 
+from ._capabilities import Capabilities, select_passes
 from ._decisions import VERDICTS, Decision
 from ._errors import LoweringError, PlanError, Unsupported
 from ._indexing import Ranges, flat_index, simplify, storage_size
@@ -21,21 +22,25 @@ from ._loop_ir import (
 )
 from ._loop_ir import POINTWISE as POINTWISE_OPS
 from ._lowering import bind_args, lower, lower_graph, lowering_rules, sym_rules
+from ._op_semantics import SEMANTICS, OpSemantics, define_op, forget_op, kind_of
 from ._parser import parse_plan
 from ._plan_cache import PLANS, lower_cached, plan_facts, read_plan
 from ._printer import format_instr, format_plan
+from ._rules_pointwise import elementwise
 from ._scheduler import Pass, default_passes, schedule
 from ._split_reductions import SplitPolicy
 from ._verify import check_round_trip, verify_plan
+from .passes.decompose_ops import decompose_ops
 from .passes.stash_values import recompute_locals
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "KERNEL_DTYPES", "NAN", "PLANS", "POINTWISE_OPS", "REDUCTIONS", "TRANSCENDENTAL", "VERDICTS", "Buffer", "Decision",
-    "Dim", "Extern", "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError", "Op", "Pass", "PlanError",
-    "PlanInterpreter", "Ranges", "SplitPolicy", "Unsupported", "__version__", "bind_args", "check_round_trip",
-    "default_passes", "flat_index", "format_instr", "format_plan", "interpreter_rules", "lower", "lower_cached",
-    "lower_graph", "lowering_rules", "opmath", "parse_plan", "plan_facts", "read_plan", "recompute_locals", "run_plan",
-    "schedule", "simplify", "storage_size", "sym_rules", "verify_plan",
+    "KERNEL_DTYPES", "NAN", "PLANS", "POINTWISE_OPS", "REDUCTIONS", "SEMANTICS", "TRANSCENDENTAL", "VERDICTS",
+    "Buffer", "Capabilities", "Decision", "Dim", "Extern", "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError",
+    "Op", "OpSemantics", "Pass", "PlanError", "PlanInterpreter", "Ranges", "SplitPolicy", "Unsupported",
+    "__version__", "bind_args", "check_round_trip", "decompose_ops", "default_passes", "define_op", "elementwise",
+    "flat_index", "forget_op", "format_instr", "format_plan", "interpreter_rules", "kind_of", "lower", "lower_cached",
+    "lower_graph", "lowering_rules", "opmath", "parse_plan", "plan_facts", "read_plan", "recompute_locals",
+    "run_plan", "schedule", "select_passes", "simplify", "storage_size", "sym_rules", "verify_plan",
 ]

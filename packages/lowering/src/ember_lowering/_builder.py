@@ -16,7 +16,7 @@ from typing import Any
 
 import sympy
 import torch
-from ember_core import as_sympy
+from ember_core import as_sympy, to_dtype
 
 from ._errors import Unsupported
 from ._indexing import Ranges, simplify
@@ -33,6 +33,7 @@ from ._loop_ir import (
     Op,
     scalar_of,
 )
+from ._op_semantics import SEMANTICS
 from ._rewrite import canonicalize
 
 
@@ -72,10 +73,11 @@ class Val:
 
 
 class KernelBuilder:
-    """Emits the body of one kernel over `dims`. Index expressions are simplified with the dims' ranges."""
+    """Emits the body of one kernel over `dims`. Index expressions are simplified with the dims' ranges. Values are
+    named `t0, t1, ...`, or `<prefix>0, ...` to emit instructions that go into a kernel already built."""
 
-    def __init__(self, dims: Sequence[Dim], ranges: Ranges | None = None):
-        self.dims = tuple(dims)
+    def __init__(self, dims: Sequence[Dim], ranges: Ranges | None = None, prefix: str = "t"):
+        self.dims, self.prefix = tuple(dims), prefix
         self.ranges = (ranges or Ranges()).with_sizes({d.var: d.size for d in self.dims})
         self.body: list = []
         self._loop: list[Instr] | None = None
@@ -109,7 +111,7 @@ class KernelBuilder:
 
     def fresh(self) -> str:
         self._count += 1
-        return f"t{self._count - 1}"
+        return f"{self.prefix}{self._count - 1}"
 
     def emit(self, op: Op, *srcs: Val, dtype: str | None = None, buffer: str | None = None,
              index: tuple = (), value: Any = None, nouts: int = 1):
@@ -210,6 +212,21 @@ class KernelBuilder:
         dtype = a.dtype if isinstance(a, Val) else b.dtype
         return self.emit(Op.WHERE, cond, self.lift(a, dtype), self.lift(b, dtype))
 
+    def __getattr__(self, name: str):
+        """`b.exp(x)`, `b.and_(x, y)`, `b.softsign(x)`: an emitter for each pointwise op of the table, those that
+        `define_op` adds included (operands that are Python scalars become consts of the first Val's dtype)."""
+        op = Op.named(name.rstrip("_"))
+        if op is None or op not in SEMANTICS or op is Op.WHERE:
+            raise AttributeError(f"KernelBuilder has no attribute {name!r} (and {name.rstrip('_')!r} is no "
+                                 f"pointwise op of the loop IR)")
+
+        def emit_op(*args: Any) -> Val:
+            dtype = next((a.dtype for a in args if isinstance(a, Val)), None)
+            if dtype is None:
+                raise TypeError(f"b.{name}() needs at least one Val operand")
+            return self.emit(op, *(self.lift(a, dtype) for a in args))
+        return emit_op
+
     def reduce(self, op: Op, *srcs: Val):
         if self._loop is None:
             raise RuntimeError("reductions are emitted inside a loop")
@@ -220,37 +237,11 @@ class KernelBuilder:
 
 
 def _fold(op: Op, dtype: str, srcs: list[tuple[Any, str]]) -> Any:
-    """The value of a pointwise op on constants, computed as the interpreter computes it."""
-    from ember_core import to_dtype
-
-    from ._interpreter import interpreter_rules
-
+    """The value of a pointwise op on constants, computed by its reference, as the interpreter computes it."""
     args = [torch.tensor(v, dtype=to_dtype(d)) for v, d in srcs]
-    result = args[0].to(to_dtype(dtype)) if op is Op.CAST else interpreter_rules[op](*args)
+    result = args[0].to(to_dtype(dtype)) if op is Op.CAST else SEMANTICS[op].reference(*args)
     return result.to(to_dtype(dtype)).item()
 
 
 def _key(value: Any) -> Any:
     return (type(value).__name__, repr(value))
-
-
-def _unary(op: Op):
-    def method(self: KernelBuilder, v: Val) -> Val:
-        return self.emit(op, v)
-    method.__name__ = op.value
-    return method
-
-
-def _binary(op: Op):
-    def method(self: KernelBuilder, a: Any, b: Any) -> Val:
-        dtype = a.dtype if isinstance(a, Val) else b.dtype
-        return self.emit(op, self.lift(a, dtype), self.lift(b, dtype))
-    method.__name__ = op.value
-    return method
-
-
-for _op, _arity in ARITY.items():
-    if _op in REDUCTIONS or _op in (Op.CONST, Op.INDEX, Op.CAST, Op.WHERE):
-        continue
-    _name = _op.value + ("_" if _op.value in ("and", "or", "not") else "")
-    setattr(KernelBuilder, _name, _unary(_op) if _arity == 1 else _binary(_op))

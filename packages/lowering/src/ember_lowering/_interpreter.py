@@ -19,6 +19,7 @@ from ember_core import Ref, Sym, resolve_op, to_dtype
 from ._errors import PlanError
 from ._indexing import parse_expr, storage_size, to_expr
 from ._loop_ir import FLOAT_DTYPES, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
+from ._op_semantics import SEMANTICS
 from ._printer import format_instr
 
 _SENTINEL_INT = -7  # what unwritten integer memory holds
@@ -108,27 +109,20 @@ def _bool(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.bool else x != 0
 
 
-interpreter_rules: dict[Op, Callable[..., torch.Tensor]] = {
-    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.RECIPROCAL: torch.reciprocal, Op.SIGN: torch.sign,
-    Op.FLOOR: torch.floor, Op.CEIL: torch.ceil, Op.ROUND: torch.round, Op.TRUNC: torch.trunc,
-    Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.EXPM1: torch.expm1, Op.LOG: torch.log, Op.LOG2: torch.log2,
-    Op.LOG10: torch.log10, Op.LOG1P: torch.log1p, Op.SQRT: torch.sqrt, Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin,
-    Op.COS: torch.cos, Op.TAN: torch.tan, Op.ASIN: torch.asin, Op.ACOS: torch.acos, Op.ATAN: torch.atan,
-    Op.SINH: torch.sinh, Op.COSH: torch.cosh, Op.TANH: torch.tanh, Op.ASINH: torch.asinh, Op.ACOSH: torch.acosh,
-    Op.ATANH: torch.atanh, Op.ERF: torch.erf, Op.ERFC: torch.erfc, Op.ERFINV: torch.erfinv, Op.LGAMMA: torch.lgamma,
-    Op.SIGMOID: torch.sigmoid, Op.ISNAN: torch.isnan, Op.ISINF: torch.isinf, Op.SIGNBIT: torch.signbit,
-    Op.NOT: torch.logical_not, Op.BITNOT: torch.bitwise_not,
-    Op.ADD: torch.add, Op.SUB: torch.sub, Op.MUL: torch.mul, Op.DIV: torch.div,
-    Op.FLOORDIV: lambda a, b: torch.div(a, b, rounding_mode="floor"),
-    Op.TRUNCDIV: lambda a, b: torch.div(a, b, rounding_mode="trunc"),
-    Op.MOD: torch.remainder, Op.FMOD: torch.fmod, Op.POW: torch.pow, Op.MAXIMUM: torch.maximum,
-    Op.MINIMUM: torch.minimum, Op.ATAN2: torch.atan2, Op.COPYSIGN: torch.copysign,
-    Op.AND: torch.logical_and, Op.OR: torch.logical_or, Op.XOR: torch.logical_xor,
-    Op.BITAND: torch.bitwise_and, Op.BITOR: torch.bitwise_or, Op.BITXOR: torch.bitwise_xor,
-    Op.LSHIFT: torch.bitwise_left_shift, Op.RSHIFT: torch.bitwise_right_shift,
-    Op.EQ: torch.eq, Op.NE: torch.ne, Op.LT: torch.lt, Op.LE: torch.le, Op.GT: torch.gt, Op.GE: torch.ge,
-    Op.WHERE: torch.where,
-}
+class _References(Mapping):
+    """op → the torch function that is its meaning (`_op_semantics.SEMANTICS`), as the interpreter runs it."""
+
+    def __getitem__(self, op: Op) -> Callable[..., torch.Tensor]:
+        return SEMANTICS[op].reference
+
+    def __iter__(self):
+        return iter(SEMANTICS)
+
+    def __len__(self) -> int:
+        return len(SEMANTICS)
+
+
+interpreter_rules: Mapping[Op, Callable[..., torch.Tensor]] = _References()
 
 
 def _reduce_last(op: Op, x: torch.Tensor, idx: torch.Tensor | None) -> tuple[torch.Tensor, ...]:

@@ -36,7 +36,6 @@ What a codegen does with a plan (`PlanInterpreter` is the executable statement o
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,8 +76,76 @@ def scalar_of(value: Any, dtype: str) -> int | float | bool:
 # ---------------------------------------------------------------------------------------------- ops
 
 
-class Op(enum.Enum):
-    """Every instruction of the loop IR. Grouped by kind; the sets below say what each kind needs."""
+class _OpRegistry(type):
+    """Makes `Op` read like an enum (`Op.ADD`, `Op("add")`, `for op in Op`, members written as `ADD = "add"` in the
+    class body) while staying open: `define_op` (`_op_semantics.py`) adds an op, with its semantics, at run time."""
+
+    def __new__(mcs, name: str, bases: tuple, namespace: dict):
+        members = {k: v for k, v in namespace.items() if k.isupper() and isinstance(v, str)}
+        cls = super().__new__(mcs, name, bases, {k: v for k, v in namespace.items() if k not in members})
+        cls._members = {}
+        for member, value in members.items():
+            cls._add(member, value)
+        return cls
+
+    def __iter__(cls):
+        return iter(tuple(cls._members.values()))
+
+    def __len__(cls) -> int:
+        return len(cls._members)
+
+    def named(cls, value: str) -> Op | None:
+        """The op whose text name is `value`, or None."""
+        return cls._members.get(value)
+
+    def __call__(cls, value: str) -> Op:
+        try:
+            return cls._members[value]
+        except KeyError:
+            raise ValueError(f"{value!r} is not a loop-IR op") from None
+
+
+class Op(metaclass=_OpRegistry):
+    """Every instruction of the loop IR, interned by its text name: ops compare by identity, as enum members do.
+    Grouped by kind; the sets below say what each kind needs, `_op_semantics.py` what each pointwise op computes."""
+
+    __slots__ = ("name", "value")
+    _members: dict[str, Op]
+
+    @classmethod
+    def _add(cls, name: str, value: str) -> Op:
+        if value in cls._members or name in vars(cls):
+            raise ValueError(f"the loop IR already has an op {value!r} ({name})")
+        op = object.__new__(cls)
+        object.__setattr__(op, "name", name)
+        object.__setattr__(op, "value", value)
+        cls._members[value] = op
+        type.__setattr__(cls, name, op)
+        return op
+
+    @classmethod
+    def _remove(cls, op: Op) -> None:
+        del cls._members[op.value]
+        type.__delattr__(cls, op.name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("an Op is immutable")
+
+    def __repr__(self) -> str:
+        return f"<Op.{self.name}: {self.value!r}>"
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __reduce__(self):
+        return Op, (self.value,)
+
+    def __copy__(self) -> Op:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Op:
+        return self
+
 
     # memory
     LOAD = "load"
@@ -174,27 +241,28 @@ class Op(enum.Enum):
     REDUCE_WELFORD = "reduce_welford"  # value → (mean, m2); m2 = sum of squared deviations
 
 
+# The groups below are sets, not frozensets: `define_op` (`_op_semantics.py`) adds the ops it defines to them.
 UNARY_MATH = frozenset({Op.NEG, Op.ABS, Op.RECIPROCAL, Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC})
 TRANSCENDENTAL = frozenset({
     Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.TAN,
     Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERF, Op.ERFC,
     Op.ERFINV, Op.LGAMMA, Op.SIGMOID,
 })
-PREDICATES = frozenset({Op.ISNAN, Op.ISINF, Op.SIGNBIT})
+PREDICATES = {Op.ISNAN, Op.ISINF, Op.SIGNBIT}
 BINARY_MATH = frozenset({
     Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.TRUNCDIV, Op.MOD, Op.FMOD, Op.POW, Op.MAXIMUM, Op.MINIMUM,
     Op.ATAN2, Op.COPYSIGN,
 })
 LOGICAL = frozenset({Op.AND, Op.OR, Op.XOR, Op.NOT})
 BITWISE = frozenset({Op.BITAND, Op.BITOR, Op.BITXOR, Op.LSHIFT, Op.RSHIFT, Op.BITNOT})
-COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+COMPARISONS = {Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
 REDUCTIONS = frozenset({
     Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN,
     Op.REDUCE_ANY, Op.REDUCE_ALL, Op.REDUCE_WELFORD,
 })
-FLOAT_ONLY = TRANSCENDENTAL | {Op.DIV, Op.ATAN2, Op.COPYSIGN, Op.REDUCE_WELFORD}
-POINTWISE = UNARY_MATH | TRANSCENDENTAL | PREDICATES | BINARY_MATH | LOGICAL | BITWISE | COMPARISONS | {
-    Op.WHERE, Op.CAST}
+FLOAT_ONLY = set(TRANSCENDENTAL | {Op.DIV, Op.ATAN2, Op.COPYSIGN, Op.REDUCE_WELFORD})
+POINTWISE = set(UNARY_MATH | TRANSCENDENTAL | PREDICATES | BINARY_MATH | LOGICAL | BITWISE | COMPARISONS | {
+    Op.WHERE, Op.CAST})
 
 # Number of SSA operands (loads may add a mask, stores one value and maybe a mask).
 ARITY: dict[Op, int] = {
@@ -203,8 +271,6 @@ ARITY: dict[Op, int] = {
     Op.WHERE: 3, Op.CONST: 0, Op.INDEX: 0,
     **{op: 1 for op in REDUCTIONS}, Op.REDUCE_ARGMAX: 2, Op.REDUCE_ARGMIN: 2,
 }
-
-OPS_BY_NAME: dict[str, Op] = {op.value: op for op in Op}
 
 # ---------------------------------------------------------------------------------------------- statements
 

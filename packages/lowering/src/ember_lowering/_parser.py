@@ -28,7 +28,6 @@ from ._loop_ir import (
     BUFFER_KINDS,
     DTYPE_LONG,
     NAN,
-    OPS_BY_NAME,
     Buffer,
     Dim,
     Extern,
@@ -191,9 +190,9 @@ class _Parser:
         if text.startswith("store "):
             return self.store(text[len("store "):])
         m = _INSTR.match(text)
-        if not m or m.group("op") not in OPS_BY_NAME:
+        if not m or Op.named(m.group("op")) is None:
             raise self.fail("expected 'NAMES: DTYPE = OP ARGS' or 'store BUFFER[INDEX] = VALUE'")
-        op, dtype, outs, rest = OPS_BY_NAME[m.group("op")], self.dtype(m.group("dtype")), tuple(
+        op, dtype, outs, rest = Op(m.group("op")), self.dtype(m.group("dtype")), tuple(
             m.group("outs").split(", ")), m.group("rest") or ""
         if op is Op.LOAD:
             buffer, index, tail = self.access(rest)

@@ -18,13 +18,13 @@ import logging
 import torch
 from ember_core import Graph, ResultCache, code_version, fingerprint, graph_device
 
+from ._capabilities import Capabilities, select_passes
 from ._errors import PlanError
 from ._loop_ir import KernelPlan
 from ._lowering import lower
 from ._parser import parse_plan
 from ._printer import format_plan
 from ._scheduler import default_passes
-from ._split_reductions import SplitPolicy
 from ._verify import verify_plan
 
 log = logging.getLogger("ember.cache")
@@ -33,19 +33,18 @@ FORMAT = "ember loop-IR text 1"
 PLANS: ResultCache[KernelPlan] = ResultCache("plans", "plan", "lowering", "kernel plan")
 
 
-def lower_cached(graph: Graph, *, cache: bool = True, skip: frozenset[str] = frozenset(),
-                 split: SplitPolicy | None = None) -> KernelPlan:
-    """`lower(graph)` through the disk cache of plans (`cache=False`: lowered, nothing read or stored), without the
-    default passes whose ids are in `skip` and with long reductions split under `split` (a codegen's choices; part
-    of the cache entry's facts)."""
+def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities | None = None) -> KernelPlan:
+    """`lower(graph)` through the disk cache of plans (`cache=False`: lowered, nothing read or stored), with the
+    passes and the split of long reductions that a codegen's `capabilities` select (part of the entry's facts)."""
+    capabilities = capabilities or Capabilities()
+
     def lowered() -> KernelPlan:
-        passes = tuple(p for p in default_passes() if p.id not in skip) if skip else None
-        return lower(graph, passes=passes, split=split)
+        return lower(graph, passes=select_passes(default_passes(), capabilities), split=capabilities.split_reductions)
 
     if not cache:
         return lowered()
-    facts = plan_facts(graph) | ({"skip": ",".join(sorted(skip))} if skip else {}) | \
-        ({"split": split.fact()} if split is not None else {})
+    default = capabilities.fact() == Capabilities().fact()
+    facts = plan_facts(graph) | ({} if default else {"capabilities": capabilities.fact()})
     plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph))
     if plan is not None:
         return plan

@@ -20,7 +20,7 @@ m2 = sum of the m2 + chunk * sum((mean_i - mean)^2), both plain sums in the accu
 in the accumulation dtype (float32 for float16/bfloat16), so nothing is rounded twice. Products and arg-reductions
 are not split.
 
-Which codegens want this is theirs to say (`PlanCodegen.split_reductions`): the Triton codegen does; the C++
+Which codegens want this is theirs to say (`Capabilities.split_reductions`): the Triton codegen does; the C++
 codegen, whose threads take rows too but far fewer at a time, does not.
 """
 

@@ -16,16 +16,11 @@ from ._errors import PlanError
 from ._indexing import contiguous_strides
 from ._loop_ir import (
     ARITY,
-    BITWISE,
     BUFFER_KINDS,
-    COMPARISONS,
     DTYPE_SHORT,
     FLOAT_DTYPES,
-    FLOAT_ONLY,
     INT_DTYPES,
     KERNEL_DTYPES,
-    LOGICAL,
-    PREDICATES,
     REDUCTIONS,
     Buffer,
     Extern,
@@ -35,10 +30,14 @@ from ._loop_ir import (
     Loop,
     Op,
 )
+from ._op_semantics import SEMANTICS, kind_of
 from ._printer import format_plan
 
 _LOOP_VAR = re.compile(r"[ir]\d+$")
 _SSA = re.compile(r"t\d+$")
+
+
+_KIND_WORDS = {"float": "float", "int": "integer", "bool": "bool"}
 
 
 class _Fail(Exception):
@@ -276,37 +275,35 @@ class _KernelChecker:
 
     def types(self, i: Instr, key: tuple) -> None:
         src = [self.dtypes[s] for s in i.srcs]
-        op, want = i.op, None
+        op = i.op
         if i.dtype in ("float16", "bfloat16") and op not in (Op.CONST, Op.CAST, Op.WHERE):
             raise self.fail(key, f"{op.value} computes in {i.dtype}; kernels compute in float32 (cast first)")
-        if op in COMPARISONS | PREDICATES:
-            want = "bool"
-        elif op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
-            want = "int64"
-            if src[1] not in INT_DTYPES:
-                raise self.fail(key, f"{op.value} takes an integer index operand")
-        elif op in LOGICAL | {Op.REDUCE_ANY, Op.REDUCE_ALL}:
-            want = "bool"
-        elif op is Op.WHERE:
-            if src[0] != "bool":
-                raise self.fail(key, "where's condition must be bool")
-            src = src[1:]
-            want = src[0]
-        elif op in (Op.CONST, Op.CAST):
+        if op in (Op.CONST, Op.CAST, Op.LOAD, Op.STORE):
             return
-        elif op is Op.INDEX:
+        if op is Op.INDEX:
             if i.dtype not in INT_DTYPES:
                 raise self.fail(key, "index gives an integer")
             return
-        else:
-            want = src[0]
+        if op is Op.WHERE:
+            if src[0] != "bool":
+                raise self.fail(key, "where's condition must be bool")
+            src = src[1:]
+        want = self._reduced(op, src, key) if op in REDUCTIONS else SEMANTICS[op].result_dtype(src[0])
         if i.dtype != want:
             raise self.fail(key, f"{op.value} gives {want}, declared {i.dtype}")
         if op not in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN) and len(set(src)) > 1:
             raise self.fail(key, f"{op.value} operands differ in dtype: {', '.join(src)}")
-        if op in FLOAT_ONLY and src and src[0] not in FLOAT_DTYPES:
+        if op not in REDUCTIONS and kind_of(src[0]) not in SEMANTICS[op].kinds:
+            kinds = SEMANTICS[op].kinds
+            named = " or ".join(_KIND_WORDS[k] for k in ("float", "int", "bool") if k in kinds)
+            raise self.fail(key, f"{op.value} needs {named} operands, got {src[0]}")
+
+    def _reduced(self, op: Op, src: list[str], key: tuple) -> str:
+        """The dtype a reduction gives."""
+        if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
+            if src[1] not in INT_DTYPES:
+                raise self.fail(key, f"{op.value} takes an integer index operand")
+            return "int64"
+        if op is Op.REDUCE_WELFORD and src[0] not in FLOAT_DTYPES:
             raise self.fail(key, f"{op.value} needs float operands, got {src[0]}")
-        if op in LOGICAL and src and src[0] != "bool":
-            raise self.fail(key, f"{op.value} needs bool operands")
-        if op in BITWISE and src and src[0] in FLOAT_DTYPES:
-            raise self.fail(key, f"{op.value} needs integer or bool operands")
+        return "bool" if op in (Op.REDUCE_ANY, Op.REDUCE_ALL) else src[0]

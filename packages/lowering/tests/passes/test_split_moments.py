@@ -2,7 +2,7 @@
 results; whole-tensor, long, symbolic rows, operands reading what their loop writes and other devices keep it."""
 
 import torch
-from ember_lowering import Op, lower_cached, lower_graph, schedule
+from ember_lowering import Capabilities, Op, lower_cached, lower_graph, schedule
 from ember_lowering.passes.split_moments import SplitMoments
 from lowering_checks import before_after, check, run_passes, trace, verdicts
 
@@ -72,11 +72,11 @@ def test_long_rows_keep_their_welford():
     assert ops(after, Op.REDUCE_WELFORD) == 1 and verdicts(decisions) == {("kept", "row-too-long")}
 
 
-def test_a_codegen_that_skips_the_pass_gets_plans_with_welford_and_its_own_cache_entries(tmp_path, monkeypatch):
+def test_a_codegen_with_its_own_row_moments_gets_plans_with_welford_and_its_own_cache_entries(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     graph = trace(lambda x: torch.nn.functional.layer_norm(x, (8,)), torch.randn(4, 8))
     for _ in range(2):  # lowered, then read back from the cache: each codegen's own plan
-        split, kept = lower_cached(graph), lower_cached(graph, skip=frozenset({"split-moments"}))
+        split, kept = lower_cached(graph), lower_cached(graph, capabilities=Capabilities(row_moments=True))
         assert ops(split, Op.REDUCE_WELFORD) == 0 and "split-moments" in split.passes
         assert ops(kept, Op.REDUCE_WELFORD) == 1 and "split-moments" not in kept.passes
 

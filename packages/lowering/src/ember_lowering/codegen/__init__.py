@@ -20,6 +20,7 @@ from ._fallback import (
 )
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
+from ._op_conformance import missing_ops, one_op_kernel, prints_by_trying
 from ._profiling import flop_rules, program_costs
 from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, kernel_name, plan_program
 from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
@@ -32,6 +33,8 @@ __all__ = [
     "Program", "Segment", "Step",
     "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "interpreted_kernel", "non_overlapping",
     "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode",
+    # the op table: what a codegen prints of it (its conformance test asserts `missing_ops(prints_op) == []`)
+    "missing_ops", "one_op_kernel", "prints_by_trying",
     # profiling: each step's bytes and FLOPs (the wrapper's profiled twin names its ranges the same)
     "flop_rules", "kernel_name", "program_costs",
 ]

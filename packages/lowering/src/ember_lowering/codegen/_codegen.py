@@ -36,9 +36,9 @@ from ember_core import (
     source_identifier,
 )
 
-from .._loop_ir import Kernel
+from .._capabilities import Capabilities
+from .._loop_ir import Kernel, Op
 from .._plan_cache import lower_cached
-from .._split_reductions import SplitPolicy
 from ._errors import CannotPrint
 from ._fallback import InterpreterFallback, UseFallback, relayout, report_fallback
 from ._layout import PlanLayout
@@ -52,17 +52,15 @@ GRAPHED_MODES = ("reduce-overhead", "max-autotune")
 
 class PlanCodegen:
     """The shared flow; `name` labels results, `device` is the device type plans must be for, `stage` names the
-    codegen in events (`codegen-cpp`) and `language` its kernels in messages (`C++`). `skip_passes`: ids of
-    lowering's default passes this codegen's plans go without (Triton keeps its own Welford: `split-moments`).
-    `split_reductions`: the policy by which its plans split long reductions with few results in two (a GPU wants
-    many rows; ember_lowering's `SplitPolicy`), None for never."""
+    codegen in events (`codegen-cpp`) and `language` its kernels in messages (`C++`). `capabilities`: what its
+    kernels can do (ember_lowering's `Capabilities`), from which the loop-IR pipeline picks the passes of its
+    plans, how long reductions split, and whether reduce-overhead replays the wrapper as a CUDA graph."""
 
     name = "plan"
     device = "cpu"
     stage = "codegen"
     language = "native"
-    skip_passes: frozenset[str] = frozenset()
-    split_reductions: SplitPolicy | None = None
+    capabilities = Capabilities()
 
     # ------------------------------------------------------------------ what a subclass provides
 
@@ -72,6 +70,12 @@ class PlanCodegen:
 
     def print_kernel(self, kernel: Kernel, layout: PlanLayout, name: str) -> PrintedKernel:
         raise CannotPrint(f"{type(self).__name__} prints no kernels")
+
+    def prints_op(self, op: Op, srcs: tuple[str, ...], dtype: str) -> bool:
+        """Has this codegen a rule of its own for pointwise `op` on operands of dtypes `srcs`, giving `dtype`? Every
+        other is composed from the op's default before `print_kernel` sees it (passes/decompose_ops.py); a
+        codegen's tests check with `missing_ops(codegen.prints_op)` that nothing is left. Default: all of them."""
+        return True
 
     def unit_source(self, program: Program) -> str:
         return "\n".join(k.text for k in program.kernels)
@@ -110,8 +114,7 @@ class PlanCodegen:
         """The compiled graph, and the binding its first call waits for (None when no kernel is built). The plan
         comes from lowering's disk cache of plans unless the `cache` option is off."""
         try:
-            plan = lower_cached(graph, cache=(options or {}).get("cache", True), skip=self.skip_passes,
-                                split=self.split_reductions)
+            plan = lower_cached(graph, cache=(options or {}).get("cache", True), capabilities=self.capabilities)
         except Exception as e:  # noqa: BLE001 - any lowering failure means: run the graph as it is
             return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}", "lowering"), None
         if not self.serves(plan.device):
@@ -119,7 +122,7 @@ class PlanCodegen:
                                     "device"), None
         clock = Stopwatch()  # printing the kernels and the wrapper, starting the build
         try:
-            program = plan_program(plan, self.print_kernel)
+            program = plan_program(plan, self.print_kernel, self.prints_op)
             program.options = dict(options or {})
             program.source = self.unit_source(program) if program.segments else ""
             fn_name = "graph_" + source_identifier(graph.name)
@@ -145,7 +148,8 @@ class PlanCodegen:
                    data={"unit": program.source, "wrapper": wrapper, "seconds": clock.seconds,
                          "range": costs.label, "simd": {k.name: k.simd for k in program.kernels if k.simd}}))
         compiled = CompiledGraph(fn, graph, self.name, source)
-        if (options or {}).get("mode") in GRAPHED_MODES and torch.device(plan.device).type == "cuda":
+        if (options or {}).get("mode") in GRAPHED_MODES and self.capabilities.cuda_graphs and \
+                torch.device(plan.device).type == "cuda":  # what CUDA graphs record
             compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed
         return compiled, lazy
 

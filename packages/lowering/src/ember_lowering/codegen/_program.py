@@ -21,6 +21,7 @@ from typing import Any
 from ember_core import source_identifier
 
 from .._loop_ir import Extern, Kernel, KernelPlan
+from ..passes.decompose_ops import Prints, decompose_ops
 from ..passes.stash_values import recompute_locals
 from ._errors import CannotPrint
 from ._layout import PlanLayout
@@ -109,9 +110,10 @@ class Program:
         return self.extern_names.get(index) or f"e{index}_{step.op}"
 
 
-def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
+def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn, prints: Prints | None = None) -> Program:
     """Print every kernel `print_kernel` can; `CannotPrint` only if the plan as a whole cannot run (a layout
-    or symbol the wrapper cannot express)."""
+    or symbol the wrapper cannot express). `prints(op, operand dtypes, dtype)` says which pointwise instructions the
+    codegen has a rule for; the others are composed from their ops' defaults first (`decompose_ops`)."""
     layout = PlanLayout(plan)
     stashes = {b.name for b in plan.buffers if b.kind == "local"}  # the interpreter gets plan buffers only
     steps: list[Step] = []
@@ -122,15 +124,16 @@ def plan_program(plan: KernelPlan, print_kernel: KernelPrinterFn) -> Program:
             steps.append(step)
             continue
         name = kernel_name(step, k)
+        kernel = decompose_ops(step, prints) if prints else step
         try:
-            printed = print_kernel(step, layout, name)
+            printed = print_kernel(kernel, layout, name)
         except CannotPrint as e:
             log.info("kernel %s of %r runs in the loop-IR interpreter: %s", step.name, plan.name, e)
             steps.append(InterpretedKernel(recompute_locals(step, stashes), str(e), name))
             continue
         if not steps or not isinstance(steps[-1], Segment):
             steps.append(Segment(f"ember_seg{sum(isinstance(s, Segment) for s in steps)}"))
-        steps[-1].kernels.append(replace(printed, ir=step))
+        steps[-1].kernels.append(replace(printed, ir=kernel))
     return Program(plan, layout, steps, extern_names=extern_names)
 
 

@@ -18,7 +18,8 @@ A Welford is split when its kernel has i-dims (a whole-tensor reduction keeps it
 all of the tensor), the r-dims are static with at most `max_elements` elements (a row that does not fit in the
 cache would be read twice from memory), and what computes its operand reads no buffer its loop writes (pass 1
 would read it before pass 2 writes it). Pass 1 computes only the operand; stores and other reductions stay in
-pass 2. A codegen may go without the pass (`PlanCodegen.skip_passes`): Triton's keeps its own Welford.
+pass 2. A codegen that computes a short row's moments in registers itself goes without it (`Capabilities.row_moments`):
+Triton's does.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class SplitMoments:
 
     def __init__(self, max_elements: int = MAX_ELEMENTS):
         self.max_elements = max_elements
+
+    @staticmethod
+    def wanted(capabilities) -> bool:
+        """Not for a codegen that computes a short row's moments in registers itself (`Capabilities.row_moments`)."""
+        return not capabilities.row_moments
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         steps = tuple(self.split(s, note) if isinstance(s, Kernel) and _welfords(s) else s for s in plan.steps)

@@ -64,6 +64,11 @@ class StashValues:
     def __init__(self, max_elements: int = MAX_ELEMENTS, max_bytes: int = MAX_BYTES):
         self.max_elements, self.max_bytes = max_elements, max_bytes
 
+    @staticmethod
+    def wanted(capabilities) -> bool:
+        """Only for a codegen that keeps a row between loops (`Capabilities.stashes`)."""
+        return capabilities.stashes
+
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         taken = {b.name for b in plan.buffers}
         buffers, steps = list(plan.buffers), []
