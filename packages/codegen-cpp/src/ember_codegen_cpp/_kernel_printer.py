@@ -46,11 +46,10 @@ from ember_lowering import (
     Kernel,
     Loop,
     Op,
-    Ranges,
     flat_index,
     recompute_locals,
 )
-from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
+from ember_lowering.codegen import CannotPrint, KernelWalk, PlanLayout, PrintedKernel
 
 from ._build import vector_lanes
 from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
@@ -83,7 +82,7 @@ class Variant:
         return (self.par_min, self.tile, self.vector_bits)
 
 
-class KernelPrinter:
+class KernelPrinter(KernelWalk):
     """Prints one kernel; `CannotPrint` if it uses anything the printer does not handle."""
 
     def __init__(self, kernel: Kernel, layout: PlanLayout, name: str, variant: Variant = Variant()):
@@ -101,17 +100,12 @@ class KernelPrinter:
             self.outer_contiguous = _outer_contiguous(plain, layout)
             if self.outer_contiguous:
                 kernel, self.locals = plain, {}
-        self.k, self.layout, self.name = kernel, layout, name
-        self.dtypes: dict[str, str] = {}
-        self.names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
+        super().__init__(kernel, layout, name)
         self.ssa_nonneg: set[str] = set()
         # x / c by a constant stays a division: x * (1/c) can differ by an ulp from eager's x / c (hardswish's / 6)
         self.constants = {i.out for i in kernel.instrs() if i.op is Op.CONST}
-        loop_vars = {d.var for d in kernel.dims}
-        self.expr = ExprPrinter(self.names, lambda n: 0 if n in loop_vars or n in self.ssa_nonneg else
+        self.expr = ExprPrinter(self.names, lambda n: 0 if n in self.loop_vars or n in self.ssa_nonneg else
                                 layout.lowers.get(n))
-        self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
-        self.roots: dict[str, bool] = {}  # root → written
         self.uses_err = False
         self.accs: dict[str, Accumulator] = {}
         self.loop_values: set[str] | None = None  # values defined in the loop being printed
@@ -133,14 +127,14 @@ class KernelPrinter:
             const = "" if self.roots[r] else "const "
             params.append(f"{const}{STORAGE_CTYPE[self.layout.buffers[r].dtype]}* __restrict {self.layout.local[r]}")
         params += [f"int64_t {self.layout.sym_local[s]}" for s in self.layout.symbols]
-        origins = f"  // from {', '.join(self.k.origins)}" if self.k.origins else ""
+        origins = self.origins_comment("//")
         wide = f'__attribute__((target("prefer-vector-width={self.variant.vector_bits}"))) ' \
             if self.variant.vector_bits else ""
         head = f"{wide}static int {self.name}({', '.join(params) or 'void'}) {{{origins}"
         text = "\n".join([head, "  int ember_err = 0;", *body, "  return ember_err;", "}"])
         if self.uses_err:  # known once the body is printed: add the flag to every loop pragma
             text = text.replace(_SIMD, _SIMD + _ERR).replace(_PARALLEL, _PARALLEL + _ERR)
-        return PrintedKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
+        return PrintedKernel(self.name, tuple(roots), self.written(), text,
                              simd=self._simd())
 
     def _simd(self) -> str:
@@ -527,10 +521,7 @@ class KernelPrinter:
 
     def _address(self, i: Instr) -> tuple[str, str]:
         """(root pointer, flat index) of a load's or store's element."""
-        layout = self.layout
-        b = layout.buffers[i.buffer]
-        flat = flat_index(i.index, b.stride, layout.rel_offset(i.buffer), self.ranges)
-        return layout.local[layout.root(i.buffer)], self.expr(flat)
+        return self.layout.local[self.layout.root(i.buffer)], self.expr(self.flat(i))
 
     def _local(self, i: Instr) -> str:
         """The element of a local (a stack array of this kernel's row) that a load or store addresses."""
@@ -540,7 +531,7 @@ class KernelPrinter:
     def _load(self, i: Instr) -> list[str]:
         if i.buffer in self.locals:
             return [f"const {CTYPE[i.dtype]} {i.out} = {self._local(i)};"]
-        self.roots.setdefault(self.layout.root(i.buffer), False)
+        self.read_root(i.buffer)
         ptr, flat = self._address(i)
         value = f"{ptr}[{flat}]"
         dtype = self.layout.buffers[i.buffer].dtype
@@ -561,17 +552,13 @@ class KernelPrinter:
 
     def _bounds(self, i: Instr) -> str | None:
         """The in-bounds test of an indirect load (one whose index reads SSA values), else None."""
-        b = self.layout.buffers[i.buffer]
-        tests = []
-        for e, size in zip(i.index, b.shape):
-            if any(s.name in self.dtypes for s in as_sympy(e).free_symbols):
-                tests.append(f"(uint64_t)({self.expr(e)}) < (uint64_t)({self.expr(size)})")
+        tests = [f"(uint64_t)({self.expr(e)}) < (uint64_t)({self.expr(size)})" for e, size in self.indirect(i)]
         return " && ".join(tests) if tests else None
 
     def _store(self, i: Instr) -> list[str]:
         if i.buffer in self.locals:
             return [f"{self._local(i)} = {self.ref(i.srcs[0])};"]
-        self.roots[self.layout.root(i.buffer)] = True
+        self.write_root(i.buffer)
         ptr, flat = self._address(i)
         value = self.ref(i.srcs[0])
         dtype = self.layout.buffers[i.buffer].dtype

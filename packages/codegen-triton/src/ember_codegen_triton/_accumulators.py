@@ -31,7 +31,7 @@ class Accumulator:
     def value(self) -> str:
         """The reduced operand in the reduction's dtype."""
         src = self.i.srcs[0]
-        return cast(src, self.p.ssa.get(src, self.i.dtype), self.i.dtype)
+        return cast(src, self.p.dtypes.get(src, self.i.dtype), self.i.dtype)
 
     # ------------------------------------------------------------------ the three parts
 
@@ -48,8 +48,8 @@ class Accumulator:
                     f"{a}_nan = tl.zeros({LANES}, tl.int32)"]
         if op is Op.REDUCE_WELFORD:
             return [f"{a}_{part} = tl.zeros({LANES}, {t})" for part in ("n", "mean", "m2")]
-        value_t = TL_DTYPE[self.p.ssa.get(self.i.srcs[0], "float32")]
-        fill = identity(self.p.ssa.get(self.i.srcs[0], "float32"), op is Op.REDUCE_ARGMAX)
+        value_t = TL_DTYPE[self.p.dtypes.get(self.i.srcs[0], "float32")]
+        fill = identity(self.p.dtypes.get(self.i.srcs[0], "float32"), op is Op.REDUCE_ARGMAX)
         return [f"{a}_best = tl.full({LANES}, {fill}, {value_t})", f"{a}_idx = tl.full({LANES}, {_BIG}, tl.int64)"]
 
     def update(self) -> list[str]:
@@ -100,14 +100,14 @@ class Accumulator:
     def _arg_update(self) -> list[str]:
         a, (value, index) = self.a, self.i.srcs
         better = ">" if self.i.op is Op.REDUCE_ARGMAX else "<"
-        nan = f" | (({value} != {value}) & ({a}_best == {a}_best))" if self.p.ssa.get(value) in FLOAT_DTYPES else ""
+        nan = f" | (({value} != {value}) & ({a}_best == {a}_best))" if self.p.dtypes.get(value) in FLOAT_DTYPES else ""
         return [f"{a}_take = xrmask & (({a}_idx == {_BIG}) | ({value} {better} {a}_best){nan})",
                 f"{a}_best = tl.where({a}_take, {value}, {a}_best)",
                 f"{a}_idx = tl.where({a}_take, {index}.to(tl.int64), {a}_idx)"]
 
     def _arg_final(self) -> list[str]:
         a, out = self.a, self.i.out
-        src = self.p.ssa.get(self.i.srcs[0], "float32")
+        src = self.p.dtypes.get(self.i.srcs[0], "float32")
         is_max = self.i.op is Op.REDUCE_ARGMAX
         fn, fill = ("tl.max" if is_max else "tl.min"), identity(src, is_max)
         seen = f"{a}_idx != {_BIG}"

@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass
 
 import sympy
-from ember_core import as_sympy, to_dtype
+from ember_core import to_dtype
 from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index
-from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
+from ember_lowering.codegen import CannotPrint, KernelWalk, PlanLayout, PrintedKernel
 
 from ._accumulators import Accumulator
 from ._exprs import TritonIndexPrinter
@@ -53,7 +53,7 @@ class TritonKernel(PrintedKernel):
     checks: bool = False  # takes an error flag (`ember_err`, one int32) that out-of-range indices raise
 
 
-class TritonKernelPrinter:
+class TritonKernelPrinter(KernelWalk):
     """Prints one kernel; `CannotPrint` if it uses anything this printer does not handle."""
 
     def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
@@ -62,14 +62,9 @@ class TritonKernelPrinter:
         if stashes:  # a plan lowered for another codegen's capabilities
             raise CannotPrint(f"kernel {kernel.name} keeps rows in local buffers {stashes}: plans for Triton are "
                               f"lowered without stashes (its Capabilities)")
-        self.k, self.layout, self.name = kernel, layout, name
-        self.ssa: dict[str, str] = {}  # SSA value → dtype
-        loop_vars = {d.var for d in kernel.dims}
-        names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
-        self.expr = TritonIndexPrinter(_SsaNames(names, self.ssa), lambda n: 0 if n in loop_vars else
+        super().__init__(kernel, layout, name)
+        self.expr = TritonIndexPrinter(_SsaNames(self.names, self.dtypes), lambda n: 0 if n in self.loop_vars else
                                        layout.lowers.get(n))
-        self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
-        self.roots: dict[str, bool] = {}  # root → written
         self.checks = False
         self.loaded: dict[tuple, tuple[str, str]] = {}  # (address, mask, other, shape) → (value, root) already loaded
         self.computed: dict[tuple, str] = {}  # (op, operands, dtype, inside) → the value that computed it
@@ -95,13 +90,13 @@ class TritonKernelPrinter:
         params = [self.layout.local[r] for r in roots] + (["ember_err"] if self.checks else [])
         params += [self.layout.sym_local[s] for s in self.layout.symbols]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduce else [])
-        origins = f"  # from {', '.join(self.k.origins)}" if self.k.origins else ""
+        origins = self.origins_comment("#")
         text = "\n".join(["@triton.jit", f"def {self.name}({', '.join(params)}):{origins}",
                           *["    " + line for line in body]])
         looped_rblock = ROW_ELEMENTS // COLUMN_XBLOCK if self.columns else LOOPED_RBLOCK
         rblock = (looped_rblock if self.looped else _next_pow2(int(self.rsize))) if self.reduce else 0
         xblock = max(1, min(64, ROW_ELEMENTS // rblock)) if self.reduce else POINTWISE_XBLOCK
-        return TritonKernel(self.name, tuple(roots), frozenset(r for r, w in self.roots.items() if w), text,
+        return TritonKernel(self.name, tuple(roots), self.written(), text,
                             self.numel, xblock, rblock, _warps(xblock * max(rblock, 1)), self.checks)
 
     # ------------------------------------------------------------------ the iteration space
@@ -146,8 +141,7 @@ class TritonKernelPrinter:
     # ------------------------------------------------------------------ instructions
 
     def _instr(self, i: Instr, inside: bool) -> list[str]:
-        for name in i.outs:
-            self.ssa[name] = i.dtype
+        self.define(i)
         if i.op is Op.LOAD:
             return self._load(i, inside)
         if i.op is Op.STORE:
@@ -159,7 +153,7 @@ class TritonKernelPrinter:
                     f".to({TL_DTYPE[i.dtype]})"]
         if i.op in REDUCTIONS:
             return self.accumulating[i.out].update() if self.looped else self._reduction(i)
-        src = [self.ssa.get(s, i.dtype) for s in i.srcs]
+        src = [self.dtypes.get(s, i.dtype) for s in i.srcs]
         operands = [self.same.get(s, s) for s in i.srcs]
         key = (i.op, tuple(operands), i.dtype, inside)
         if key in self.computed:  # what fusion recomputed for a later loop, computed once
@@ -169,12 +163,8 @@ class TritonKernelPrinter:
         return [f"{i.out} = {expression(i.op, operands, src, i.dtype)}"]
 
     def _address(self, i: Instr, inside: bool) -> str:
-        layout = self.layout
-        b = layout.buffers[i.buffer]
-        root = layout.root(i.buffer)
-        flat = flat_index(i.index, b.stride, layout.rel_offset(i.buffer), self.ranges)
         zero = "tl.zeros(" + self._shape(inside) + ", tl.int64)"
-        return f"{layout.local[root]} + (({self.expr(flat)}) + {zero})"
+        return f"{self.layout.local[self.layout.root(i.buffer)]} + (({self.expr(self.flat(i))}) + {zero})"
 
     def _mask(self, inside: bool, extra: str | None) -> str:
         base = "xrmask" if inside else "xmask"
@@ -185,14 +175,11 @@ class TritonKernelPrinter:
         index against the buffer's shape: an element out of range is not touched; it fails a device assert that
         names the buffer (compiled in by a launch with `debug=True`), and raises the kernel's error flag when
         the launch passes one (the wrapper then runs the graph where torch raises its own error)."""
-        b = self.layout.buffers[i.buffer]
-        tests = [f"(({self.expr(e)}) >= 0) & (({self.expr(e)}) < ({self.expr(size)}))"
-                 for e, size in zip(i.index, b.shape)
-                 if any(s.name in self.ssa for s in as_sympy(e).free_symbols)]
+        tests = [f"(({self.expr(e)}) >= 0) & (({self.expr(e)}) < ({self.expr(size)}))" for e, size in self.indirect(i)]
         if not tests:
             return mask, []
         self.checks = True
-        ok = f"{i.outs[0] if i.outs else 'st'}_{len(self.ssa)}_ok"
+        ok = f"{i.outs[0] if i.outs else 'st'}_{len(self.dtypes)}_ok"
         zero = "tl.zeros(" + self._shape(inside) + ", tl.int32)"
         what = repr(f"index out of range for {self.layout.local[self.layout.root(i.buffer)]} in {self.name}")
         return f"{mask} & {ok}", [f"{ok} = {' & '.join(tests)}",
@@ -207,8 +194,7 @@ class TritonKernelPrinter:
     def _load(self, i: Instr, inside: bool) -> list[str]:
         """A load, or the value an identical earlier load gave (same address, mask and shape, and no store to its
         buffer's storage since): fusion recomputes what later loops need, so a kernel reads x several times."""
-        root = self.layout.root(i.buffer)
-        self.roots.setdefault(root, False)
+        root = self.read_root(i.buffer)
         ptr = self._address(i, inside)
         mask, lines = self._bounds(i, inside, self._mask(inside, i.srcs[0] if i.srcs else None))
         other = scalar(i.value if i.value is not None else 0, i.dtype)
@@ -220,19 +206,18 @@ class TritonKernelPrinter:
         return lines + [f"{i.out} = tl.load({ptr}, mask={mask}, other={other})"]
 
     def _store(self, i: Instr, inside: bool) -> list[str]:
-        root = self.layout.root(i.buffer)
-        self.roots[root] = True
+        root = self.write_root(i.buffer)
         self.loaded = {k: v for k, v in self.loaded.items() if v[1] != root}
         ptr = self._address(i, inside)
         dtype = self.layout.buffers[i.buffer].dtype
-        value = cast(i.srcs[0], self.ssa.get(i.srcs[0], dtype), dtype)
+        value = cast(i.srcs[0], self.dtypes.get(i.srcs[0], dtype), dtype)
         mask, lines = self._bounds(i, inside, self._mask(inside, i.srcs[1] if len(i.srcs) > 1 else None))
         return lines + [f"tl.store({ptr}, tl.broadcast_to({value}, {self._shape(inside)}), mask={mask})"]
 
     # ------------------------------------------------------------------ reductions
 
     def _reduction(self, i: Instr) -> list[str]:
-        v = cast(i.srcs[0], self.ssa.get(i.srcs[0], i.dtype), i.dtype) if i.op is not Op.REDUCE_ARGMAX and \
+        v = cast(i.srcs[0], self.dtypes.get(i.srcs[0], i.dtype), i.dtype) if i.op is not Op.REDUCE_ARGMAX and \
             i.op is not Op.REDUCE_ARGMIN else i.srcs[0]
         t = TL_DTYPE[i.dtype]
         if i.op is Op.REDUCE_SUM:
@@ -267,7 +252,7 @@ class TritonKernelPrinter:
     def _arg_extremum(self, i: Instr) -> list[str]:
         """The smallest index operand among the elements equal to the row's max (min); NaN counts as extreme."""
         value, index = i.srcs
-        src = self.ssa.get(value, "float32")
+        src = self.dtypes.get(value, "float32")
         is_max = i.op is Op.REDUCE_ARGMAX
         fn, fill = ("tl.max", identity(src, True)) if is_max else ("tl.min", identity(src, False))
         best, hit = f"{i.out}_best", f"{i.out}_hit"
@@ -286,10 +271,10 @@ class _SsaNames(dict):
 
     def __init__(self, names: dict[str, str], ssa: dict[str, str]):
         super().__init__(names)
-        self.ssa = ssa
+        self.dtypes = ssa
 
     def __contains__(self, key: object) -> bool:
-        return super().__contains__(key) or key in self.ssa
+        return super().__contains__(key) or key in self.dtypes
 
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key) if super().__contains__(key) else key

@@ -18,6 +18,7 @@ from ._fallback import (
     report_fallback,
     same_layout,
 )
+from ._kernel_walk import KernelWalk
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
 from ._op_conformance import missing_ops, one_op_kernel, prints_by_trying
@@ -28,9 +29,8 @@ from ._wrapper import WrapperWriter, interpreted_kernel
 
 __all__ = [
     "TUNED_MODES", "BindError", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "ExternDtypeError",
-    "IndexPrinter",
-    "InterpretedKernel", "InterpreterFallback", "LazyBinding", "PlanCodegen", "PlanLayout", "PrintedKernel",
-    "Program", "Segment", "Step",
+    "IndexPrinter", "InterpretedKernel", "InterpreterFallback", "KernelWalk", "LazyBinding", "PlanCodegen",
+    "PlanLayout", "PrintedKernel", "Program", "Segment", "Step",
     "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "interpreted_kernel", "non_overlapping",
     "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode",
     # the op table: what a codegen prints of it (its conformance test asserts `missing_ops(prints_op) == []`)
