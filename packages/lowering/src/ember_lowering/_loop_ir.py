@@ -421,10 +421,8 @@ class KernelPlan:
     def replace(self, **changes: Any) -> KernelPlan:
         return dataclasses.replace(self, **changes)
 
-    def __str__(self) -> str:
-        from ._printer import format_plan
-
-        return format_plan(self)
+    # __str__ is the plan's text form, `format_plan`: `_printer.py` sets it (it imports this module, not the
+    # other way round)
 
     @property
     def kernels(self) -> tuple[Kernel, ...]:

@@ -157,3 +157,6 @@ def format_arg(a: Any) -> str:
     if isinstance(a, sympy.Basic):
         return f"sym({str(a)!r})"
     return repr(a)
+
+
+KernelPlan.__str__ = format_plan  # type: ignore[method-assign] - the IR's text form (see KernelPlan)

@@ -11,9 +11,10 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 
 import sympy
+from ember_core import Ref
 
 from ._indexing import sym
-from ._loop_ir import REDUCTIONS, Instr, Kernel, Loop, Op, Stmt
+from ._loop_ir import REDUCTIONS, Extern, Instr, Kernel, Loop, Op, Stmt
 
 
 def map_instrs(body: Iterable[Stmt], fn: Callable[[Instr], Instr]) -> tuple[Stmt, ...]:
@@ -182,10 +183,6 @@ def renumber(body: Iterable[Stmt], start: int = 0, prefix: str = "t") -> tuple[S
 
 def rename_buffers(step, mapping: Mapping[str, str]):
     """Rename buffers in a kernel's loads and stores, or in an extern's arguments and outputs."""
-    from ember_core import Ref
-
-    from ._loop_ir import Extern
-
     if not mapping:
         return step
     if isinstance(step, Extern):

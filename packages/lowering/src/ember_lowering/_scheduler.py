@@ -19,6 +19,16 @@ from ember_core import Ref
 from ._decisions import Decision, Note, make_decision
 from ._loop_ir import Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
+from ._verify import check_round_trip, verify_plan
+from .passes.coalesce_dims import CoalesceDims
+from .passes.extern_in_place import ExternInPlace
+from .passes.fuse_inline import FuseInline
+from .passes.fuse_siblings import FuseSiblings
+from .passes.fuse_vertical import FuseVertical
+from .passes.order_dims import OrderDims
+from .passes.plan_buffers import PlanBuffers
+from .passes.split_moments import SplitMoments
+from .passes.stash_values import StashValues
 
 log = logging.getLogger("ember.kernels")
 
@@ -33,16 +43,6 @@ class Pass(Protocol):
 def default_passes() -> tuple[Pass, ...]:
     """Fusion first (it matches iteration spaces dim by dim), then the shape of each kernel's loops
     (order-dims, coalesce-dims, split-moments, stash-values), then storage (extern-in-place, plan-buffers)."""
-    from .passes.coalesce_dims import CoalesceDims
-    from .passes.extern_in_place import ExternInPlace
-    from .passes.fuse_inline import FuseInline
-    from .passes.fuse_siblings import FuseSiblings
-    from .passes.fuse_vertical import FuseVertical
-    from .passes.order_dims import OrderDims
-    from .passes.plan_buffers import PlanBuffers
-    from .passes.split_moments import SplitMoments
-    from .passes.stash_values import StashValues
-
     return (FuseInline(), FuseVertical(), FuseSiblings(), OrderDims(), CoalesceDims(), SplitMoments(), StashValues(),
             ExternInPlace(), PlanBuffers())
 
@@ -50,8 +50,6 @@ def default_passes() -> tuple[Pass, ...]:
 def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: bool = False,
              decisions: list[Decision] | None = None) -> KernelPlan:
     """Run `passes` (default: `default_passes()`) over a plan."""
-    from ._verify import check_round_trip, verify_plan
-
     if check:
         verify_plan(plan)
         check_round_trip(plan)

@@ -31,6 +31,7 @@ from ._loop_ir import (
     Op,
 )
 from ._op_semantics import SEMANTICS, kind_of
+from ._parser import parse_plan
 from ._printer import format_plan
 
 _LOOP_VAR = re.compile(r"[ir]\d+$")
@@ -55,8 +56,6 @@ def verify_plan(plan: KernelPlan) -> None:
 
 def check_round_trip(plan: KernelPlan) -> None:
     """Raise `PlanError` unless `parse_plan(format_plan(plan)) == plan`."""
-    from ._parser import parse_plan
-
     text = format_plan(plan)
     back = parse_plan(text)
     if back != plan:
