@@ -7,7 +7,7 @@ import pytest
 import torch
 from ember_codegen_cpp import Builder, CppCodegen, KernelPrinter
 from ember_codegen_cpp._autotune import TUNER
-from ember_codegen_cpp._kernel_printer import SERIAL, Variant
+from ember_codegen_cpp._variants import SERIAL, Variant
 from ember_core import record_events
 from ember_lowering import lower
 from ember_lowering.codegen import PlanLayout
@@ -118,7 +118,7 @@ def test_variants_start_with_the_heuristics_and_differ_in_the_printed_kernel():
 
 def test_static_sizes_try_the_other_side_of_the_fork_and_the_threshold_is_the_preludes():
     from ember_codegen_cpp import prelude
-    from ember_codegen_cpp._kernel_printer import PAR_MIN
+    from ember_codegen_cpp._prelude import PAR_MIN
 
     assert f"#define EMBER_PAR_MIN {PAR_MIN}\n" in prelude()
     small, large = torch.randn(8, 100), torch.randn(64, 300)

@@ -24,7 +24,8 @@ from typing import Any
 
 from ember_lowering.codegen import LazyBinding, PlanLayout, Program, Segment, Tuner
 
-from ._kernel_printer import KernelPrinter, Variant
+from ._kernel_printer import KernelPrinter
+from ._variants import Variant
 
 TUNER = Tuner("cpp_tune", "codegen-cpp", repeats=5)
 

@@ -17,11 +17,7 @@ the elements that fill no whole step:
   `Loop` is its own parallel loop over chunks of its outermost r-dim (`_chunked`), each chunk the loop above over
   its part of the range, with its own accumulators; their results combine in a fixed order (`Partials`).
 
-Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
-torch's own softmax does). Names follow one rule: an SSA value (unique in its kernel) and a name carrying the
-loop's number (`ember_steps2`) may live in the row's scope; a name made from what it computes (`ember_rcp_t1`,
-the reciprocal of t1) is declared inside its loop's block, since sibling loops (softmax's backward divides by
-the same row sum in three) each make their own.
+How a `Loop` block and each instruction print is `_statements.py`'s (`StatementPrinter`, the base class).
 
 The plan decides the rest: dims arrive merged (`coalesce-dims`), and a `local` buffer (`stash-values`) is a
 per-row stack array, declared inside the parallel loop. When lanes are i-points the kernel is printed with its
@@ -35,10 +31,7 @@ vector width) and the fastest is measured on the first call (see `_autotune.py`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy
-from ember_core import as_sympy
 from ember_lowering import (
     REDUCTIONS,
     Buffer,
@@ -46,16 +39,21 @@ from ember_lowering import (
     Kernel,
     Loop,
     Op,
-    flat_index,
     recompute_locals,
 )
-from ember_lowering.codegen import CannotPrint, KernelWalk, PlanLayout, PrintedKernel
+from ember_lowering.codegen import CannotPrint, PlanLayout, PrintedKernel
 
 from ._build import vector_lanes
-from ._cpp_rules import CTYPE, FLOATS, STORAGE_CTYPE, cast, expression, flags_error, literal
+from ._cpp_rules import CTYPE, STORAGE_CTYPE
 from ._exprs import ExprPrinter
-from ._prelude import PAR_MIN
-from ._reductions import CHUNK_MIN, CHUNKS, FOLD, LANES, Accumulator, Partials, inverse_count, welford_count
+from ._reductions import (
+    Accumulator,
+    inverse_count,
+    outer_contiguous,
+    welford_count,
+)
+from ._statements import StatementPrinter
+from ._variants import DEFAULT, Variant, kernel_variants
 from ._vector import VectorBody
 
 CHUNK = 4096  # elements of the last i-dim per parallel work item of a pointwise kernel
@@ -63,29 +61,12 @@ BLOCK = 128  # i-points per parallel work item of an outer-contiguous reduction 
 _SIMD = "#pragma omp simd"
 _PARALLEL = "#pragma omp parallel for schedule(static)"
 _ERR = " reduction(|:ember_err)"
-SERIAL = 1 << 62  # a parallel threshold no loop reaches: the kernel never forks
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One way to print a kernel; the default is the heuristics' choice. `par_min`: element-iterations from which
-    the parallel loop forks (0: `EMBER_PAR_MIN`); `tile`: `CHUNK` (pointwise) or `BLOCK` (outer-contiguous
-    reduction) times this; `vector_bits`: the widest vectors the compiler should prefer (0: what -march=native
-    prefers; 256 on an AVX-512 machine keeps to ymm registers)."""
-
-    par_min: int = 0
-    tile: int = 1
-    vector_bits: int = 0
-
-    @property
-    def choice(self) -> tuple[int, int, int]:
-        return (self.par_min, self.tile, self.vector_bits)
-
-
-class KernelPrinter(KernelWalk):
+class KernelPrinter(StatementPrinter):
     """Prints one kernel; `CannotPrint` if it uses anything the printer does not handle."""
 
-    def __init__(self, kernel: Kernel, layout: PlanLayout, name: str, variant: Variant = Variant()):
+    def __init__(self, kernel: Kernel, layout: PlanLayout, name: str, variant: Variant = DEFAULT):
         self.variant = variant
         self.chunk, self.block_size = CHUNK * variant.tile, BLOCK * variant.tile
         native = vector_lanes()
@@ -97,7 +78,7 @@ class KernelPrinter(KernelWalk):
             raise CannotPrint("a local buffer in a kernel without r-dims")
         if kernel.reduce_dims:
             plain = recompute_locals(kernel, set(self.locals)) if self.locals else kernel
-            self.outer_contiguous = _outer_contiguous(plain, layout)
+            self.outer_contiguous = outer_contiguous(plain, layout)
             if self.outer_contiguous:
                 kernel, self.locals = plain, {}
         super().__init__(kernel, layout, name)
@@ -145,28 +126,8 @@ class KernelPrinter(KernelWalk):
         return f"explicit {self.lanes} lanes{lane_ops}"
 
     def variants(self, wide_vectors: bool) -> list[Variant]:
-        """What max-autotune tries for this kernel, the default first: where there is a parallel loop, the other
-        side of the fork (of static sizes: serial where the heuristics fork, parallel where they do not; of
-        symbolic ones: a lower threshold and never) and a larger tile; 256-bit vectors on a machine with wider ones
-        (`wide_vectors`)."""
-        out = [Variant()]
-        if self.k.outer_dims or self.k.reduce_dims:
-            work = self._parallel_work()
-            if work is None:
-                out += [Variant(par_min=4096), Variant(par_min=SERIAL)]
-            else:
-                out.append(Variant(par_min=SERIAL) if work >= PAR_MIN else Variant(par_min=1))
-            if not self.k.reduce_dims or self.outer_contiguous:
-                out.append(Variant(tile=4))
-        if wide_vectors:
-            out.append(Variant(vector_bits=256))
-        return out
-
-    def _parallel_work(self) -> int | None:
-        """The element-iterations the parallel loop's fork test compares with the threshold, when static."""
-        loops = sum(1 for s in self.k.body if isinstance(s, Loop)) if self.k.outer_dims else 1
-        work = sympy.Mul(*[as_sympy(d.size) for d in self.k.dims]) * max(loops, 1)
-        return int(work) if work.is_Integer else None
+        """What max-autotune tries for this kernel, the default first (`kernel_variants`)."""
+        return kernel_variants(self.k, self.outer_contiguous, wide_vectors)
 
     def _body(self) -> list[str]:
         out = [f"  const int64_t n_{d.var} = {self.expr(d.size)};" for d in self.k.dims]
@@ -335,273 +296,3 @@ class KernelPrinter(KernelWalk):
             for o in a.i.outs:
                 self.dtypes[o] = a.i.dtype
         return out + (self._block_loop(results, pad) if results else [])
-
-    # ------------------------------------------------------------------ statements
-
-    def _block(self, stmts, depth: int) -> list[str]:
-        out: list[str] = []
-        run: list[str] = []  # outer statements of a block kernel, run together over the block's i-points
-        run_instrs: list[Instr] = []
-        for s in stmts:
-            if isinstance(s, Loop):
-                if run:
-                    out += self._block_loop(run, "  " * depth, run_instrs)
-                    run, run_instrs = [], []
-                out += self._outer_loop(s, depth) if self.block else self._loop(s, depth)
-            elif self.block and s.op is Op.CONST:  # the same for every i-point: one scalar
-                self.block = False
-                out += [("  " * depth) + line for line in self._instr(s, None)]
-                self.block = True
-            elif self.block:
-                run += self._instr(s, None)
-                run_instrs.append(s)
-            else:
-                out += [("  " * depth) + line for line in self._instr(s, None)]
-        if run:
-            out += self._block_loop(run, "  " * depth, run_instrs)
-        return out
-
-    def _loop(self, loop: Loop, depth: int) -> list[str]:
-        return self._lane_loop(loop, depth) if self.k.outer_dims else self._chunked(loop, depth, self._lane_loop)
-
-    def _span(self, dim) -> tuple[str, str]:
-        """The C++ bounds of r-dim `dim` in the loop being printed: all of it, or a chunk's part."""
-        return ("ember_lo", "ember_hi") if dim.var == self.split else ("0", f"n_{dim.var}")
-
-    def _chunked(self, loop: Loop, depth: int, print_loop) -> list[str]:
-        """A loop of a kernel without i-dims as a parallel loop over at most `CHUNKS` chunks of its outermost r-dim,
-        each of at least `CHUNK_MIN` elements (a multiple of `LANES` when the split dim is the lane dim). Each chunk
-        prints as the loop over its part, then saves its accumulators' results; they combine after the loop."""
-        first, *rest = self.k.reduce_dims
-        self.split = first.var
-        body = print_loop(loop, depth + 1)
-        self.split = None
-        k = self.loop_id
-        parts = [Partials(a) for a in self.accs.values()]
-        n, pad = f"n_{first.var}", "  " * depth
-        inner = " * ".join(f"n_{d.var}" for d in rest)
-        cs, cn = f"ember_cs{k}", f"ember_cn{k}"
-        least = f"{CHUNK_MIN} / ({inner} > 0 ? {inner} : 1)" if rest else str(CHUNK_MIN)  # rows of CHUNK_MIN
-        size = [f"int64_t {cs} = ({n} + {CHUNKS - 1}) / {CHUNKS};", f"if ({cs} < {least}) {cs} = {least};"]
-        if rest:
-            size.append(f"if ({cs} < 1) {cs} = 1;")
-        else:
-            size.append(f"{cs} = ({cs} + {LANES - 1}) / {LANES} * {LANES};")
-        size.append(f"const int64_t {cn} = {n} > {cs} ? ({n} + {cs} - 1) / {cs} : 1;")
-        work = " * ".join(f"n_{d.var}" for d in self.k.reduce_dims)
-        par = self._parallel_head(cn, f"({work})")
-        return [*[pad + line for line in size + [x for p in parts for x in p.decl()]],
-                *[pad + line[2:] for line in par],
-                pad + f"  const int64_t ember_lo = ember_p * {cs};",
-                pad + f"  const int64_t ember_hi = ember_lo + {cs} < {n} ? ember_lo + {cs} : {n};",
-                *body,
-                *[pad + "  " + line for p in parts for line in p.save("ember_p")],
-                pad + "}",
-                *[pad + line for p in parts for line in p.combine(cn)]]
-
-    def _lane_loop(self, loop: Loop, depth: int) -> list[str]:
-        *serial, last = self.k.reduce_dims
-        self.loop_id += 1
-        k = self.loop_id
-        sizes = [as_sympy(d.size) for d in self.k.reduce_dims]
-        row = int(sympy.Mul(*sizes)) if self.split is None and all(s.is_Integer for s in sizes) else None
-        accs = [Accumulator(i, self._src_dtype(i), k, shifted=True, row=row) for i in loop.body if i.op in REDUCTIONS]
-        self.accs = {a.i.out: a for a in accs}
-        self.loop_values, self.loop_head = set(), {}
-        # The tail's element r goes to lane r % LANES, as in the lane loop: a short row (n < LANES, every element
-        # in the tail) then still sums in LANES partial sums, not one chain (kron's gradient, 200 elements in rows
-        # of 20, was 5x further from the exact sum than eager's).
-        tail_lane = f"(ember_rb & {LANES - 1})"
-        tail = [line for i in loop.body for line in self._instr(i, tail_lane if accs else None, tail=True)]
-        vector = VectorBody(self, self.lanes, last.var, reduce_lane="(ember_j + ember_l)")
-        vector_body = vector.lines(list(loop.body))
-        self.lane_ops += vector.lane_ops
-        self.loop_values = None
-        pad = "  " * depth
-        out = [pad + line for a in accs for line in a.init()]
-        welford = sorted({a.state for a in accs if a.welford})
-        decls = [f"int64_t ember_steps{k} = 0;"] if any(a.cascade for a in accs) else []
-        decls += [f"int64_t {welford_count(k)} = 0;"] if welford else []
-        pad, inner = _open_block(out, pad, [(d, *self._span(d)) for d in serial], decls,
-                                 list(self.loop_head.values()))
-        counts = [f"++{welford_count(k)};"] if welford else []
-        counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
-                   for t in welford]
-        flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
-        lo, n = self._span(last)
-        width = LANES if accs else self.lanes  # elements per step: the accumulators' lanes, or one vector
-        step = [
-            *counts,
-            f"for (int64_t ember_j = 0; ember_j < {width}; ember_j += {self.lanes}) {{",
-            "  const int64_t ember_v = ember_rb + ember_j;",
-            f"  const int64_t {last.var} = ember_v;",
-            *["  " + line for line in vector_body],
-            "}",
-        ]
-        out.append(inner + f"int64_t ember_rb = {lo};")
-        if flush:  # the lanes fold into the cascade once per chunk, outside the loop that keeps them in registers
-            out += [inner + f"const int64_t ember_rf = {n} - ({n} - {lo}) % {LANES};",
-                    inner + "while (ember_rb < ember_rf) {",
-                    inner + f"  const int64_t ember_ce = ember_rb + {FOLD} < ember_rf ? ember_rb + {FOLD} : ember_rf;",
-                    inner + f"  for (; ember_rb < ember_ce; ember_rb += {LANES}) {{",
-                    *[inner + "    " + line for line in step],
-                    inner + "  }",
-                    inner + f"  ++ember_steps{k};",
-                    *[inner + "  " + line for line in flush],
-                    inner + "}"]
-        else:
-            out += [inner + f"for (; ember_rb + {width} <= {n}; ember_rb += {width}) {{",
-                    *[inner + "  " + line for line in step],
-                    inner + "}"]
-        out += [
-            inner + f"for (; ember_rb < {n}; ++ember_rb) {{",
-            inner + f"  const int64_t {last.var} = ember_rb;",
-            *[inner + "  " + line for line in tail],
-            inner + "}",
-        ]
-        out += [pad + "  " * j + "}" for j in reversed(range(len(serial)))]
-        out.append(pad[:-2] + "}")
-        for a in accs:
-            for o in a.i.outs:
-                self.dtypes[o] = a.i.dtype
-            out += [pad[:-2] + line for line in a.merge()]
-        return out
-
-    def _src_dtype(self, i: Instr) -> str:
-        """The dtype of a reduce's first operand (defined before it in its loop)."""
-        for j in self.k.instrs():
-            if i.srcs[0] in j.outs:
-                return j.dtype
-        raise CannotPrint(f"operand {i.srcs[0]} of {i.op.value} is not defined")
-
-    # ------------------------------------------------------------------ instructions
-
-    def _instr(self, i: Instr, lane: str | None, tail: bool = False) -> list[str]:
-        op = i.op
-        if op in REDUCTIONS:
-            if lane is None or i.out not in self.accs:
-                raise CannotPrint(f"{op.value} outside a loop")
-            return self.accs[i.out].update([self.ref(x) for x in i.srcs], lane, tail)
-        if op is Op.STORE:
-            return self._store(i)
-        for o in i.outs:
-            self.dtypes[o] = i.dtype
-            self.names.setdefault(o, o)
-            if i.dtype in ("uint8", "bool"):
-                self.ssa_nonneg.add(o)
-            if self.loop_values is not None:
-                self.loop_values.add(o)
-        t = CTYPE[i.dtype]
-        if self.block and self.loop_values is None:  # a block value: define a local, then keep it
-            lines = self._compute(i, t)
-            return lines + [f"{self.names[o]} = {o};" for o in i.outs]
-        return self._compute(i, t)
-
-    def _compute(self, i: Instr, t: str) -> list[str]:
-        op = i.op
-        if op is Op.LOAD:
-            return self._load(i)
-        if op is Op.CONST:
-            return [f"const {t} {i.out} = {literal(i.value, i.dtype)};"]
-        if op is Op.INDEX:
-            return [f"const {t} {i.out} = {cast(self.expr(i.index[0]), 'int64', i.dtype)};"]
-        src = [self.dtypes[s] for s in i.srcs]
-        a = [self.ref(x) for x in i.srcs]
-        if op is Op.DIV and src[0] in FLOATS and self.loop_values is not None and i.srcs[1] not in self.loop_values \
-                and i.srcs[1] not in self.constants and not self.block:
-            rcp = f"ember_rcp_{i.srcs[1]}"  # loop-invariant divisor: one division per loop, not per element
-            one = "1.0" if src[1] == "float64" else "1.0f"
-            self.loop_head[rcp] = f"const {t} {rcp} = {one} / {a[1]};"
-            return [f"const {t} {i.out} = {a[0]} * {rcp};"]
-        line = f"const {t} {i.out} = {expression(op, a, src, i.dtype)};"
-        if flags_error(op, src):
-            self.uses_err = True
-            return [line, f"ember_err |= ({a[1]} == 0);"]
-        return [line]
-
-    def _address(self, i: Instr) -> tuple[str, str]:
-        """(root pointer, flat index) of a load's or store's element."""
-        return self.layout.local[self.layout.root(i.buffer)], self.expr(self.flat(i))
-
-    def _local(self, i: Instr) -> str:
-        """The element of a local (a stack array of this kernel's row) that a load or store addresses."""
-        b = self.locals[i.buffer]
-        return f"{self.layout.local[i.buffer]}[{self.expr(flat_index(i.index, b.stride, 0, self.ranges))}]"
-
-    def _load(self, i: Instr) -> list[str]:
-        if i.buffer in self.locals:
-            return [f"const {CTYPE[i.dtype]} {i.out} = {self._local(i)};"]
-        self.read_root(i.buffer)
-        ptr, flat = self._address(i)
-        value = f"{ptr}[{flat}]"
-        dtype = self.layout.buffers[i.buffer].dtype
-        if dtype in ("bfloat16", "float16"):
-            value = f"ember_load_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
-        conds, lines = [self.ref(x) for x in i.srcs[:1]], []
-        ok = self._bounds(i)
-        if ok:
-            self.uses_err = True
-            lines.append(f"const bool ember_ok_{i.out} = {ok};")
-            guard = f"{conds[0]} && " if conds else ""
-            lines.append(f"ember_err |= ({guard}!ember_ok_{i.out});")
-            conds.append(f"ember_ok_{i.out}")
-        if conds:
-            other = literal(i.value if i.value is not None else 0, i.dtype)
-            value = f"({' && '.join(conds)}) ? {value} : {other}"
-        return lines + [f"const {CTYPE[i.dtype]} {i.out} = {value};"]
-
-    def _bounds(self, i: Instr) -> str | None:
-        """The in-bounds test of an indirect load (one whose index reads SSA values), else None."""
-        tests = [f"(uint64_t)({self.expr(e)}) < (uint64_t)({self.expr(size)})" for e, size in self.indirect(i)]
-        return " && ".join(tests) if tests else None
-
-    def _store(self, i: Instr) -> list[str]:
-        if i.buffer in self.locals:
-            return [f"{self._local(i)} = {self.ref(i.srcs[0])};"]
-        self.write_root(i.buffer)
-        ptr, flat = self._address(i)
-        value = self.ref(i.srcs[0])
-        dtype = self.layout.buffers[i.buffer].dtype
-        if dtype in ("bfloat16", "float16"):
-            value = f"ember_store_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
-        line = f"{ptr}[{flat}] = {value};"
-        return [f"if ({self.ref(i.srcs[1])}) {line}" if len(i.srcs) > 1 else line]
-
-
-def _outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:
-    """Do the loops' accesses run contiguously along the last i-dim rather than the last r-dim? Then lanes are
-    i-points (`_outer_reduction`), not r-steps. An access that does not move with the i-dim (layer norm's
-    per-row mean in its weight gradient, a column sum over rows) is the same for every i-point lane, one value
-    put in every lane: it does not count for r-steps. (Counting it made layer norm's weight gradient walk each
-    column down 2048 rows, 4 KB apart: 200 ms where the column-lane kernel takes 2.)"""
-    outer, rdims = kernel.outer_dims, kernel.reduce_dims
-    if not outer:
-        return False
-    iv, rv = sympy.Symbol(outer[-1].var, integer=True), sympy.Symbol(rdims[-1].var, integer=True)
-    score = 0
-    for stmt in kernel.body:
-        for i in (stmt.body if isinstance(stmt, Loop) else ()):
-            if i.op not in (Op.LOAD, Op.STORE):
-                continue
-            b = layout.buffers[i.buffer]
-            flat = sympy.expand(sum((e * st for e, st in zip(i.index, b.stride)), sympy.Integer(0)))
-            score += int(flat.coeff(iv) == 1) - int(flat.coeff(rv) == 1 and iv in flat.free_symbols)
-    return score > 0
-
-
-def _open_block(out: list[str], pad: str, serial: list, decls: list[str], head: list[str]) -> tuple[str, str]:
-    """Open a reduction loop's block in `out`: its counters' declarations (named for the loop), a brace, the
-    loop's own values (`head`: named for what they compute, so they must stay in the block) and the serial
-    r-loops (`serial`: (dim, lo, hi) each). Returns the block's indent and the innermost serial loop's."""
-    out += [pad + d for d in decls]
-    out.append(pad + "{")
-    pad += "  "
-    out += [pad + line for line in head]
-    out += _serial_loops(pad, serial)
-    return pad, pad + "  " * len(serial)
-
-
-def _serial_loops(pad: str, serial) -> list[str]:
-    """The opening lines of the serial loop nest over `serial` ((dim, lo, hi) each), each nested one deeper."""
-    return [pad + "  " * j + f"for (int64_t {d.var} = {lo}; {d.var} < {hi}; ++{d.var}) {{"
-            for j, (d, lo, hi) in enumerate(serial)]
