@@ -11,7 +11,7 @@ import ember
 import pytest
 import torch
 from conftest import assert_same_training_step
-from ember_codegen_triton.passes import ChannelsLast, PadGemms
+from ember_codegen_triton.graph_passes import ChannelsLast, PadGemms
 from ember_core import get_plugin_manager, hookimpl, reset_plugin_manager
 from models import SmallCNN
 from torch import nn

@@ -29,6 +29,20 @@ def test_plugins_options_lists_option_docs(capsys):
     assert "recompile_limit" in capsys.readouterr().out
 
 
+def test_plugins_passes_prints_both_pipelines_in_order(capsys):
+    assert main(["plugins", "--passes"]) == 0
+    out = capsys.readouterr().out
+    graph_part = out[out.index("graph passes, in the order they run"):out.index("loop-IR passes of each codegen")]
+    rows = [line.split()[:2] for line in graph_part.splitlines()[2:] if line.strip()]
+    points = [point for point, _ in rows]
+    assert points == sorted(points, key=["post_capture", "pre_autograd", "post_partition", "freeze",
+                                         "pre_lowering"].index)
+    assert ["freeze", "fold-constants"] in rows and ["pre_lowering", "fold-scatter-adds"] in rows
+    loop = {line.split()[0]: line.split(None, 1)[1] for line in out[out.index("loop-IR passes"):].splitlines()[2:]}
+    assert loop["cpp"].startswith("fuse-inline, fuse-vertical") and "stash-values" in loop["cpp"]
+    assert "stash-values" not in loop["triton"] and "split-moments" not in loop["triton"]
+
+
 def test_show_prints_the_graph_text(tmp_path, capsys):
     assert main(["show", str(graph_file(tmp_path))]) == 0
     out = capsys.readouterr().out

@@ -1,5 +1,5 @@
 """ember-lowering's tests share `lowering_checks.py` (tracing, lowering with every check on, comparing with
-ember-core's Interpreter); this makes it importable from tests/passes/ too. The session has a disk cache of its
+ember-core's Interpreter); this makes it importable from tests/loop_passes/ too. The session has a disk cache of its
 own, and each test starts with no cached plan (every graph is lowered)."""
 
 import atexit

@@ -17,7 +17,7 @@ import os
 import torch
 import triton
 from ember_core import CacheLookup, Graph, graph_device
-from ember_lowering import Capabilities, Kernel, SplitPolicy
+from ember_lowering import Kernel
 from ember_lowering.codegen import (
     LazyBinding,
     PlanCodegen,
@@ -33,6 +33,7 @@ from ._autotune import tuned_kernels
 from ._binaries import BadManifest
 from ._binaries import load as load_binaries
 from ._build import import_module, module_build
+from ._capabilities import TRITON_CAPABILITIES
 from ._compile_workers import start as start_compile_workers
 from ._dedup import module_text
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
@@ -56,18 +57,7 @@ class TritonCodegen(PlanCodegen):
     device = "cuda"
     stage = "codegen-triton"
     language = "Triton"
-    capabilities = Capabilities(
-        # a persistent kernel holds its row in registers: what a later loop reads again is computed again there,
-        # so no stash-values (and no `local` rows)
-        stashes=False,
-        # a row that fits a block computes its moments in two passes over registers already (`_accumulators.py`);
-        # a longer one loops, and a second pass would read it from memory again: no split-moments
-        row_moments=True,
-        # a program takes a few rows of a reduction: one with few results and long rows runs split in two, so that
-        # every multiprocessor has rows (batch norm's statistics in training: 64 channels, 400k elements each)
-        split_reductions=SplitPolicy(),
-        cuda_graphs=True,
-    )
+    capabilities = TRITON_CAPABILITIES
     # what `_rules.py` spells; every other op of the table is composed from its default before printing
     prints_op = staticmethod(prints_by_trying(expression))
 

@@ -1,7 +1,7 @@
 """ember-codegen-triton's plugin: codegen `triton`, the default for CUDA (priority 50: the only codegen there above
 the interpreter); for CPU only when asked for by name (`options={"codegen.cpu": "triton"}`, with
 `TRITON_INTERPRET=1`), since codegen `cpp` has priority 100. And the graph passes `channels-last` and `pad-gemms`
-(after capture; CUDA graphs only: `passes/`).
+(after capture; CUDA graphs only: `graph_passes/`).
 
 Registering imports neither Triton nor numpy: the codegen is built on its first use (`LazyTritonCodegen`), so that
 ember, the C++ codegen and `ember plugins` work where numpy is missing, even with `TRITON_INTERPRET=1` set."""
@@ -13,7 +13,8 @@ from typing import Any
 
 from ember_core import hookimpl
 
-from .passes import ChannelsLast, PadGemms
+from ._capabilities import TRITON_CAPABILITIES
+from .graph_passes import ChannelsLast, PadGemms
 
 
 class LazyTritonCodegen:
@@ -21,6 +22,7 @@ class LazyTritonCodegen:
     `TRITON_INTERPRET=1` Triton imports numpy as it loads; a missing numpy is then named with its fix."""
 
     name = "triton"
+    capabilities = TRITON_CAPABILITIES
 
     def __init__(self) -> None:
         self._codegen: Any = None
@@ -49,7 +51,7 @@ class LazyTritonCodegen:
 @hookimpl
 def ember_register(registry) -> None:
     registry.add("codegen", "triton", LazyTritonCodegen(), priority=50, devices=("cuda", "cpu"))
-    # CUDA graphs only (passes/): NHWC convolutions, aligned GEMMs
+    # CUDA graphs only (graph_passes/): NHWC convolutions, aligned GEMMs
     registry.add("pass", ChannelsLast.id, ChannelsLast(), point="post_capture", devices=("cuda",))
     registry.add("pass", PadGemms.id, PadGemms(), point="post_capture", devices=("cuda",))
     registry.add_option("triton.debug", bool, False,

@@ -34,6 +34,7 @@ from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
 from ._grad_rules import grad_rules
+from ._graph_passes import run_graph_passes
 from ._identifiers import is_source_identifier, source_identifier
 from ._interpreter import Interpreter, interpret
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
@@ -68,6 +69,7 @@ from ._schema import (
 )
 from ._sizes import layout_problem
 from ._stages import (
+    PASS_POINTS,
     Autograd,
     BackendFrontend,
     Codegen,
@@ -109,6 +111,8 @@ __all__ = [
     "EffectfulFunctionalMode",
     # stage contracts: event payloads, the dump writer, the interpreter codegen
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
+    # graph passes: the points of the pipeline where they run, and the one runner
+    "PASS_POINTS", "run_graph_passes",
     "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch",
     # custom autograd functions: the call node and its subgraphs
     "CUSTOM_FUNCTION", "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope",

@@ -19,7 +19,7 @@ from ._dump import DumpWriter
 from ._errors import OptionError, PluginError
 from ._events import Event
 from ._options import CORE_OPTIONS, OptionSpec, check_options
-from ._stages import STAGES
+from ._stages import PASS_POINTS, STAGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,11 @@ class PluginRegistry:
             point: str | None = None, default: bool = True) -> None:
         if stage not in STAGES:
             raise PluginError(f"plugin {self._plugin[0]!r}: unknown stage {stage!r}; stages are {', '.join(STAGES)}")
+        if stage == "pass":
+            point = point or "post_capture"
+            if point not in PASS_POINTS:
+                raise PluginError(f"plugin {self._plugin[0]!r}: pass {name!r} at unknown point {point!r}; points are "
+                                  f"{', '.join(PASS_POINTS)}")
         key = (stage, name)
         if key in self._impls:
             other = self._impls[key].plugin
@@ -92,6 +97,15 @@ class PluginRegistry:
         if not fits:
             raise PluginError(f"no {stage} is installed" + (f" for device {device!r}" if device else ""))
         return fits[0]
+
+    def passes(self, point: str, chosen: list[str] | tuple[str, ...] | None = None) -> list[Implementation]:
+        """The graph passes that run at `point`, in order: those named in `chosen` (the `passes` option) in its
+        order, else every pass registered as default, by priority then name."""
+        if point not in PASS_POINTS:
+            raise PluginError(f"unknown pass point {point!r}; points are {', '.join(PASS_POINTS)}")
+        impls = [self.find("pass", name) for name in chosen] if chosen is not None else \
+            [i for i in self.all("pass") if i.default]
+        return [i for i in impls if i.point == point]
 
     def has(self, stage: str) -> bool:
         return any(i.stage == stage for i in self._impls.values())

@@ -9,7 +9,14 @@ from typing import Any, Protocol, runtime_checkable
 from ._schema import Graph
 
 STAGES = ("frontend", "pass", "autograd", "partition", "codegen")
-PASS_POINTS = ("post_capture", "post_partition")
+# Where graph passes run, in pipeline order. Every graph pass, built in or a plugin's, is a `GraphPass` registered at
+# one of them (`registry.add("pass", id, impl, point=...)`), run by `run_graph_passes`:
+# - post_capture: each graph a frontend captured (the runtime; the example plugin's fold-mul-one, channels-last);
+# - pre_autograd: a graph about to be traced with its backward (the runtime, training only);
+# - post_partition: the forward and backward graphs of a partition (the runtime);
+# - freeze: an inference graph whose parameters were just bound as constants (the runtime's freezing);
+# - pre_lowering: the graph a codegen of the loop IR lowers (ember-lowering: fold-scatter-adds...).
+PASS_POINTS = ("post_capture", "pre_autograd", "post_partition", "freeze", "pre_lowering")
 
 # compile_graph(graph, example_inputs) -> a callable taking the graph's inputs as a list, returning its outputs.
 CompileGraph = Callable[[Graph, Sequence[Any]], Callable[[Sequence[Any]], list]]
@@ -74,6 +81,10 @@ class BackendFrontend(Frontend, Protocol):
 
 @runtime_checkable
 class GraphPass(Protocol):
+    """A graph rewrite: `id` (kebab-case, the name it registers under), and `run(graph)`, which returns the graph
+    itself when it changes nothing. It may say what it did in numbers, measured from its input and output:
+    `summary(before, after) -> dict[str, int]` (optional; `pass_applied` events carry it)."""
+
     id: str
 
     def run(self, graph: Graph) -> Graph: ...

@@ -16,6 +16,7 @@ import webbrowser
 from pathlib import Path
 
 from ember_core import (
+    PASS_POINTS,
     EmberError,
     cache_root,
     cache_size_limit,
@@ -24,6 +25,7 @@ from ember_core import (
     get_plugin_manager,
 )
 from ember_core.report import age, list_reports
+from ember_lowering import Capabilities, default_passes, select_passes
 
 from ._show import show
 
@@ -89,6 +91,9 @@ def _plugins(args: argparse.Namespace) -> int:
     _table(rows)
     if manager.blocked:
         _say(f"\nblocked by EMBER_DISABLE_PLUGINS: {', '.join(manager.blocked)}")
+    if args.passes:
+        _say()
+        _passes(manager.registry)
     if args.options:
         _say()
         _table([("option", "default", "plugin", "meaning")] + [
@@ -96,6 +101,24 @@ def _plugins(args: argparse.Namespace) -> int:
             for s in sorted(manager.registry.options.values(), key=lambda s: s.key)
         ])
     return 0
+
+
+def _passes(registry) -> None:
+    """Both pipelines in the order they run: the graph passes by point, then each codegen's loop-IR passes (the
+    default ones its capabilities select, and its own)."""
+    _say("graph passes, in the order they run (default: run unless the `passes` option names others)")
+    rows = [("point", "pass", "default", "plugin", "distribution")]
+    for point in PASS_POINTS:
+        rows += [(point, p.name, "yes" if p.default else "no", p.plugin, f"{p.dist} {p.version}".strip())
+                 for p in registry.passes(point, [i.name for i in registry.all("pass") if i.point == point])]
+    _table(rows)
+    _say("\nloop-IR passes of each codegen's plans, in order (ember-lowering's, picked by its capabilities)")
+    rows = [("codegen", "passes")]
+    for impl in registry.all("codegen"):
+        capabilities = getattr(impl.impl, "capabilities", None)
+        if isinstance(capabilities, Capabilities):
+            rows.append((impl.name, ", ".join(p.id for p in select_passes(default_passes(), capabilities))))
+    _table(rows)
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
@@ -154,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="list installed implementations of each stage, with versions")
     p.add_argument("--options", action="store_true", help="also list every option and its default")
+    p.add_argument("--passes", action="store_true",
+                   help="also print both pipelines in order: graph passes by point, each codegen's loop-IR passes")
     p.set_defaults(run=_plugins)
     s = sub.add_parser("show", help="print any file EMBER_DUMP writes, for people: a graph (.json or text), a kernel "
                                     "plan, a source, a diagram (.dot); the format is told by the file")

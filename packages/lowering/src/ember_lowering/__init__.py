@@ -30,8 +30,8 @@ from ._rules_pointwise import elementwise
 from ._scheduler import Pass, default_passes, schedule
 from ._split_reductions import SplitPolicy
 from ._verify import check_round_trip, verify_plan
-from .passes.decompose_ops import decompose_ops
-from .passes.stash_values import recompute_locals
+from .loop_passes.decompose_ops import decompose_ops
+from .loop_passes.stash_values import recompute_locals
 
 __version__ = "0.1.0"
 

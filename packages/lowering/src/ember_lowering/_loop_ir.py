@@ -27,7 +27,7 @@ What a codegen does with a plan (`PlanInterpreter` is the executable statement o
   A `local` lives in the iteration of the i-dims (each has its own copy, of the buffer's static shape: a stack
   array in C++, registers or shared memory on a GPU when the row fits a block) and holds what that iteration
   stored; nothing outside the kernel sees it. A codegen that cannot keep one calls `recompute_locals`
-  (passes/stash_values.py), which puts the computation back where the value is loaded.
+  (loop_passes/stash_values.py), which puts the computation back where the value is loaded.
   Index expressions are integers; `floor` and `Mod` follow Python (floor division, remainder of the divisor's
   sign). A masked load must not touch memory where its mask is false. float16/bfloat16 values are only
   loaded, stored, cast, selected (`where`) or constant: all arithmetic is in float32 or wider.

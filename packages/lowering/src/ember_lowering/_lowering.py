@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -32,12 +32,12 @@ from ember_core import (
     node_refs,
     parse_expr,
     resolve_op,
+    run_graph_passes,
 )
 
 from ._context import LoweringContext, TensorRef
 from ._decisions import Decision
 from ._errors import LoweringError, Unsupported
-from ._graph_rewrites import rewrite_graph
 from ._indexing import sym, to_expr
 from ._loop_ir import KERNEL_DTYPES, NAN, Buffer, Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
@@ -108,12 +108,13 @@ def bind_args(node: Node) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the walk
 
 
-def lower_graph(graph: Graph, split: SplitPolicy | None = None, decisions: list[Decision] | None = None
-                ) -> KernelPlan:
-    """The unfused plan: one kernel per lowered op (views are index arithmetic), externs for the rest; long
-    reductions with few results split in two under `split` (`_split_reductions.py`), each such choice appended to
-    `decisions`."""
-    graph = rewrite_graph(graph)
+def lower_graph(graph: Graph, split: SplitPolicy | None = None, decisions: list[Decision] | None = None,
+                graph_passes: Sequence[str] | None = None) -> KernelPlan:
+    """The unfused plan: the graph passes at `pre_lowering` first (`graph_passes`: their ids, as the `passes`
+    option names them; None: the registered defaults), then one kernel per lowered op (views are index
+    arithmetic), externs for the rest; long reductions with few results split in two under `split`
+    (`_split_reductions.py`), each such choice appended to `decisions`."""
+    graph = run_graph_passes(graph, "pre_lowering", graph_passes)
     ctx = LoweringContext(graph, split)
     if decisions is not None:
         ctx.decisions = decisions
@@ -369,18 +370,19 @@ def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
 
 
 def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: bool = True,
-          split: SplitPolicy | None = None) -> KernelPlan:
+          split: SplitPolicy | None = None, graph_passes: Sequence[str] | None = None) -> KernelPlan:
     """Lower a graph and schedule it: the KernelPlan a codegen builds from.
 
     passes: the scheduler passes to run (default `default_passes()`); check: verify the plan and its text round
     trip after every pass (tests turn this on); split: the codegen's policy for long reductions with few results
-    (`SplitPolicy`; None: none split); emit_event: send `kernels_planned` (stage `lowering`, the plan's text as
+    (`SplitPolicy`; None: none split); graph_passes: the ids of the graph passes to run at `pre_lowering` (None:
+    the registered defaults); emit_event: send `kernels_planned` (stage `lowering`, the plan's text as
     source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
     Codegens emit `kernels_generated` with their own source.
     """
     with Stopwatch() as clock:
         decisions: list[Decision] = []
-        plan = lower_graph(graph, split, decisions)
+        plan = lower_graph(graph, split, decisions, graph_passes)
         plan = schedule(plan, passes=passes, check=check, decisions=decisions)
     if emit_event:
         emit(Event(kind="kernels_planned", stage="lowering",

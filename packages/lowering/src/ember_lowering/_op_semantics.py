@@ -6,7 +6,7 @@ An op's `OpSemantics` holds:
 - `result`: `same` (the operands' dtype) or `bool`;
 - `reference`: a torch function, the meaning. The loop-IR interpreter runs it, the builder folds constants with it;
 - `default`: the op composed from other ops, `default(b, *operands) -> Val` over a `KernelBuilder`, for the
-  (op, dtype)s a codegen has no rule of its own for (`passes/decompose_ops.py` applies it before printing). A
+  (op, dtype)s a codegen has no rule of its own for (`loop_passes/decompose_ops.py` applies it before printing). A
   default may compose only part of an op's kinds; it returns None for the others.
 
 So a codegen writes rules only where it does better than the default, and a conformance test over this table

@@ -14,9 +14,10 @@ any kind is a logged miss, and the graph is lowered again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
-from ember_core import Graph, ResultCache, code_version, fingerprint, graph_device
+from ember_core import Graph, ResultCache, code_version, fingerprint, get_plugin_manager, graph_device
 
 from ._capabilities import Capabilities, select_passes
 from ._errors import PlanError
@@ -33,18 +34,21 @@ FORMAT = "ember loop-IR text 1"
 PLANS: ResultCache[KernelPlan] = ResultCache("plans", "plan", "lowering", "kernel plan")
 
 
-def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities | None = None) -> KernelPlan:
+def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities | None = None,
+                 graph_passes: Sequence[str] | None = None) -> KernelPlan:
     """`lower(graph)` through the disk cache of plans (`cache=False`: lowered, nothing read or stored), with the
-    passes and the split of long reductions that a codegen's `capabilities` select (part of the entry's facts)."""
+    passes and the split of long reductions that a codegen's `capabilities` select, and the graph passes
+    `graph_passes` names at `pre_lowering` (None: the registered defaults); all part of the entry's facts."""
     capabilities = capabilities or Capabilities()
 
     def lowered() -> KernelPlan:
-        return lower(graph, passes=select_passes(default_passes(), capabilities), split=capabilities.split_reductions)
+        return lower(graph, passes=select_passes(default_passes(), capabilities), split=capabilities.split_reductions,
+                     graph_passes=graph_passes)
 
     if not cache:
         return lowered()
     default = capabilities.fact() == Capabilities().fact()
-    facts = plan_facts(graph) | ({} if default else {"capabilities": capabilities.fact()})
+    facts = plan_facts(graph, graph_passes) | ({} if default else {"capabilities": capabilities.fact()})
     plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph))
     if plan is not None:
         return plan
@@ -57,13 +61,16 @@ def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities
     return plan
 
 
-def plan_facts(graph: Graph) -> dict[str, str]:
-    """Everything that decides `lower(graph)`, as strings."""
+def plan_facts(graph: Graph, graph_passes: Sequence[str] | None = None) -> dict[str, str]:
+    """Everything that decides `lower(graph)`, as strings: the graph passes at `pre_lowering` among them (their
+    ids and their plugins' versions)."""
+    passes = get_plugin_manager().registry.passes("pre_lowering", graph_passes)
     return {
         "format": FORMAT,
         "graph": fingerprint(graph, names=True),
         "ember": f"ember-lowering {code_version('ember_lowering')}, ember-core {code_version('ember_core')}",
         "torch": f"torch {torch.__version__}",
+        "graph passes": ", ".join(f"{p.name} ({p.dist} {p.version})" for p in passes),
     }
 
 

@@ -1,6 +1,6 @@
 """The scheduler: runs the fusion passes and buffer planning over an unfused plan, in order.
 
-Each pass is a class with a kebab-case `id` (matching its file under `passes/`), a closed set of `reasons`
+Each pass is a class with a kebab-case `id` (matching its file under `loop_passes/`), a closed set of `reasons`
 and `run(plan, note) -> plan`; `note(verdict, reason, subjects, detail)` records a `Decision`
 (`_decisions.py`). After each pass the plan is put in normal form (kernels named by kind and shape, buffers in
 order of use, unused ones dropped) and its id is appended to `plan.passes`. Decisions go to the
@@ -20,15 +20,15 @@ from ._decisions import Decision, Note, make_decision
 from ._loop_ir import Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
 from ._verify import check_round_trip, verify_plan
-from .passes.coalesce_dims import CoalesceDims
-from .passes.extern_in_place import ExternInPlace
-from .passes.fuse_inline import FuseInline
-from .passes.fuse_siblings import FuseSiblings
-from .passes.fuse_vertical import FuseVertical
-from .passes.order_dims import OrderDims
-from .passes.plan_buffers import PlanBuffers
-from .passes.split_moments import SplitMoments
-from .passes.stash_values import StashValues
+from .loop_passes.coalesce_dims import CoalesceDims
+from .loop_passes.extern_in_place import ExternInPlace
+from .loop_passes.fuse_inline import FuseInline
+from .loop_passes.fuse_siblings import FuseSiblings
+from .loop_passes.fuse_vertical import FuseVertical
+from .loop_passes.order_dims import OrderDims
+from .loop_passes.plan_buffers import PlanBuffers
+from .loop_passes.split_moments import SplitMoments
+from .loop_passes.stash_values import StashValues
 
 log = logging.getLogger("ember.kernels")
 

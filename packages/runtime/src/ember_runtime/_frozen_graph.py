@@ -88,7 +88,7 @@ class FrozenGraph:
                                  else "no input can be frozen")
         try:
             with Stopwatch() as clock:
-                result = freeze(graph, inputs)
+                result = freeze(graph, inputs, passes=self.pipeline.options.get("passes"))
         except Exception as e:  # noqa: BLE001 - a pass's bug costs speed, never the call
             return self._give_up(f"freezing raised {type(e).__name__}: {e}")
         counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in result.counts.items())

@@ -25,6 +25,7 @@ from ember_core import (
     get_plugin_manager,
     graph_device,
     interpreter_codegen,
+    run_graph_passes,
     without_autocast,
 )
 
@@ -64,32 +65,15 @@ class Pipeline:
         return self.manager.registry.find("frontend", name or self.options["frontend"]).impl
 
     def passes(self, point: str) -> list:
-        registry = self.manager.registry
-        chosen = self.options.get("passes")
-        if chosen is not None:
-            impls = [registry.find("pass", name) for name in chosen]
-        else:
-            impls = [i for i in registry.all("pass") if i.default]
-        return [i for i in impls if (i.point or "post_capture") == point]
+        """The graph passes at `point`: those the `passes` option names, else the defaults (the registry's)."""
+        return self.manager.registry.passes(point, self.options.get("passes"))
 
     def codegen(self, device: str):
         name = self.options.get(f"codegen.{device}")
         return self.manager.registry.find("codegen", name, device=device)
 
     def run_passes(self, graph: Graph, point: str) -> Graph:
-        for impl in self.passes(point):
-            before = graph
-            try:
-                with Stopwatch() as clock:
-                    graph = impl.impl.run(graph)
-            except Exception as e:
-                raise PluginError(f"pass {impl.name!r} of plugin {impl.plugin!r} raised {type(e).__name__}: {e}") from e
-            if graph is not before:
-                self.manager.emit(Event("pass_applied", "passes", f"pass {impl.name} ({impl.plugin})", graph=graph,
-                                        data={"pass": impl.name, "plugin": impl.plugin, "point": point,
-                                              "nodes_before": len(before.nodes), "nodes_after": len(graph.nodes),
-                                              "seconds": clock.seconds}))
-        return graph
+        return run_graph_passes(graph, point, impls=self.passes(point))
 
     @staticmethod
     def needs_grad(graph: Graph, example_inputs: Sequence[Any]) -> bool:
@@ -126,7 +110,7 @@ class Pipeline:
         autograd = self.autograd()
         if autograd is None:
             return self.eager_autograd(graph, example_inputs)
-        return self.compile_training(autograd, graph, example_inputs)
+        return self.compile_training(autograd, self.run_passes(graph, "pre_autograd"), example_inputs)
 
     def eager_autograd(self, graph: Graph, example_inputs: Sequence[Any]) -> CompiledGraph:
         """A graph that needs grad under eager autograd (`autograd="eager"`, or no autograd plugin installed): its

@@ -112,7 +112,7 @@ def test_parameters_changing_at_every_call_end_up_unfrozen():
 def test_a_freezing_pass_that_raises_leaves_the_graph_unfrozen(monkeypatch):
     import ember_runtime._frozen_graph as frozen_graph
 
-    def broken(graph, inputs):
+    def broken(graph, inputs, **options):
         raise RuntimeError("pass bug")
 
     monkeypatch.setattr(frozen_graph, "freeze", broken)

@@ -73,7 +73,7 @@ class PlanCodegen:
 
     def prints_op(self, op: Op, srcs: tuple[str, ...], dtype: str) -> bool:
         """Has this codegen a rule of its own for pointwise `op` on operands of dtypes `srcs`, giving `dtype`? Every
-        other is composed from the op's default before `print_kernel` sees it (passes/decompose_ops.py); a
+        other is composed from the op's default before `print_kernel` sees it (loop_passes/decompose_ops.py); a
         codegen's tests check with `missing_ops(codegen.prints_op)` that nothing is left. Default: all of them."""
         return True
 
@@ -114,7 +114,9 @@ class PlanCodegen:
         """The compiled graph, and the binding its first call waits for (None when no kernel is built). The plan
         comes from lowering's disk cache of plans unless the `cache` option is off."""
         try:
-            plan = lower_cached(graph, cache=(options or {}).get("cache", True), capabilities=self.capabilities)
+            options = options or {}
+            plan = lower_cached(graph, cache=options.get("cache", True), capabilities=self.capabilities,
+                                graph_passes=options.get("passes"))
         except Exception as e:  # noqa: BLE001 - any lowering failure means: run the graph as it is
             return self.interpreter(graph, f"lowering failed: {type(e).__name__}: {e}", "lowering"), None
         if not self.serves(plan.device):

@@ -1,7 +1,7 @@
 """Does a codegen print every op of the table? `missing_ops(prints)` answers for a codegen's `prints_op`.
 
 For each pointwise op of `_op_semantics.SEMANTICS` and each dtype of its kinds, a one-instruction kernel is
-decomposed as `plan_program` decomposes before printing (`passes/decompose_ops.py`); the (op, dtype) is missing
+decomposed as `plan_program` decomposes before printing (`loop_passes/decompose_ops.py`); the (op, dtype) is missing
 when an instruction the codegen does not print is left. Casts between every two kernel dtypes are checked too. A
 codegen's tests assert `missing_ops(codegen.prints_op) == []`, so a forgotten rule is a failing test, not a
 fallback found at run time. A third-party codegen runs the same check.
@@ -14,7 +14,7 @@ import sympy
 from .._indexing import sym
 from .._loop_ir import KERNEL_DTYPES, Dim, Instr, Kernel, Op, opmath
 from .._op_semantics import SEMANTICS
-from ..passes.decompose_ops import Prints, decompose_ops
+from ..loop_passes.decompose_ops import Prints, decompose_ops
 from ._errors import CannotPrint
 
 _I0 = sym("i0")

@@ -34,6 +34,15 @@ def add_constant(constants: dict[str, Constant], name: str, tensor: torch.Tensor
     return Ref(name)
 
 
+class DropDead:
+    """The graph pass (point `freeze`, last): `drop_dead`."""
+
+    id = "drop-dead"
+
+    def run(self, graph: Graph) -> Graph:
+        return drop_dead(graph)
+
+
 def drop_dead(graph: Graph) -> Graph:
     """The graph without nodes whose results nothing reads (an effectful node stays) and unread constants."""
     live = output_names(graph)

@@ -1,4 +1,5 @@
-"""`freeze(graph, inputs) -> FreezeResult`: the freezing passes in order, and the guard of their result."""
+"""`freeze(graph, inputs) -> FreezeResult`: the parameters frozen in, the graph passes at `freeze` in order, and the
+guard of their result."""
 
 from __future__ import annotations
 
@@ -7,13 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ember_core import Graph
+from ember_core import Graph, get_plugin_manager, run_graph_passes
 
-from ._edit import drop_dead
-from .fold_batch_norm import fold_batch_norm
-from .fold_constants import fold_constants
 from .freeze_params import freezable, freeze_params
-from .prepack_weights import prepack_weights
+from .prepack_weights import PrepackWeights
 
 WATCHED_NUMEL = 1 << 20  # elements of frozen buffers compared by value on each call, at most
 
@@ -88,18 +86,18 @@ class FreezeResult:
         return None
 
 
-def freeze(graph: Graph, inputs: Sequence[Any], *, prepack: bool = True) -> FreezeResult:
-    """Run the freezing passes on `graph` with the call's `inputs` (see the module's docstring)."""
+def freeze(graph: Graph, inputs: Sequence[Any], *, prepack: bool = True,
+           passes: Sequence[str] | None = None) -> FreezeResult:
+    """`graph` with the call's `inputs` frozen in (`freeze_params`), then the graph passes at the `freeze` point
+    (`passes`: their ids, as the `passes` option names them; None: the registered defaults; `prepack=False` leaves
+    out prepack-weights). See the module's docstring."""
     which = freezable(graph, inputs)
     frozen = tuple((k, inputs[k], inputs[k]._version, inputs[k].data_ptr()) for k in which)
     out = freeze_params(graph, inputs, which)
-    out, folded = fold_constants(out)
-    out, bns = fold_batch_norm(out)
-    packed, fused = 0, 0
-    if prepack:
-        out, packed, fused = prepack_weights(out)
-    out = drop_dead(out)
+    impls = [p for p in get_plugin_manager().registry.passes("freeze", passes)
+             if prepack or p.name != PrepackWeights.id]
+    counts = {"frozen": len(which), "folded_constants": 0, "folded_batch_norms": 0, "prepacked_weights": 0,
+              "fused_epilogues": 0}
+    out = run_graph_passes(out, "freeze", impls=impls, summaries=counts)
     kept = tuple(k for k in range(len(graph.inputs)) if k not in set(which))
-    counts = {"frozen": len(which), "folded_constants": folded, "folded_batch_norms": bns,
-              "prepacked_weights": packed, "fused_epilogues": fused}
     return FreezeResult(out, kept, frozen, counts, _watches(graph, inputs, which))

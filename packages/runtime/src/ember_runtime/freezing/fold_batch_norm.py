@@ -95,6 +95,21 @@ def _fold_one(graph: Graph, bn: Node, producer: Node, constants: dict[str, Const
     return producer.replace(op=op, outputs=(out,), args=tuple(args))
 
 
+class FoldBatchNorm:
+    """The graph pass (point `freeze`): `fold_batch_norm`."""
+
+    id = "fold-batch-norm"
+
+    def run(self, graph: Graph) -> Graph:
+        return fold_batch_norm(graph)[0]
+
+    @staticmethod
+    def summary(before: Graph, after: Graph) -> dict[str, int]:
+        def count(g: Graph) -> int:
+            return sum(n.op in BATCH_NORMS for n in g.nodes)
+        return {"folded_batch_norms": count(before) - count(after)}
+
+
 def fold_batch_norm(graph: Graph) -> tuple[Graph, int]:
     """`graph` with every foldable batch norm folded into its producer; and how many were folded."""
     read, outputs = readers(graph), output_names(graph)

@@ -64,6 +64,19 @@ def _run(graph: Graph, node: Node, constants: dict[str, Constant]) -> list[torch
     return results
 
 
+class FoldConstants:
+    """The graph pass (point `freeze`): `fold_constants`."""
+
+    id = "fold-constants"
+
+    def run(self, graph: Graph) -> Graph:
+        return fold_constants(graph)[0]
+
+    @staticmethod
+    def summary(before: Graph, after: Graph) -> dict[str, int]:
+        return {"folded_constants": len(before.nodes) - len(after.nodes)}  # each folded node is gone
+
+
 def fold_constants(graph: Graph) -> tuple[Graph, int]:
     """`graph` with every foldable node replaced by constants; and how many nodes were folded."""
     constants, values = dict(graph.constants), dict(graph.values)

@@ -238,6 +238,23 @@ def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple,
     return Node((final,), op, tuple(args), {}, dict(node.meta)), act.absorbed if act else ()
 
 
+class PrepackWeights:
+    """The graph pass (point `freeze`): `prepack_weights`."""
+
+    id = "prepack-weights"
+
+    def run(self, graph: Graph) -> Graph:
+        return prepack_weights(graph)[0]
+
+    @staticmethod
+    def summary(before: Graph, after: Graph) -> dict[str, int]:
+        def packed(g: Graph) -> list[Node]:
+            return [n for n in g.nodes if n.op in (CONV_POINTWISE, LINEAR_POINTWISE)]
+        fused = [n for n in packed(after) if n.args[-3] != "none"]  # the fused activation's attr
+        return {"prepacked_weights": len(packed(after)) - len(packed(before)),
+                "fused_epilogues": len(fused) - sum(n.args[-3] != "none" for n in packed(before))}
+
+
 def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
     """`graph` with its convolutions and linear layers on oneDNN; how many were rewritten, how many activations
     fused. Dead constants (the unpacked weights) are left for `drop_dead`."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ember_codegen_triton.passes import PadGemms
-from ember_codegen_triton.passes.pad_gemms import Gemm, heuristic
+from ember_codegen_triton.graph_passes import PadGemms
+from ember_codegen_triton.graph_passes.pad_gemms import Gemm, heuristic
 from ember_core import interpret, record_events, verify
 from helpers import CODEGEN, on_cuda, on_device, trace
 

@@ -1,8 +1,8 @@
 """plan-buffers: dead temps lend their storage; outputs, inputs and live values never do."""
 
 import torch
-from ember_lowering.passes.fuse_inline import FuseInline
-from ember_lowering.passes.plan_buffers import PlanBuffers
+from ember_lowering.loop_passes.fuse_inline import FuseInline
+from ember_lowering.loop_passes.plan_buffers import PlanBuffers
 from lowering_checks import before_after, check
 
 X = torch.randn(6, 8)

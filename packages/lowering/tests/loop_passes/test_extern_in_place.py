@@ -3,8 +3,8 @@
 
 import torch
 from ember_lowering import Extern
-from ember_lowering._graph_rewrites import fold_scatter_adds
-from ember_lowering.passes.extern_in_place import ExternInPlace
+from ember_lowering.graph_passes.fold_scatter_adds import fold_scatter_adds
+from ember_lowering.loop_passes.extern_in_place import ExternInPlace
 from lowering_checks import before_after, check, trace
 
 IDX1 = torch.tensor([3, 1, 3, 0, 7, 3])  # repeated rows: the scatter must accumulate

@@ -1,7 +1,7 @@
 """coalesce-dims alone: adjacent dims that every access walks as one become one dim; others stay."""
 
 import torch
-from ember_lowering.passes.coalesce_dims import CoalesceDims
+from ember_lowering.loop_passes.coalesce_dims import CoalesceDims
 from lowering_checks import before_after, run_passes, verdicts
 
 HEAD = "# ember kernel plan 'g' on cpu\n# passes: lower\n"

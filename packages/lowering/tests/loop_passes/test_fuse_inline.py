@@ -3,7 +3,7 @@
 import pytest
 import torch
 from ember_lowering import Op, run_plan
-from ember_lowering.passes.fuse_inline import FuseInline
+from ember_lowering.loop_passes.fuse_inline import FuseInline
 from lowering_checks import before_after, count_ops, verdicts
 
 X = torch.randn(6, 8)

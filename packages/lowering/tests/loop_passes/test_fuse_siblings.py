@@ -2,7 +2,7 @@
 
 import torch
 from ember_lowering import Loop, Op
-from ember_lowering.passes.fuse_siblings import FuseSiblings
+from ember_lowering.loop_passes.fuse_siblings import FuseSiblings
 from lowering_checks import before_after
 
 X = torch.randn(6, 8)

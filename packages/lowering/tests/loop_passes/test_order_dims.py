@@ -2,8 +2,8 @@
 
 import torch
 from ember_lowering import parse_plan, schedule
-from ember_lowering.passes.coalesce_dims import CoalesceDims
-from ember_lowering.passes.order_dims import OrderDims
+from ember_lowering.loop_passes.coalesce_dims import CoalesceDims
+from ember_lowering.loop_passes.order_dims import OrderDims
 from lowering_checks import before_after, run_passes, verdicts
 
 HEAD = "# ember kernel plan 'g' on cpu\n# passes: lower\n"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from ember_codegen_triton.passes import ChannelsLast
-from ember_codegen_triton.passes.channels_last import Conv, channels_last_strides, worth_channels_last
+from ember_codegen_triton.graph_passes import ChannelsLast
+from ember_codegen_triton.graph_passes.channels_last import Conv, channels_last_strides, worth_channels_last
 from ember_core import interpret, record_events, verify
 from helpers import CODEGEN, on_cuda, on_device, trace
 

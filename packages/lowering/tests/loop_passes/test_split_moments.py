@@ -3,7 +3,7 @@ results; whole-tensor, long, symbolic rows, operands reading what their loop wri
 
 import torch
 from ember_lowering import Capabilities, Op, lower_cached, lower_graph, schedule
-from ember_lowering.passes.split_moments import SplitMoments
+from ember_lowering.loop_passes.split_moments import SplitMoments
 from lowering_checks import before_after, check, run_passes, trace, verdicts
 
 HEAD = ("# ember kernel plan 'g' on {device}\n# passes: lower\ndef g(x):\n  x: f32[4, {n}] input\n"

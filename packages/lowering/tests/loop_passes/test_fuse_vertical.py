@@ -2,8 +2,8 @@
 
 import torch
 from ember_lowering import Loop
-from ember_lowering.passes.fuse_inline import FuseInline
-from ember_lowering.passes.fuse_vertical import FuseVertical
+from ember_lowering.loop_passes.fuse_inline import FuseInline
+from ember_lowering.loop_passes.fuse_vertical import FuseVertical
 from lowering_checks import before_after, verdicts
 
 X = torch.randn(6, 8)

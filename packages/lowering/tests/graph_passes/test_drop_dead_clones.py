@@ -1,7 +1,7 @@
 """Graph rewrites before lowering: a clone nothing else needs is dropped; results stay the graph's."""
 
 import torch
-from ember_lowering._graph_rewrites import drop_dead_clones
+from ember_lowering.graph_passes.drop_dead_clones import drop_dead_clones
 from lowering_checks import check, trace
 
 X, W = torch.randn(6, 8), torch.randn(8, 5)

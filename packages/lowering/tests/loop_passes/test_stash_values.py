@@ -3,11 +3,11 @@ expensive, the row is static and small, and it reads nothing the kernel writes; 
 
 import torch
 from ember_lowering import Op, parse_plan, run_plan
-from ember_lowering.passes.coalesce_dims import CoalesceDims
-from ember_lowering.passes.fuse_inline import FuseInline
-from ember_lowering.passes.fuse_siblings import FuseSiblings
-from ember_lowering.passes.fuse_vertical import FuseVertical
-from ember_lowering.passes.stash_values import StashValues, recompute_locals
+from ember_lowering.loop_passes.coalesce_dims import CoalesceDims
+from ember_lowering.loop_passes.fuse_inline import FuseInline
+from ember_lowering.loop_passes.fuse_siblings import FuseSiblings
+from ember_lowering.loop_passes.fuse_vertical import FuseVertical
+from ember_lowering.loop_passes.stash_values import StashValues, recompute_locals
 from lowering_checks import before_after, count_ops, random_inputs, run_passes, verdicts
 
 FUSE = [FuseInline(), FuseVertical(), FuseSiblings(), CoalesceDims()]

@@ -1,0 +1,14 @@
+"""ember-lowering's plugin, found by entry point like any other: its graph passes at `pre_lowering`, in order."""
+
+from __future__ import annotations
+
+from ember_core import hookimpl
+
+from .graph_passes import DropDeadClones, FoldScatterAdds
+
+
+@hookimpl
+def ember_register(registry) -> None:
+    # in this order (priority): fold-scatter-adds, then drop-dead-clones
+    registry.add("pass", FoldScatterAdds.id, FoldScatterAdds(), point="pre_lowering", priority=20)
+    registry.add("pass", DropDeadClones.id, DropDeadClones(), point="pre_lowering", priority=10)
