@@ -64,6 +64,14 @@ def test_constants_become_graph_constants():
     assert g.constants["_tensor_constant1"].tensor.shape == (16, 8)
 
 
+def test_a_constant_nothing_reads_survives_to_fx_and_back():
+    # a pass may leave one for a later one to drop (freezing's fold-constants leaves the weight it transposed)
+    gm = make_fx(lambda x: x + torch.ones(3))(torch.randn(3))
+    g = ec.from_fx(gm)
+    g = g.replace(constants={**g.constants, "unread": ec.Constant("unread", torch.zeros(2))})
+    assert "unread" in ec.from_fx(ec.to_fx(g)).constants and ec.from_fx(ec.to_fx(g)) == g
+
+
 def test_symbols_carry_hints_and_ranges():
     g = battery_case("symbolic_sizes").graph
     assert [(s.hint, s.lower, s.upper) for s in g.symbols] == [(6, 2, None), (8, 2, None)]

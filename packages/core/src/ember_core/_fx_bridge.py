@@ -239,6 +239,7 @@ def to_fx(graph: Graph) -> fx.GraphModule:
     for node in graph.nodes:
         b.call(node)
     b.fetch_constants(o.name for o in graph.outputs)
+    b.fetch_constants(graph.constants)  # constants nothing reads (a pass left them for a later one): kept too
     out = b.g.output(tuple(b.env[o.name] for o in graph.outputs))
     out.meta["ember_outputs"] = list(graph.outputs)
     gm = fx.GraphModule(b.root, b.g)

@@ -43,7 +43,7 @@ def drop_dead_clones(graph: Graph) -> Graph:
     if not renamed:
         return graph
     nodes = tuple(rename_reads(n, renamed) for n in graph.nodes if n.outputs[0] not in renamed)
-    return graph.replace(nodes=nodes)
+    return graph.replace(nodes=nodes, values={k: v for k, v in graph.values.items() if k not in renamed})
 
 
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})

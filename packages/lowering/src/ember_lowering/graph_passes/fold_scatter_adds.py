@@ -49,7 +49,8 @@ def fold_scatter_adds(graph: Graph) -> Graph:
     if not swapped:
         return graph
     nodes = tuple(swapped.get(k, n) for k, n in enumerate(graph.nodes) if id(n) not in dropped)
-    return graph.replace(nodes=nodes)
+    gone = {o for n in graph.nodes if id(n) in dropped for o in n.outputs}
+    return graph.replace(nodes=nodes, values={k: v for k, v in graph.values.items() if k not in gone})
 
 
 def _zero_scatter(graph: Graph, producer: dict[str, Node], uses: Counter, a, b, out: str) -> Node | None:

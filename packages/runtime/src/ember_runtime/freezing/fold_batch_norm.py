@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from ember_core import Constant, Graph, Node, Ref, fresh_name, rename_reads, resolve_op
 
-from ._edit import add_constant, constant_of, output_names, readers
+from ._edit import add_constant, constant_of, output_names, prune_values, readers
 
 PASS_ID = "fold-batch-norm"
 BATCH_NORMS = ("aten._native_batch_norm_legit_no_training.default", "aten.native_batch_norm.default")
@@ -137,4 +137,4 @@ def fold_batch_norm(graph: Graph) -> tuple[Graph, int]:
                 nodes[k] = rename_reads(nodes[k], {x.name: new.outputs[0]})
             folded += 1
     kept = tuple(n for n in nodes if n is not None)
-    return graph.replace(nodes=kept, constants=constants, values=values), folded
+    return prune_values(graph.replace(nodes=kept, constants=constants, values=values)), folded

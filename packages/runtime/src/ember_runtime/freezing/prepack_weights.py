@@ -37,7 +37,7 @@ from ember_core import (
 )
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ._edit import add_constant, constant_of, output_names, readers
+from ._edit import add_constant, constant_of, output_names, prune_values, readers
 from ._epilogues import Epilogue, match_epilogue
 
 PASS_ID = "prepack-weights"
@@ -279,6 +279,6 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
             nodes[j] = None
     kept = tuple(rename_reads(n, renames) if renames else n for n in nodes if n is not None)
     relaid = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
-    out = graph.replace(nodes=kept, constants=constants, values=values)
+    out = prune_values(graph.replace(nodes=kept, constants=constants, values=values))  # absorbed nodes' values
     return follow_layouts(out, relaid) if relaid else out, packed, fused
 
