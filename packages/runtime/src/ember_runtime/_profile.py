@@ -172,11 +172,11 @@ def collect(events: list, runs: int) -> tuple[list[KernelTiming], list[GraphTimi
         if costs is not None:
             graphs[e.name] = costs
             if _enclosing_graph(e, graphs) is not costs:  # not a call of itself (after relaying out its inputs)
-                graph_times.setdefault(e.name, []).append(_seconds(e, costs.device))
+                graph_times.setdefault(e.name, []).append(_seconds(e))
             continue
         owner = _enclosing_graph(e, graphs)
         if owner is not None and owner.kernel(e.name) is not None:
-            kernel_times.setdefault((owner.label, e.name), []).append(_seconds(e, owner.device))
+            kernel_times.setdefault((owner.label, e.name), []).append(_seconds(e))
     limits = {c.device: machine_limits(c.device) for c in graphs.values()}
     kernels = [_kernel_row(graphs[label], name, times, runs, limits) for (label, name), times in kernel_times.items()]
     rows = [GraphTiming(_short(label), graphs[label].codegen, graphs[label].device, len(t) / runs,
@@ -193,12 +193,12 @@ def _enclosing_graph(event: Any, graphs: dict[str, GraphCosts]) -> GraphCosts | 
     return None
 
 
-def _seconds(event: Any, device: str) -> float:
-    """On CUDA, the GPU time of the kernels launched inside the range; on the CPU, the range's own span."""
-    if device.startswith("cuda"):
-        gpu = event.device_time_total
-        if gpu > 0:
-            return gpu * 1e-6
+def _seconds(event: Any) -> float:
+    """On an accelerator, the device time of the kernels launched inside the range; on the host (which records no
+    device time), the range's own span."""
+    on_device = event.device_time_total
+    if on_device > 0:
+        return on_device * 1e-6
     return event.time_range.elapsed_us() * 1e-6
 
 

@@ -40,9 +40,13 @@ def tuning_mode(options: Mapping[str, Any] | None) -> bool:
 
 
 def sync(tensors: Sequence[Any]) -> None:
-    """Wait for the GPU when any of `tensors` is on CUDA (launches there return before the kernel ends)."""
-    if any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in tensors):
-        torch.cuda.synchronize()
+    """Wait for every accelerator any of `tensors` is on (launches there return before the kernel ends); a host
+    tensor's work is done when its call returns."""
+    for device in {t.device for t in tensors if isinstance(t, torch.Tensor) and t.device != _HOST}:
+        torch.accelerator.synchronize(device)
+
+
+_HOST = torch.device("cpu")
 
 
 class Tuner:
