@@ -33,8 +33,10 @@ from typing import Any
 import torch
 
 from ._dtypes import DTYPE_NAMES, SHORT_DTYPE_NAMES, dtype_name, short_dtype, to_dtype
+from ._expr import ExprError
 from ._json import INLINE_CONSTANT_NUMEL
 from ._schema import REGIONS, Constant, Graph, Node, Output, Ref, Sym, Value
+from ._symbolic import parse
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SUBGRAPH_INDENT = "    "
@@ -64,9 +66,6 @@ def format_name(name: str) -> str:
 def row_major(shape: tuple) -> tuple | None:
     """The strides torch gives a contiguous tensor of this shape (a size-0 dim steps like a size-1 one), with
     symbolic strides as sympy prints them; None when a size does not parse."""
-    from ._expr import ExprError
-    from ._symbolic import parse
-
     strides: list = []
     step: Any = 1
     for d in reversed(shape):
@@ -247,3 +246,6 @@ def _subgraph_lines(graph: Graph) -> list[str]:
         lines.append(f"subgraph {format_name(name)}:")
         lines += [SUBGRAPH_INDENT + line for line in format_graph(graph.subgraphs[name]).split("\n")]
     return lines
+
+
+Graph.__str__ = format_graph  # type: ignore[method-assign] - the graph's text form (see Graph)

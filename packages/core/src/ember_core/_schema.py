@@ -153,10 +153,8 @@ class Graph:
     def replace(self, **changes: Any) -> Graph:
         return dataclasses.replace(self, **changes)
 
-    def __str__(self) -> str:
-        from ._printer import format_graph
-
-        return format_graph(self)
+    # __str__ is the graph's text form, `format_graph`: `_printer.py` sets it (it imports this module, not the other
+    # way round)
 
     @property
     def input_names(self) -> tuple[str, ...]:

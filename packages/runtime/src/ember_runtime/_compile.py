@@ -10,8 +10,8 @@ import torch
 from ember_core import BackendFrontend, OptionError, PluginError
 
 from . import _compiled_autograd as compiled_autograd
+from ._compiled_marks import mark_compiled
 from ._pipeline import Pipeline
-from ._profile import mark_compiled
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from ember_core import Event, emit
 
+from ._pipeline import Pipeline
+
 
 class _Reasons(logging.Handler):
     """Collects the engine's cache-miss lines (its verbose logger) until the next capture reports them."""
@@ -76,15 +78,14 @@ class BackwardCompiler:
         self.captures = 0
 
     def __call__(self, gm: torch.fx.GraphModule) -> Callable:
-        from ._compile import compile as ember_compile
-
         self.captures += 1
         reasons = _reasons.take() or ["no reason given by the engine"]
         nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         message = f"backward {self.captures} captured ({nodes} calls): {'; '.join(reasons)}"
         emit(Event("backward_captured", "compiled_autograd", message,
                    data={"reasons": reasons, "calls": nodes, "capture": self.captures}))
-        return ember_compile(gm, fullgraph=self.fullgraph, dynamic=self.dynamic, options=self.options)
+        pipeline = Pipeline.from_options(self.options, fullgraph=self.fullgraph, dynamic=self.dynamic, mode=None)
+        return pipeline.frontend().wrap(gm, pipeline.compile_graph, pipeline.frontend_options)
 
 
 @contextlib.contextmanager

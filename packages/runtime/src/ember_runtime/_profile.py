@@ -20,7 +20,6 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -28,25 +27,9 @@ from typing import IO, Any
 import torch
 from ember_core import GraphCosts, costs_of
 
+from ._compile import compile
+from ._compiled_marks import is_compiled
 from ._limits import Limits, machine_limits
-
-_compiled: weakref.WeakSet = weakref.WeakSet()  # what ember.compile returned, so profile never compiles it again
-
-
-def mark_compiled(obj: Any) -> Any:
-    """Note that `obj` came from `ember.compile` (profile runs it as it is)."""
-    try:
-        _compiled.add(obj)
-    except TypeError:  # an object without weak references: profile will look for its kernels instead
-        pass
-    return obj
-
-
-def is_compiled(obj: Any) -> bool:
-    try:
-        return obj in _compiled
-    except TypeError:  # not hashable
-        return False
 
 
 @dataclass(frozen=True)
@@ -122,8 +105,6 @@ class Profiler:
     def __call__(self, fn: Callable, *args: Any, **kwargs: Any) -> ProfileReport:
         report = self.measure(fn, args, kwargs)
         if not report.graphs and not is_compiled(fn):
-            from ._compile import compile
-
             report = self.measure(compile(fn, options=self.options), args, kwargs)
             report.compiled = True
         if self.show:
