@@ -264,7 +264,7 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     if isinstance(fn, fx.GraphModule):
         _check_python_effects(fn)
     facts = TraceFacts()
-    custom = CustomFunctions(fake_mode, producer)
+    custom = CustomFunctions(fake_mode, producer, capture_graph)
     # make_fx's state is process-wide; a backward the traced function runs (a training step under the trace
     # frontend) is traced here, not handed to compiled autograd
     with tracing_lock(), torch._dynamo.compiled_autograd._disable():

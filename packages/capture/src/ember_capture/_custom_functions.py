@@ -72,8 +72,10 @@ class _ForwardRun:
 class CustomFunctions:
     """The custom function calls of one graph's trace: their subgraphs, by name."""
 
-    def __init__(self, fake_mode: Any, producer: str):
-        self.fake_mode, self.producer = fake_mode, producer
+    def __init__(self, fake_mode: Any, producer: str, capture: Callable[..., Graph]):
+        # capture: `capture_graph` (`_aten.py`), which traces each half as it traces the enclosing program, and calls
+        # back here for a custom function inside a custom function
+        self.fake_mode, self.producer, self.capture = fake_mode, producer, capture
         self.subgraphs: dict[str, Graph] = {}
 
     def call(self, body: FunctionBody, args: Sequence[Any]) -> Any:
@@ -150,11 +152,9 @@ class CustomFunctions:
 
     def _capture(self, fn: Callable, fakes: list, names: list[str], name: str, function: str) -> Graph:
         """`capture_graph` of one half, under no_grad as the function runs it (so its ops carry no grad facts)."""
-        from ._aten import capture_graph  # capture_graph traces custom functions with this module in turn
-
         try:
             with torch.no_grad():
-                return capture_graph(fn, fakes, input_names=names, name=name, producer=self.producer,
+                return self.capture(fn, fakes, input_names=names, name=name, producer=self.producer,
                                      fake_mode=self.fake_mode)
         except CaptureError as e:
             if e.reason.startswith("custom autograd function"):

@@ -11,7 +11,6 @@ from ._custom_function import (
     CUSTOM_FUNCTION,
     custom_function_arguments,
     is_custom_function,
-    node_callable,
     subgraph_scope,
 )
 from ._disk_cache import CacheLookup, DiskCache, EntryFile
@@ -36,7 +35,7 @@ from ._fx_bridge import from_fx, to_fx, value_of
 from ._grad_rules import grad_rules
 from ._graph_passes import run_graph_passes
 from ._identifiers import is_source_identifier, source_identifier
-from ._interpreter import Interpreter, interpret
+from ._interpreter import Interpreter, interpret, node_callable
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
 from ._op_set import decompositions, is_random
 from ._ops import resolve_op, returns_new_storage

@@ -16,7 +16,8 @@ whose string arguments name two graphs in `Graph.subgraphs`:
 
 The last argument lists the outputs the function marked non-differentiable.
 
-Running the node (`node_callable`, used by the `Interpreter` and the interpreter codegen) applies
+Running the node (`bound_call`; public as `ember_core.node_callable`, with `_interpreter.py`'s `Interpreter` running
+the subgraphs, which also registers how the op runs on fake tensors) applies
 `CustomFunction`: the forward subgraph under no_grad, the backward subgraph when autograd asks for gradients.
 Traced under make_fx, as ember-autograd traces the joint, that records the forward subgraph's ops in the forward
 region and the backward subgraph's in the backward region, so the custom backward is what differentiates the
@@ -70,10 +71,8 @@ def function_outputs(forward: Graph) -> int:
 class _Plan:
     """What one call needs at run time: its two subgraphs, planned once."""
 
-    def __init__(self, forward: Graph, backward: Graph, non_differentiable: Sequence[int]):
-        from ._interpreter import Interpreter  # the interpreter runs custom functions too
-
-        self.forward, self.backward = Interpreter(forward), Interpreter(backward)
+    def __init__(self, forward: Graph, backward: Graph, non_differentiable: Sequence[int], interpreter: type):
+        self.forward, self.backward = interpreter(forward), interpreter(backward)
         self.num_outputs = function_outputs(forward)
         self.num_inputs = len(forward.inputs)
         self.grad_inputs = [o.input for o in backward.outputs]
@@ -105,12 +104,14 @@ class CustomFunction(torch.autograd.Function):
         return (None, *grads)
 
 
-def node_callable(graph: Graph, node: Node) -> Callable[..., Any]:
-    """What running `node` of `graph` calls: its op, or for a custom function call one bound to its subgraphs."""
+def bound_call(graph: Graph, node: Node, interpreter: type) -> Callable[..., Any]:
+    """What running `node` of `graph` calls: its op, or for a custom function call one bound to its subgraphs, which
+    `interpreter` runs (`_interpreter.Interpreter`; the public form is `ember_core.node_callable`)."""
     if not is_custom_function(node.op):
         return resolve_op(node.op)
     args = custom_function_arguments(node)
-    plan = _Plan(subgraph(graph, args["forward"]), subgraph(graph, args["backward"]), args["non_differentiable"])
+    plan = _Plan(subgraph(graph, args["forward"]), subgraph(graph, args["backward"]), args["non_differentiable"],
+                 interpreter)
 
     def custom_function(tensors: Sequence[Any], sizes: Sequence[Any], *_names_and_marks: Any, **_: Any) -> list:
         return list(CustomFunction.apply(plan, *tensors, *sizes))
@@ -136,19 +137,6 @@ def subgraph_scope(subgraphs: Mapping[str, Graph]) -> Iterator[None]:
         yield
     finally:
         _SCOPE.reset(token)
-
-
-@torch.library.register_fake("ember::custom_function", lib=_LIBRARY)
-def _fake(tensors, sizes, forward, backward, non_differentiable):  # noqa: ANN001, ANN202 - torch's signature
-    """Outputs shaped as the forward subgraph's: it runs on the fake inputs (new tensors, never the inputs)."""
-    from ._interpreter import Interpreter
-
-    graph = (_SCOPE.get() or {}).get(forward)
-    if graph is None:
-        raise GraphError(f"ember.custom_function: forward subgraph {forward!r} is not in scope; trace calls of it "
-                         "inside ember_core.subgraph_scope")
-    outs = Interpreter(graph).run([*tensors, *sizes])[:function_outputs(graph)]
-    return [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device) for o in outs]
 
 
 def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:

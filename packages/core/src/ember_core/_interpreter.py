@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from ._custom_function import node_callable
+from ._custom_function import _LIBRARY, _SCOPE, bound_call, function_outputs
 from ._errors import GraphError
 from ._printer import format_node
-from ._schema import Graph, Ref, Sym, has_sym, node_refs
+from ._schema import Graph, Node, Ref, Sym, has_sym, node_refs
 from ._symbolic import evaluate
 
 
@@ -98,3 +98,22 @@ def _read(a: Any, env: dict[str, Any], syms: dict[str, int]) -> Any:
 def interpret(graph: Graph, inputs: Sequence[Any]) -> list[Any]:
     """Run a graph once on concrete inputs; returns its outputs in order (every kind)."""
     return Interpreter(graph).run(inputs)
+
+
+def node_callable(graph: Graph, node: Node) -> Callable[..., Any]:
+    """What running `node` of `graph` calls: its op, or for an `ember.custom_function` call one bound to its
+    subgraphs, which this interpreter runs (`_custom_function.py`)."""
+    return bound_call(graph, node, Interpreter)
+
+
+# How a custom function call runs on fake tensors: its forward subgraph, interpreted (this module runs graphs, so the
+# registration lives here, and `_custom_function.py` needs no interpreter).
+@torch.library.register_fake("ember::custom_function", lib=_LIBRARY)
+def _fake(tensors, sizes, forward, backward, non_differentiable):  # noqa: ANN001, ANN202 - torch's signature
+    """Outputs shaped as the forward subgraph's: it runs on the fake inputs (new tensors, never the inputs)."""
+    graph = (_SCOPE.get() or {}).get(forward)
+    if graph is None:
+        raise GraphError(f"ember.custom_function: forward subgraph {forward!r} is not in scope; trace calls of it "
+                         "inside ember_core.subgraph_scope")
+    outs = Interpreter(graph).run([*tensors, *sizes])[:function_outputs(graph)]
+    return [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device) for o in outs]

@@ -13,10 +13,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._custom_function import node_callable
 from ._errors import GraphError
 from ._identifiers import is_source_identifier, source_identifier
-from ._interpreter import Interpreter
+from ._interpreter import Interpreter, node_callable
 from ._ops import resolve_op
 from ._schema import Graph, Ref, Sym, has_sym, node_refs
 from ._symbolic import evaluate
