@@ -30,6 +30,12 @@ CASES = {
     "looped_symbolic": (lambda x: (x.amax(1), x.argmax(1), torch.var_mean(x, 1)[0], x.prod(1)),
                         (torch.randn(4, 50),), "symbolic"),
     "gather_checked": (lambda t, i: (F.embedding(i, t) * 2,), (torch.randn(10, 4), torch.tensor([[1, 9]])), "fake"),
+    # ops Triton prints through their defaults (float floor division and remainder as torch rounds them, trunc
+    # division, sign, copysign, integer pow by squaring): composed code the interpreter runs, compiled for real
+    "composed_ops": (lambda a, b, n, e: (a // b, torch.remainder(a, b), torch.div(a, b, rounding_mode="trunc"),
+                                         torch.sign(a), torch.copysign(a, b), n ** e),
+                     (torch.randn(40), torch.randn(40) + 3, torch.randint(-5, 5, (40,), dtype=torch.int32),
+                      torch.randint(0, 6, (40,), dtype=torch.int32)), "fake"),
     "integer_ops": (lambda a, b: (a // b, a % b, torch.fmod(a, b), (a > 0) & (b < 3)),
                     (torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))), "fake"),
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),

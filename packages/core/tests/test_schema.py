@@ -109,3 +109,13 @@ def test_constants_of_every_float_dtype_compare_by_value(dtype):
     values = torch.tensor([1.0, float("nan"), -2.0]).to(dtype)
     assert Constant("c", values) == Constant("c", values.clone())
     assert Constant("c", values) != Constant("c", torch.tensor([1.0, float("nan"), 2.0]).to(dtype))
+
+
+def test_prune_values_drops_what_no_input_or_node_defines():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    g = ec.from_fx(make_fx(lambda x: (x * 2).sin())(torch.randn(3)))
+    assert ec.prune_values(g) is g
+    lone = g.replace(nodes=g.nodes[1:], values=g.values)  # the mul's node gone, its value left behind
+    kept = ec.prune_values(lone)
+    assert set(kept.values) == set(g.values) - set(g.nodes[0].outputs)

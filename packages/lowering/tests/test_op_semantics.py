@@ -12,6 +12,7 @@ from ember_lowering import (
     POINTWISE_OPS,
     SEMANTICS,
     Buffer,
+    Dim,
     KernelPlan,
     Op,
     PlanError,
@@ -55,7 +56,7 @@ def operands(op: Op, dtype: str) -> list[torch.Tensor]:
 def one_op_plan(kernel, dtypes: list[str], out_dtype: str) -> KernelPlan:
     n, one = (sympy.Integer(N),), (sympy.Integer(1),)
     buffers = tuple(Buffer(f"in{k}", d, n, one, "input") for k, d in enumerate(dtypes))
-    kernel = kernel.replace(dims=(kernel.dims[0].__class__("i0", sympy.Integer(N)),))
+    kernel = kernel.replace(dims=(Dim("i0", sympy.Integer(N)),))
     return KernelPlan("g", (*buffers, Buffer("out", out_dtype, n, one, "output")), (kernel,),
                       tuple(b.name for b in buffers), ("out",))
 

@@ -269,9 +269,9 @@ class TritonKernelPrinter(KernelWalk):
 class _SsaNames(dict):
     """Symbol spellings for index expressions: dims and plan symbols by table, SSA values by their own name."""
 
-    def __init__(self, names: dict[str, str], ssa: dict[str, str]):
+    def __init__(self, names: dict[str, str], dtypes: dict[str, str]):
         super().__init__(names)
-        self.dtypes = ssa
+        self.dtypes = dtypes
 
     def __contains__(self, key: object) -> bool:
         return super().__contains__(key) or key in self.dtypes

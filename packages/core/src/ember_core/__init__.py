@@ -64,6 +64,7 @@ from ._schema import (
     iter_refs,
     map_args,
     node_refs,
+    prune_values,
     rename_reads,
 )
 from ._sizes import layout_problem
@@ -104,8 +105,8 @@ __all__ = [
     "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
     "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "private_cache_dir",
     "is_source_identifier", "source_identifier",
-    "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_new_storage",
-    "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "prune_values", "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op",
+    "returns_new_storage", "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
     # functionalization that keeps effectful ops as nodes (see has_effect)
     "EffectfulFunctionalMode",
     # stage contracts: event payloads, the dump writer, the interpreter codegen

@@ -2,7 +2,7 @@
 numbers a dtype holds, for constants read from files.
 
 Every name from a file is looked up in these fixed tables, never as an attribute of `torch` (a module whose
-attribute lookup may import whole packages, `torch._inductor` say)."""
+attribute lookup may import whole subpackages, private compiler packages among them)."""
 
 from __future__ import annotations
 

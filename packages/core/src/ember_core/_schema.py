@@ -224,6 +224,15 @@ def rename_reads(node: Node, names: Mapping[str, str]) -> Node:
     return node.replace(args=_map_refs(node.args, names), kwargs=kwargs)
 
 
+def prune_values(graph: Graph) -> Graph:
+    """`graph` without the values no input or node defines any more (a pass removed or absorbed their nodes); the
+    graph itself when there are none."""
+    defined = set(graph.input_names) | {o for n in graph.nodes for o in n.outputs}
+    if all(k in defined for k in graph.values):
+        return graph
+    return graph.replace(values={k: v for k, v in graph.values.items() if k in defined})
+
+
 def fresh_name(graph: Graph, base: str, taken: set[str]) -> str:
     """`base`, or `base_1`, `base_2` ..., unused by the graph's inputs, values, constants and `taken` (updated): a
     name for a value a pass adds."""

@@ -110,7 +110,7 @@ def _passes(registry) -> None:
     rows = [("point", "pass", "default", "plugin", "distribution")]
     for point in PASS_POINTS:
         rows += [(point, p.name, "yes" if p.default else "no", p.plugin, f"{p.dist} {p.version}".strip())
-                 for p in registry.passes(point, [i.name for i in registry.all("pass") if i.point == point])]
+                 for p in registry.all("pass") if p.point == point]  # in the order they run: by priority
     _table(rows)
     _say("\nloop-IR passes of each codegen's plans, in order (ember-lowering's, picked by its capabilities)")
     rows = [("codegen", "passes")]

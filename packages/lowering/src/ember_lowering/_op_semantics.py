@@ -230,13 +230,6 @@ _table([
 ], result="bool")
 
 
-def semantics(op: Op) -> OpSemantics:
-    try:
-        return SEMANTICS[op]
-    except KeyError:
-        raise KeyError(f"loop-IR op {op.value!r} has no semantics (it is not a pointwise op)") from None
-
-
 # ---------------------------------------------------------------------------------------------- new ops
 
 

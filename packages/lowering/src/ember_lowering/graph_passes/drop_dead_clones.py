@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from ember_core import Graph, Node, Ref, node_refs, rename_reads, returns_new_storage
+from ember_core import Graph, Node, Ref, node_refs, prune_values, rename_reads, returns_new_storage
 
 log = logging.getLogger("ember.kernels")
 
@@ -43,7 +43,7 @@ def drop_dead_clones(graph: Graph) -> Graph:
     if not renamed:
         return graph
     nodes = tuple(rename_reads(n, renamed) for n in graph.nodes if n.outputs[0] not in renamed)
-    return graph.replace(nodes=nodes, values={k: v for k, v in graph.values.items() if k not in renamed})
+    return prune_values(graph.replace(nodes=nodes))
 
 
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})

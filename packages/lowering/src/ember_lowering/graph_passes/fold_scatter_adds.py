@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from ember_core import Graph, Node, Ref, node_refs
+from ember_core import Graph, Node, Ref, node_refs, prune_values
 
 log = logging.getLogger("ember.kernels")
 
@@ -49,8 +49,7 @@ def fold_scatter_adds(graph: Graph) -> Graph:
     if not swapped:
         return graph
     nodes = tuple(swapped.get(k, n) for k, n in enumerate(graph.nodes) if id(n) not in dropped)
-    gone = {o for n in graph.nodes if id(n) in dropped for o in n.outputs}
-    return graph.replace(nodes=nodes, values={k: v for k, v in graph.values.items() if k not in gone})
+    return prune_values(graph.replace(nodes=nodes))
 
 
 def _zero_scatter(graph: Graph, producer: dict[str, Node], uses: Counter, a, b, out: str) -> Node | None:

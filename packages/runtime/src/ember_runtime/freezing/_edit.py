@@ -34,14 +34,6 @@ def add_constant(constants: dict[str, Constant], name: str, tensor: torch.Tensor
     return Ref(name)
 
 
-def prune_values(graph: Graph) -> Graph:
-    """`graph` without the values no input or node defines any more (a pass removed or absorbed their nodes)."""
-    defined = {i.name for i in graph.inputs} | {o for n in graph.nodes for o in n.outputs}
-    if all(k in defined for k in graph.values):
-        return graph
-    return graph.replace(values={k: v for k, v in graph.values.items() if k in defined})
-
-
 class DropDead:
     """The graph pass (point `freeze`, last): `drop_dead`."""
 

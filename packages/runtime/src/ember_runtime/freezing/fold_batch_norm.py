@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ember_core import Constant, Graph, Node, Ref, fresh_name, rename_reads, resolve_op
+from ember_core import Constant, Graph, Node, Ref, fresh_name, prune_values, rename_reads, resolve_op
 
-from ._edit import add_constant, constant_of, output_names, prune_values, readers
+from ._edit import add_constant, constant_of, output_names, readers
 
 PASS_ID = "fold-batch-norm"
 BATCH_NORMS = ("aten._native_batch_norm_legit_no_training.default", "aten.native_batch_norm.default")

@@ -31,13 +31,14 @@ from ember_core import (
     fresh_name,
     graph_device,
     node_refs,
+    prune_values,
     rename_reads,
     resolve_op,
     to_dtype,
 )
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ._edit import add_constant, constant_of, output_names, prune_values, readers
+from ._edit import add_constant, constant_of, output_names, readers
 from ._epilogues import Epilogue, match_epilogue
 
 PASS_ID = "prepack-weights"
