@@ -85,6 +85,8 @@ PACKAGES = {
     "runtime": ["core"],
     "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "codegen-triton", "runtime"],
 }
+# the optional parts a package's own tests cover: ember-core's HTML report (networkx)
+EXTRAS = {"core": "[report]"}
 EXAMPLES = ["examples/ember-fold-mul-one"]
 # The fuzz tests of every loader: graph JSON, graph text, constants (inline and side files), cache sidecars and
 # entries, loop-IR text, DOT diagrams, and the `ember` command itself (one pytest run each: test file names repeat
@@ -116,7 +118,7 @@ def pytest(session: nox.Session, *paths: str, parallel: bool = True) -> None:
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
     """A package's unit tests, with only it and its declared dependencies installed."""
-    folders = [f"packages/{p}" for p in [*PACKAGES[package], package]]
+    folders = [f"packages/{p}" for p in PACKAGES[package]] + [f"packages/{package}{EXTRAS.get(package, '')}"]
     install_siblings(session, folders)
     pytest(session, f"packages/{package}/tests")
 

@@ -21,7 +21,7 @@ import ember_runtime
 import pytest
 import torch
 from ember_codegen_cpp import compiler
-from ember_core import _cache_dir
+from ember_core.caches import _directory as _cache_dir
 from ember_core.testing import FallbackRecorder, restamp
 from ember_runtime import record_events
 

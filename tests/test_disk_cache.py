@@ -20,8 +20,8 @@ import ember_runtime
 import pytest
 import torch
 from ember_codegen_cpp import cache_dir, compiler
-from ember_core._cache_dir import signing_key
-from ember_core._sidecar import sign
+from ember_core.caches._root import signing_key
+from ember_core.caches._sidecar import sign
 from ember_core.testing import restamp
 from ember_runtime import record_events
 from models import MLP

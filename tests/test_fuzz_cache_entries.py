@@ -21,7 +21,8 @@ import ember_lowering
 import ember_runtime
 import pytest
 import torch
-from ember_core import _cache_dir, record_events
+from ember_core import record_events
+from ember_core.caches import _directory as _cache_dir
 from ember_core.testing import PAYLOADS, assert_no_code_ran, fuzz_settings, restamp
 from ember_lowering import read_plan
 from ember_runtime._partition_cache import PARTITIONS, read_partition

@@ -6,7 +6,7 @@ import importlib.metadata
 
 from ember_autograd import AOTAutograd
 from ember_core import PluginManager
-from ember_core._stages import Autograd
+from ember_core.plugins._stages import Autograd
 
 
 def test_entry_point_registers_autograd_aot():

@@ -4,7 +4,7 @@ import sys
 
 import ember_core
 from ember_core import Graph, code_version
-from ember_core._code_version import _versions
+from ember_core.caches._code_version import _versions
 
 
 def make_package(root, name: str, body: str) -> None:
@@ -33,5 +33,5 @@ def test_an_edit_with_the_same_version_changes_it(tmp_path, monkeypatch):
 
 def test_a_module_an_object_or_a_submodule_name_gives_their_top_level_package():
     want = code_version("ember_core")
-    assert code_version(ember_core) == code_version(Graph) == code_version("ember_core._schema") == want
+    assert code_version(ember_core) == code_version(Graph) == code_version("ember_core.graph._schema") == want
     assert code_version(Graph(name="g")) == want

@@ -138,7 +138,7 @@ def test_fingerprint_sees_the_subgraphs_but_not_their_value_names(graph):
 
 
 def test_subgraphs_nested_past_the_limit_are_refused():
-    from ember_core._json import MAX_SUBGRAPH_DEPTH
+    from ember_core.graph._json import MAX_SUBGRAPH_DEPTH
 
     base = g = gate_graph()
     for _ in range(MAX_SUBGRAPH_DEPTH + 1):

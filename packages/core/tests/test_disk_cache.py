@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import stat
@@ -10,9 +11,10 @@ import threading
 import time
 
 import pytest
-from ember_core import DiskCache, _cache_dir, cache_root, cache_size_limit, clear_disk_cache, disk_cache_usage
-from ember_core._cache_dir import TAG_NAME, check_private
-from ember_core._file_lock import file_lock
+from ember_core import DiskCache, cache_root, cache_size_limit, clear_disk_cache, disk_cache_usage
+from ember_core.caches import _directory as _cache_dir
+from ember_core.caches._file_lock import file_lock
+from ember_core.caches._root import TAG_NAME, check_private
 from ember_core.testing import PAYLOADS, assert_no_code_ran, fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,7 +68,7 @@ def test_directory_that_is_a_symlink_is_refused_for_a_temporary_one_removed_at_e
     (root / "unit").symlink_to(elsewhere)
     assert "symlink" in check_private(root / "unit")
     exits = []
-    monkeypatch.setattr(_cache_dir.atexit, "register", lambda fn, *a: exits.append((fn, a)))
+    monkeypatch.setattr(atexit, "register", lambda fn, *a: exits.append((fn, a)))
     d = DiskCache("unit", ("so", "src")).directory
     assert d.parent == tmp_path / "tmp" and d.name.startswith("ember-cache-unit-")
     (fn, args), = exits

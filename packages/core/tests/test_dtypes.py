@@ -3,7 +3,7 @@
 import pytest
 import torch
 from ember_core import dtype_name, to_dtype
-from ember_core._dtypes import DTYPE_NAMES, short_dtype
+from ember_core.graph._dtypes import DTYPE_NAMES, short_dtype
 
 
 @pytest.mark.parametrize("name", DTYPE_NAMES)

@@ -19,7 +19,7 @@ from ember_core import (
     Stopwatch,
     Value,
 )
-from ember_core._events import ARTIFACTS
+from ember_core.events._events import ARTIFACTS
 
 
 def test_known_kinds_map_to_their_artifact():

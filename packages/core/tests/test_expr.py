@@ -5,7 +5,7 @@ import time
 import pytest
 import sympy
 from ember_core import ExprError, IntExpr, parse_expr
-from ember_core._expr import INDEX_FUNCTIONS, MAX_CHARS, MAX_DEPTH, SIZE_FUNCTIONS
+from ember_core.graph._expr import INDEX_FUNCTIONS, MAX_CHARS, MAX_DEPTH, SIZE_FUNCTIONS
 
 CANARY: list[str] = []
 

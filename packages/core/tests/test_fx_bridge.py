@@ -119,7 +119,7 @@ def test_symbolic_argument_has_no_fx_form():
 
 
 def test_symbolic_int_argument_becomes_sym():
-    from ember_core._fx_bridge import _to_arg
+    from ember_core.graph._fx_bridge import _to_arg
 
     gm = make_fx(lambda x: (x.shape[0],), tracing_mode="symbolic")(torch.randn(5))
     sym = next(n for n in gm.graph.nodes if n.op == "call_function").meta["val"]

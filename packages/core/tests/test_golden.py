@@ -10,7 +10,7 @@ from pathlib import Path
 import ember_core as ec
 import jsonschema
 import pytest
-from ember_core._symbolic import evaluate
+from ember_core.graph._symbolic import evaluate
 from ember_core.testing import random_inputs
 
 GOLDEN = Path(__file__).parent / "golden"

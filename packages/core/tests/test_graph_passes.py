@@ -12,7 +12,7 @@ from ember_core import (
     reset_plugin_manager,
     run_graph_passes,
 )
-from ember_core import _plugins as plugins
+from ember_core.plugins import _plugins as plugins
 
 
 class Renames:

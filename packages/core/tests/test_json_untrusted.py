@@ -184,7 +184,7 @@ def test_a_directory_is_a_clean_error(tmp_path):
 
 
 def test_file_over_the_size_limit_is_refused(tmp_path, monkeypatch):
-    import ember_core._json as json_module
+    import ember_core.graph._json as json_module
     monkeypatch.setattr(json_module, "MAX_FILE_BYTES", 100)
     path = tmp_path / "g.json"
     path.write_text(json.dumps(golden("pointwise_chain")))

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 from ember_core import Event, Graph, Input, Output, Value
-from ember_core._logging import LOG_ARTIFACTS, EventLogger
+from ember_core.events._logging import LOG_ARTIFACTS, EventLogger
 
 VEC = Value(shape=(2,), stride=(1,))
 GRAPH = Graph(name="model.fwd", inputs=(Input("x"),), outputs=(Output("x"),), values={"x": VEC})

@@ -6,7 +6,7 @@ import operator
 import pytest
 import torch
 from ember_core import GraphError, resolve_op
-from ember_core._ops import is_sym_op, op_name
+from ember_core.graph._ops import is_sym_op, op_name
 
 
 def test_aten_overload_resolves_by_name():

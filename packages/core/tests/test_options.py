@@ -2,7 +2,7 @@
 
 import pytest
 from ember_core import OptionError, OptionSpec
-from ember_core._options import CORE_OPTIONS, check_options
+from ember_core.plugins._options import CORE_OPTIONS, check_options
 
 SPECS = {s.key: s for s in CORE_OPTIONS}
 LIMIT = OptionSpec("limit", int, 8, "entries per function", "a-plugin")  # an int option, as a plugin adds one

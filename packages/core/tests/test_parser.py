@@ -184,7 +184,7 @@ def test_payloads_anywhere_are_refused_or_read_as_plain_text(payload, place):
 
 
 def test_limits_on_text_and_line_length(monkeypatch):
-    import ember_core._parser as parser
+    import ember_core.graph._parser as parser
 
     monkeypatch.setattr(parser, "MAX_TEXT_CHARS", 100)
     with pytest.raises(SchemaError, match="longer than the limit of 100"):

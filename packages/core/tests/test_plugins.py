@@ -321,7 +321,7 @@ def test_manager_without_observers_is_not_observed():
 
 def test_process_manager_is_built_once_and_can_be_reset(monkeypatch):
     built = []
-    monkeypatch.setattr(ec._plugins, "PluginManager", lambda: built.append(1) or object())
+    monkeypatch.setattr(ec.plugins._plugins, "PluginManager", lambda: built.append(1) or object())
     ec.reset_plugin_manager()
     try:
         assert ec.get_plugin_manager() is ec.get_plugin_manager() and built == [1]

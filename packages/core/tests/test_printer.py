@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from core_graphs import chain, every_kind, odd_names, pointwise, vec
 from ember_core import Node, Ref, Sym, Value, format_graph, format_node
-from ember_core._printer import format_arg, format_value
+from ember_core.graph._printer import format_arg, format_value
 from ember_core.testing import assert_golden
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -6,7 +6,7 @@ import traceback
 import pytest
 import torch
 from ember_core import Graph, GraphError, Input, Interpreter, Node, Output, Ref, Sym, Symbol, Value
-from ember_core._pycode import python_function
+from ember_core.execution._pycode import python_function
 from ember_core.testing import battery
 
 

@@ -8,12 +8,12 @@ from ember_core import (
     Graph,
     ResultCache,
     SchemaError,
-    _cache_dir,
     clear_result_caches,
     facts_key,
     record_events,
     testing,
 )
+from ember_core.caches import _directory as _cache_dir
 
 FACTS = {"graph": "f" * 32, "stage": "toy 1.0"}
 GRAPH = Graph(name="g")
@@ -104,7 +104,7 @@ def test_whatever_the_reader_raises_on_bad_text_is_a_miss(cache, text, says):
 
 
 def test_a_result_over_the_size_limit_is_not_stored(cache, monkeypatch):
-    monkeypatch.setattr("ember_core._result_cache.MAX_TEXT_BYTES", 10)
+    monkeypatch.setattr("ember_core.caches._result_cache.MAX_TEXT_BYTES", 10)
     assert not cache.store(FACTS, GRAPH, json.dumps({"n": 7, "pad": "x" * 20}))
     assert cache.load(FACTS, GRAPH, read_number) is None
 

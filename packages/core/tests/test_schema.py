@@ -6,7 +6,7 @@ import ember_core as ec
 import pytest
 import torch
 from ember_core import SCHEMA_VERSION, Constant, Graph, Input, Node, Output, Ref, Sym, Value, graph_device, rename_reads
-from ember_core._schema import INPUT_KINDS, OUTPUT_KINDS, iter_refs, node_refs
+from ember_core.graph._schema import INPUT_KINDS, OUTPUT_KINDS, iter_refs, node_refs
 
 
 def test_records_are_frozen():

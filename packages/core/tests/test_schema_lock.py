@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import ember_core as ec
-from ember_core import _json, _schema
+from ember_core.graph import _json, _json_args, _schema
 
 LOCK = Path(__file__).parent / "schema_lock.json"
 RECORDS = (_schema.Graph, _schema.Node, _schema.Value, _schema.Input, _schema.Output, _schema.Symbol,
@@ -54,7 +54,7 @@ def _field(f: dataclasses.Field) -> list:
 def schema_shape() -> dict:
     return {
         "records": {cls.__name__: [_field(f) for f in dataclasses.fields(cls)] for cls in RECORDS},
-        "arg_tags": sorted(_json.ARG_TAGS),
+        "arg_tags": sorted(_json_args.ARG_TAGS),
         "kinds": {name: list(getattr(_schema, name)) for name in KIND_TUPLES},
         "format": _json.FORMAT,
         "json_schema": _without_prose(ec.json_schema()),
@@ -94,7 +94,7 @@ def test_digest_ignores_prose_but_not_structure():
 
 def test_digest_changes_when_a_tag_or_kind_is_added(monkeypatch):
     before = schema_digest()
-    monkeypatch.setattr(_json, "ARG_TAGS", (*_json.ARG_TAGS, "tensor"))
+    monkeypatch.setattr(_json_args, "ARG_TAGS", (*_json_args.ARG_TAGS, "tensor"))
     after_tag = schema_digest()
     monkeypatch.setattr(_schema, "INPUT_KINDS", (*_schema.INPUT_KINDS, "state"))
     assert len({before, after_tag, schema_digest()}) == 3

@@ -2,7 +2,7 @@
 
 from ember_core import CompiledGraph, Graph, JointGraph, Partition
 from ember_core._builtin import InterpreterCodegen
-from ember_core._stages import STAGES, Autograd, Codegen, Frontend, GraphPass, Partitioner
+from ember_core.plugins._stages import STAGES, Autograd, Codegen, Frontend, GraphPass, Partitioner
 
 
 def test_compiled_graph_calls_its_function_with_the_inputs():

@@ -1,7 +1,7 @@
 """Symbolic size expressions: text in the schema, evaluated with concrete symbol values."""
 
 import pytest
-from ember_core._symbolic import evaluate, free_symbols, parse
+from ember_core.graph._symbolic import evaluate, free_symbols, parse
 
 
 @pytest.mark.parametrize("text,value", [

@@ -8,8 +8,9 @@ import os
 import tempfile
 
 import pytest
-from ember_core import DiskCache, _cache_dir
-from ember_core._trust import Untrusted, _private_group, open_directory, open_file, unsafe_root
+from ember_core import DiskCache
+from ember_core.caches import _directory as _cache_dir
+from ember_core.caches._trust import Untrusted, _private_group, open_directory, open_file, unsafe_root
 from ember_core.testing import restamp
 
 as_root = pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")

@@ -264,7 +264,7 @@ class TracedFunction:
         grad = torch.is_grad_enabled()
         g.check(f"is_grad_enabled() is not {g.literal('B', grad)}", "grad mode changed from {old} to {new}", old=grad,
                 new=not grad)
-        autocast = autocast_state()  # the graph holds the casts of this autocast (see ember_core._autocast)
+        autocast = autocast_state()  # the graph holds the casts of this autocast (see ember_core.execution._autocast)
         g.check(f"autocast_state() != {g.const('A', autocast)}", "autocast changed from {old} to {new}",
                 old=autocast_text(autocast), new=Live("_autocast_text(autocast_state())"))
         fakes = dict(zip(layout.user, user_fakes))

@@ -2,7 +2,7 @@
 
 Entry `<key>`: `<key>.so` (the library), `<key>.cpp` (its source, for people) and the sidecar, which records
 their sha256 and the build's source hash, flags and compiler. Everything generic (where the cache lives, the
-owner and mode checks, verification, self-repair, locks, pruning) is ember-core's; see `ember_core._disk_cache`.
+owner and mode checks, verification, self-repair, locks, pruning) is ember-core's; see `ember_core.caches._disk_cache`.
 """
 
 from __future__ import annotations

@@ -1,74 +1,127 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
-from ._arg_types import arguments_problem
-from ._autocast import autocast_disabled, autocast_on, autocast_state, without_autocast
 from ._builtin import InterpreterCodegen, interpreter_codegen
-from ._cache_dir import cache_root, private_cache_dir
-from ._cache_usage import CacheUsage, cache_size_limit, clear_disk_cache, disk_cache_usage
-from ._code_version import code_version
-from ._cuda_graphs import CudaBackend, CudaGraphed, cuda_graphed
-from ._custom_function import (
-    CUSTOM_FUNCTION,
-    custom_function_arguments,
-    is_custom_function,
-    subgraph_scope,
-)
-from ._disk_cache import CacheLookup, DiskCache, EntryFile
-from ._dtypes import LAYOUTS, MEMORY_FORMATS, SHORT_DTYPE_NAMES, dtype_name, to_dtype
-from ._dump import DumpWriter
-from ._effects import EffectfulFunctionalMode, has_effect
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
-from ._events import (
+from ._regular_file import FileRefused, read_at_most, read_regular_file, regular_file
+from .caches import (
+    CacheLookup,
+    CacheUsage,
+    DiskCache,
+    EntryFile,
+    ResultCache,
+    cache_root,
+    cache_size_limit,
+    clear_disk_cache,
+    clear_result_caches,
+    code_version,
+    disk_cache_usage,
+    facts_key,
+    private_cache_dir,
+)
+from .events import (
     EVENT_KINDS,
     FALLBACK_CAUSES,
+    WARNED_CAUSES,
+    DumpWriter,
     Event,
     EventKind,
+    FallbackWarning,
     GraphCompiled,
     JointTraced,
     Partitioned,
     Stopwatch,
+    warn_fallback,
 )
-from ._expr import ExprError, IntExpr, as_sympy, parse_expr, parse_integer
-from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
-from ._fingerprint import canonical, fingerprint
-from ._fx_bridge import from_fx, to_fx, value_of
-from ._grad_rules import grad_rules
-from ._graph_passes import run_graph_passes
-from ._identifiers import is_source_identifier, source_identifier
-from ._interpreter import Interpreter, interpret, node_callable
-from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
-from ._op_set import decompositions, is_random
-from ._ops import resolve_op, returns_new_storage
-from ._options import OptionSpec
-from ._parser import load_text, parse_graph, text_constants
-from ._plugins import Implementation, PluginManager, PluginRegistry, emit, get_plugin_manager, reset_plugin_manager
-from ._printer import format_graph, format_node
-from ._profiling import GraphCosts, KernelCost, costs_of, profile_range, profiler_active, register_costs
-from ._pycode import direct_call, keyword_name, load_function, returns_sequence
-from ._recording import record_events
-from ._regular_file import FileRefused, read_at_most, read_regular_file, regular_file
-from ._result_cache import ResultCache, clear_result_caches, facts_key
-from ._schema import (
+from .execution import (
+    CudaBackend,
+    CudaGraphed,
+    EffectfulFunctionalMode,
+    GraphCosts,
+    Interpreter,
+    KernelCost,
+    autocast_disabled,
+    autocast_on,
+    autocast_state,
+    costs_of,
+    cuda_graphed,
+    direct_call,
+    grad_rules,
+    has_effect,
+    interpret,
+    keyword_name,
+    load_function,
+    node_callable,
+    profile_range,
+    profiler_active,
+    register_costs,
+    returns_sequence,
+    tracing_lock,
+    without_autocast,
+)
+from .graph import (
+    CUSTOM_FUNCTION,
+    LAYOUTS,
+    MEMORY_FORMATS,
     SCHEMA_VERSION,
+    SHORT_DTYPE_NAMES,
     Constant,
+    ExprError,
     Graph,
     Input,
+    IntExpr,
     Node,
     Output,
     Ref,
     Sym,
     Symbol,
     Value,
+    arguments_problem,
+    as_sympy,
+    canonical,
+    canonical_symbols,
+    custom_function_arguments,
+    decompositions,
+    dim_value,
+    dtype_name,
+    dumps,
+    fingerprint,
+    format_graph,
+    format_node,
     fresh_name,
+    from_fx,
     graph_device,
+    graph_from_json,
+    graph_to_json,
+    is_custom_function,
+    is_random,
+    is_source_identifier,
     iter_refs,
+    json_schema,
+    json_schema_path,
+    layout_problem,
+    load,
+    load_text,
+    loads,
     map_args,
     node_refs,
+    parse_expr,
+    parse_graph,
+    parse_integer,
     prune_values,
     rename_reads,
+    rename_symbols,
+    resolve_op,
+    returns_new_storage,
+    save,
+    source_identifier,
+    subgraph_scope,
+    text_constants,
+    to_dtype,
+    to_fx,
+    value_of,
+    verify,
 )
-from ._sizes import layout_problem
-from ._stages import (
+from .plugins import (
     PASS_POINTS,
     Autograd,
     BackendFrontend,
@@ -76,15 +129,21 @@ from ._stages import (
     CompiledGraph,
     Frontend,
     GraphPass,
+    Implementation,
     JointGraph,
+    OptionSpec,
     Partition,
     Partitioner,
+    PluginManager,
+    PluginRegistry,
+    emit,
+    get_plugin_manager,
+    hookimpl,
+    hookspecs,
+    record_events,
+    reset_plugin_manager,
+    run_graph_passes,
 )
-from ._symbol_names import canonical_symbols, rename_symbols
-from ._symbolic import evaluate as dim_value
-from ._tracing import tracing_lock
-from ._verify import verify
-from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
@@ -102,7 +161,8 @@ __all__ = [
     "dim_value", "direct_call", "disk_cache_usage", "dtype_name", "dumps", "emit", "fingerprint", "format_graph",
     "format_node", "fresh_name", "from_fx", "get_plugin_manager", "graph_device", "graph_from_json",
     "graph_to_json", "has_effect",
-    "hookimpl", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name", "load",
+    "hookimpl", "hookspecs", "interpret", "is_random", "iter_refs", "json_schema", "json_schema_path", "keyword_name",
+    "load",
     "load_function", "load_text", "loads", "map_args", "node_refs", "parse_expr", "parse_graph", "private_cache_dir",
     "is_source_identifier", "source_identifier",
     "prune_values", "record_events", "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op",

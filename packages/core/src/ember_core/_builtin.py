@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._dump import DumpWriter
-from ._events import Event
-from ._grad_rules import grad_rules
-from ._logging import EventLogger
-from ._pycode import python_function
-from ._schema import Graph
-from ._stages import CompiledGraph
-from .hookspecs import hookimpl
+from .events._dump import DumpWriter
+from .events._events import Event
+from .events._logging import EventLogger
+from .execution._grad_rules import grad_rules
+from .execution._pycode import python_function
+from .graph._schema import Graph
+from .plugins._stages import CompiledGraph
+from .plugins.hookspecs import hookimpl
 
 
 class InterpreterCodegen:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._printer import default_region, format_node
-from .._schema import Graph, Node, node_refs
-from .._stages import JointGraph, Partition
+from ..graph._printer import default_region, format_node
+from ..graph._schema import Graph, Node, node_refs
+from ..plugins._stages import JointGraph, Partition
 from ._svg import Diagram, DiagramNode, clip
 
 Anchor = Callable[[str], "str | None"]  # value name → the href of its line in the text

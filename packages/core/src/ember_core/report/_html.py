@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
-from .._printer import default_region, format_node
-from .._schema import Graph
+from ..graph._printer import default_region, format_node
+from ..graph._schema import Graph
 
 MAX_TEXT = 400_000  # characters of one text block; a longer one is cut, saying where
 

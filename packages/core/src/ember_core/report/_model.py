@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._events import Event
-from .._schema import Graph
-from .._stages import JointGraph, Partition
+from ..events._events import Event
+from ..graph._schema import Graph
+from ..plugins._stages import JointGraph, Partition
 
 
 @dataclass

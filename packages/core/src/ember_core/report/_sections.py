@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._schema import Graph
+from ..graph._schema import Graph
 from ._diagrams import captured_diagram, kernel_diagram, partition_diagram
 from ._html import Anchors, code, details, esc, link, seconds, step_anchors, table
 from ._model import Compile, Compiled

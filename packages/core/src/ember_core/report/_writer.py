@@ -21,9 +21,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._events import Event
 from .._regular_file import FileRefused, read_at_most, regular_file
-from ..hookspecs import hookimpl
+from ..events._events import Event
+from ..plugins.hookspecs import hookimpl
 from ._model import Report
 from ._page import GENERATOR, PageInfo, PageRenderer
 

@@ -26,10 +26,10 @@ import torch.fx as fx
 
 from .._builtin import interpreter_codegen
 from .._errors import GraphError
-from .._fingerprint import fingerprint
-from .._schema import Graph, Input, Output
-from .._stages import Autograd, CompiledGraph, JointGraph
-from .._verify import verify
+from ..graph._fingerprint import fingerprint
+from ..graph._schema import Graph, Input, Output
+from ..graph._verify import verify
+from ..plugins._stages import Autograd, CompiledGraph, JointGraph
 from ._battery import BatteryCase, CaseSpec, battery_case, battery_names, trace_case
 from ._custom_function import gate_model, gate_reference, stamp_gate
 from ._joint import RegionPartitioner, with_grad

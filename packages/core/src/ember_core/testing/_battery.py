@@ -17,8 +17,8 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .._fx_bridge import from_fx
-from .._schema import Graph, Input, Output
+from ..graph._fx_bridge import from_fx
+from ..graph._schema import Graph, Input, Output
 
 TRACE_SIZE = 6  # the size `n` a case is traced at; distinct from every static size in the battery
 OTHER_SIZE = 11  # symbolic cases are run again at this size

@@ -8,8 +8,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from .._cache_dir import signing_key
-from .._sidecar import sign
+from ..caches._root import signing_key
+from ..caches._sidecar import sign
 
 
 def restamp(path: Path, content: bytes, *, signed: bool = True) -> None:

@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 import torch
 
-from .._events import FALLBACK_CAUSES
-from .._fingerprint import fingerprint
-from .._interpreter import Interpreter
-from .._schema import Graph
-from .._stages import CompiledGraph, Partition
+from ..events._events import FALLBACK_CAUSES
+from ..execution._interpreter import Interpreter
+from ..graph._fingerprint import fingerprint
+from ..graph._schema import Graph
+from ..plugins._stages import CompiledGraph, Partition
 from ._battery import TRACE_SIZE, BatteryCase, battery_case, battery_names, battery_spec, clone_inputs
 from ._devices import DeviceAudit, graph_to_device, inputs_to_device
 from ._fallbacks import FallbackRecorder

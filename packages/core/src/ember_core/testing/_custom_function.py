@@ -20,9 +20,9 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .._custom_function import subgraph_scope
-from .._fx_bridge import from_fx
-from .._schema import Graph, Input, Output
+from ..graph._custom_function import subgraph_scope
+from ..graph._fx_bridge import from_fx
+from ..graph._schema import Graph, Input, Output
 
 FORWARD, BACKWARD = "Gate_0_forward", "Gate_0_backward"
 

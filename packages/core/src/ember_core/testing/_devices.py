@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .._schema import Constant, Graph
+from ..graph._schema import Constant, Graph
 
 
 def _arg_to_device(arg: Any, device: torch.device) -> Any:

@@ -17,9 +17,9 @@ import threading
 from collections import Counter
 from collections.abc import Collection, Iterable
 
-from .._events import Event
-from .._plugins import get_plugin_manager
-from ..hookspecs import hookimpl
+from ..events._events import Event
+from ..plugins._plugins import get_plugin_manager
+from ..plugins.hookspecs import hookimpl
 
 BUILD = "build"
 

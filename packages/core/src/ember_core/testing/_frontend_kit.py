@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from .._builtin import interpreter_codegen
-from .._schema import Graph
-from .._stages import BackendFrontend, Frontend
-from .._verify import verify
+from ..graph._schema import Graph
+from ..graph._verify import verify
+from ..plugins._stages import BackendFrontend, Frontend
 from ._battery import OTHER_SIZE, TRACE_SIZE, battery_names, battery_spec, clone_inputs
 from ._custom_function import gate_reference
 

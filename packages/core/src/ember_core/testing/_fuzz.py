@@ -235,7 +235,7 @@ def _layout_oracle(value: Any, hints: dict[str, int]) -> str | None:
 def _dim_oracle(d: Any, hints: dict[str, int]) -> tuple[int | None, str | None]:
     import sympy
 
-    from .._expr import parse_expr
+    from ..graph._expr import parse_expr
 
     if isinstance(d, bool) or not isinstance(d, (int, str)):
         return None, f"{d!r} is not an int or an expression"
@@ -279,8 +279,8 @@ def accepted_call_problem(op: str, args: tuple, kwargs: dict) -> str | None:
     a float where the schema wants an int, a list (or a string, a dtype ...) where it wants a Tensor."""
     import torch
 
-    from .._ops import SYM_OPS
-    from .._schema import Ref
+    from ..graph._ops import SYM_OPS
+    from ..graph._schema import Ref
 
     if op in SYM_OPS:
         return None

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from .._dtypes import to_dtype
-from .._schema import Graph, Value
-from .._symbolic import evaluate
+from ..graph._dtypes import to_dtype
+from ..graph._schema import Graph, Value
+from ..graph._symbolic import evaluate
 
 
 def _tensor(v: Value, sizes: Mapping[str, int], g: torch.Generator) -> torch.Tensor:

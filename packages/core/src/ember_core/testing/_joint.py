@@ -20,11 +20,11 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .._fx_bridge import from_fx
-from .._interpreter import interpret
-from .._schema import Graph, Input, Output, node_refs
-from .._stages import JointGraph, Partition
-from .._verify import verify
+from ..execution._interpreter import interpret
+from ..graph._fx_bridge import from_fx
+from ..graph._schema import Graph, Input, Output, node_refs
+from ..graph._verify import verify
+from ..plugins._stages import JointGraph, Partition
 from ._battery import TRACE_SIZE, battery_spec
 
 

@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from .._errors import GraphError
-from .._fingerprint import fingerprint
-from .._schema import Graph, node_refs
-from .._stages import JointGraph, Partition, Partitioner
-from .._verify import verify
+from ..graph._fingerprint import fingerprint
+from ..graph._schema import Graph, node_refs
+from ..graph._verify import verify
+from ..plugins._stages import JointGraph, Partition, Partitioner
 from ._battery import battery_names
 from ._joint import JointCase, joint_case, run_joint, run_partition, trace_joint
 

@@ -1,0 +1,132 @@
+"""The op set of every ember graph: torch's core ATen decompositions, minus those of random ops.
+
+Capture and autograd both trace with `decompositions()`, so every stage sees the same ops.
+
+A decomposition of a random op (`aten.bernoulli.default` → `rand_like(x) < x`) draws different random numbers from
+the op it replaces, so the compiled graph would no longer match eager under the same seed. Ops tagged
+`nondeterministic_seeded` therefore stay as they are; `aten.native_dropout` is not in the core table at all.
+
+Ops whose decomposition is numerically worse than eager's kernel and derivative stay one ATen call too
+(`NUMERICALLY_KEPT`, each with its reason): the graph then runs eager's kernel (an extern call, unless lowering
+has a rule as accurate), and the joint trace differentiates it with eager's formula.
+
+`index_put(..., accumulate=True)` in a 16-bit float type (what the gradient of `index_select`, `embedding` and
+advanced indexing becomes) accumulates in float32 and rounds once (`accurate_accumulation`): ATen's kernel adds
+one element at a time in bfloat16, so a gradient summed from many rows drifts by ulps from eager's (whose
+`index_add` rounds less often) and from the exact sum.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._decomp import core_aten_decompositions
+
+from .._errors import GraphError
+from ._ops import resolve_op
+
+
+def is_random(op: Any) -> bool:
+    """Whether an ATen overload (or its schema name, `aten.native_dropout.default`) draws from the random generator."""
+    if isinstance(op, str):
+        try:
+            op = resolve_op(op)
+        except GraphError:
+            return False
+    return isinstance(op, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
+
+
+# op name → why its decomposition is not used.
+NUMERICALLY_KEPT: dict[str, str] = {
+    # where(x < 1, log(erfcx(-x/√2)/2) - x²/2, log1p(-erfc(x/√2)/2)): for x ≪ 0 the branch not taken is
+    # log1p(-1) = -inf, and its derivative 0/0 = NaN leaks through where's backward (NaN·0); eager's derivative
+    # exp(-(log_ndtr(x) + x²/2))/√(2π) is finite there.
+    "aten.special_log_ndtr.default": "the unselected branch of its where has a NaN derivative for x << 0",
+    # where(row all -inf, 0, softmax(x)): the softmax of a fully masked row is NaN, and the softmax backward that
+    # autograd derives from the decomposition multiplies it (0·NaN); eager's derivative reads the safe output (0)
+    "aten._safe_softmax.default": "a fully masked row's gradient is NaN through the decomposition (0 in eager)",
+    # x * where(norm > maxnorm, maxnorm / (norm + 1e-7), 1) cast to x's dtype: in bfloat16 the derivative autograd
+    # takes of it rounds sum(x * grad) to bfloat16 and adds two bfloat16 terms; eager's renorm_backward sums in
+    # float32 and rounds once
+    "aten.renorm.default": "its bfloat16 gradient through the decomposition rounds twice more than eager's",
+    # torch 2.14's core table decomposes it: pow(sum(|x|^p), 1/p), or sum(x != 0) for p = 0. Autograd through that
+    # is NaN where the norm (or, for p < 1, an element) is 0 (sqrt'(0)·0, |0|^(p-1)·0), and the p = 0 norm no
+    # longer requires grad at all; eager's norm_backward gives the subgradient 0 there, and a zero gradient for p = 0
+    "aten.linalg_vector_norm.default": "its gradient through the decomposition is NaN at zero (0 in eager) and the "
+                                       "p = 0 norm loses requires_grad",
+}
+
+
+@functools.cache
+def decompositions() -> dict[Any, Callable]:
+    """torch's core ATen decompositions without those of random ops and those of `NUMERICALLY_KEPT`, and ember's
+    own of the pointwise `_foreach_*` ops (see `foreach_decompositions`). Cached; do not mutate."""
+    kept = {resolve_op(name) for name in NUMERICALLY_KEPT}
+    table = {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op) and op not in kept}
+    return table | foreach_decompositions() | accurate_accumulation()
+
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _index_put_in_float(self: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False) -> Any:
+    if not accumulate or self.dtype not in _LOW_PRECISION:
+        return NotImplemented
+    summed = torch.ops.aten.index_put.default(self.float(), indices, values.float(), True)
+    return summed.to(self.dtype)
+
+
+@functools.cache
+def accurate_accumulation() -> dict[Any, Callable]:
+    """Decompositions that accumulate 16-bit floats in float32 (see the module's docstring)."""
+    return {torch.ops.aten.index_put.default: _index_put_in_float}
+
+
+# `_foreach_<name>` ops whose per-tensor op is `aten.<name>` with the same arguments, element by element.
+FOREACH_POINTWISE = tuple("""
+    abs acos add addcdiv addcmul asin atan ceil clamp_max clamp_min cos cosh div erf erfc exp expm1 floor frac lerp
+    lgamma log log10 log1p log2 maximum minimum mul neg pow reciprocal round rsqrt sigmoid sign sin sinh sqrt sub tan
+    tanh trunc
+""".split())
+
+
+@functools.cache
+def foreach_decompositions() -> dict[Any, Callable]:
+    """`aten._foreach_add.List(xs, ys, alpha=a)` → `[aten.add(x, y, alpha=a) for x, y in zip(xs, ys)]`, and so on
+    for every functional overload of the pointwise foreach ops (what a compiled `optimizer.step()` calls with
+    `foreach=True`): the per-tensor ops then fuse like any others. Overloads whose per-element scalars come as one
+    tensor (`.Tensor` of addcmul/addcdiv: `scalars: Tensor`) are left whole."""
+    table: dict[Any, Callable] = {}
+    for name in FOREACH_POINTWISE:
+        packet = getattr(torch.ops.aten, f"_foreach_{name}", None)
+        per_tensor = getattr(torch.ops.aten, name, None)
+        if packet is None or per_tensor is None:
+            continue
+        for overload_name in packet.overloads():
+            overload = getattr(packet, overload_name)
+            schema = overload._schema
+            if schema.is_mutable or any(a.name == "scalars" and not isinstance(a.type, torch.ListType)
+                                        for a in schema.arguments):
+                continue
+            table[overload] = functools.partial(_foreach, per_tensor, schema, _keyword_only(per_tensor))
+    return table
+
+
+def _keyword_only(packet: Any) -> frozenset[str]:
+    """The names the per-tensor op takes only by keyword in some overload (`alpha` of add, `value` of addcmul)."""
+    return frozenset(a.name for o in packet.overloads() for a in getattr(packet, o)._schema.arguments if a.kwarg_only)
+
+
+def _foreach(per_tensor: Any, schema: Any, keyword: frozenset[str], *args: Any, **kwargs: Any) -> list:
+    """Call `per_tensor` once per position of the list arguments, which are indexed; the others go to every call.
+    The foreach op's arguments go in their order, by position, except those the per-tensor op takes by keyword
+    (`_foreach_addcmul.Scalar(xs, as, bs, 0.5)` → `addcmul(x, a, b, value=0.5)`)."""
+    bound = dict(zip((a.name for a in schema.arguments), args)) | kwargs
+    names = [a.name for a in schema.arguments if a.name in bound]
+    n = next(len(v) for v in bound.values() if isinstance(v, (list, tuple)))
+    pick = lambda v, i: v[i] if isinstance(v, (list, tuple)) else v  # noqa: E731
+    return [per_tensor(*(pick(bound[k], i) for k in names if k not in keyword),
+                       **{k: pick(bound[k], i) for k in names if k in keyword}) for i in range(n)]
