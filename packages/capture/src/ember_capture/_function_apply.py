@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ._custom_functions import CustomFunctions, FunctionBody, needs_gradient
 from ._errors import CaptureError
+from ._patches import SharedPatch, anchor_stack_traces
 from ._stand_ins import to_stand_ins
 
 _CTX_FIELDS = frozenset({"to_save", "non_differentiable", "dirty_tensors", "materialize_grads", "needs_input_grad",
@@ -88,7 +89,7 @@ def traced_body(cls: type, args: Sequence[Any]) -> tuple[FunctionBody, list[Any]
     positions = [i for i, a in enumerate(args) if isinstance(a, (torch.Tensor, torch.SymInt))]
     name = cls.__name__
     state: dict[str, Any] = {}
-    _anchor_stack_traces(cls.backward)
+    anchor_stack_traces(cls.backward)
 
     def forward(*operands: Any) -> tuple[Any, list[Any]]:
         call_args = list(args)
@@ -129,14 +130,6 @@ def _arg_names(cls: type, positions: Sequence[int]) -> list[str]:
     return [params[i] if i < len(params) else f"arg{i}" for i in positions]
 
 
-def _anchor_stack_traces(fn: Any) -> None:
-    """Keep the backward's frames in its nodes' stack traces (make_fx keeps only frames named `forward` otherwise);
-    through `once_differentiable`'s wrapper to the author's function."""
-    anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
-    if anchor is not None:
-        anchor(inspect.unwrap(fn))
-
-
 def _run_forward(cls: type, ctx: _TracedCtx, args: Sequence[Any]) -> Any:
     if _is_setup_context_defined(cls.setup_context):
         outputs = cls.forward(*args)
@@ -161,14 +154,11 @@ def _bound_arguments(cls: type, args: tuple, kwargs: dict) -> tuple:
 
 
 class _Interception:
-    """The per-thread stack of graphs being captured, and the installed replacement of `Function.apply`."""
+    """The per-thread stack of graphs being captured, and the replacement of `Function.apply` (a `SharedPatch`)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.captures = 0
         self.local = threading.local()
-        self.original = Function.__dict__["apply"]
-        self.installed: Any = None
+        self.patch = SharedPatch([(Function, "apply")], lambda k, original: classmethod(self.apply))
 
     def active(self) -> CustomFunctions | None:
         stack = getattr(self.local, "stack", None)
@@ -179,28 +169,19 @@ class _Interception:
         if custom is not None:
             args, kwargs = to_stand_ins((args, kwargs))
         if custom is None or not needs_gradient(args) and not needs_gradient(tuple(kwargs.values())):
-            return _bound(self.original, cls)(*args, **kwargs)
+            return _bound(self.patch.originals[0], cls)(*args, **kwargs)
         body, operands = traced_body(cls, _bound_arguments(cls, args, kwargs))
         return custom.call(body, operands)
 
     @contextlib.contextmanager
     def __call__(self, custom: CustomFunctions) -> Iterator[None]:
-        with self.lock:
-            if self.captures == 0:
-                self.original = Function.__dict__["apply"]
-                self.installed = classmethod(self.apply)
-                Function.apply = self.installed
-            self.captures += 1
-        stack = self.local.__dict__.setdefault("stack", [])
-        stack.append(custom)
-        try:
-            yield
-        finally:
-            stack.pop()
-            with self.lock:
-                self.captures -= 1
-                if self.captures == 0 and Function.__dict__.get("apply") is self.installed:
-                    Function.apply = self.original
+        with self.patch.hold():
+            stack = self.local.__dict__.setdefault("stack", [])
+            stack.append(custom)
+            try:
+                yield
+            finally:
+                stack.pop()
 
 
 def _bound(descriptor: Any, cls: type) -> Any:

@@ -31,23 +31,20 @@ a graph: `kept` puts the found one back and refuses the trace.
 from __future__ import annotations
 
 import contextlib
-import dis
 import functools
 import inspect
-import os
 import sys
-import sysconfig
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ember_core
 import torch
 
-from ._errors import CaptureError, is_torch_file
+from ._errors import CaptureError
 from ._guards import GuardBuilder, Live, shown, tensor_checks, value_check
 from ._stand_ins import function_of, with_values
+from ._user_code import code_names, is_user_code, user_module
 
 MAX_READS = 10_000  # more than this and the function falls back to eager: pass such state as arguments
 _SCALARS = (type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.memory_format, torch.layout)
@@ -378,7 +375,7 @@ class _Walk:
                 for key, item in (v.items() if isinstance(v, dict) else enumerate(v)):
                     self.visit(Read(r, ("item", key), item, "", _item_label(r.label, key)), attrs, depth + 1)
         elif isinstance(v, types.ModuleType):
-            if not _user_module(v):
+            if not user_module(v):
                 return False  # a library: its globals are its business
             r.kind = "object"
             self.add(r)
@@ -392,7 +389,7 @@ class _Walk:
                 self.function(v.__func__, None)
             elif isinstance(v, functools.partial):
                 self.function(v.func, None)
-            elif not isinstance(v, type) or _user_module(sys.modules.get(v.__module__)):
+            elif not isinstance(v, type) or user_module(sys.modules.get(v.__module__)):
                 self.attributes(r, attrs, depth)
         return True
 
@@ -444,43 +441,3 @@ def _ancestors(r: Read) -> Iterator[Read]:
 
 def _item_label(label: str, key: Any) -> str:
     return f"{label}[{key!r}]"
-
-
-@functools.lru_cache(maxsize=4096)
-def code_names(code: types.CodeType) -> tuple[tuple[str, ...], frozenset[str]]:
-    """(global names loaded, in order of first load; attribute names loaded) by `code` and its nested code."""
-    globals_: dict[str, None] = {}
-    attrs: set[str] = set()
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-            globals_[ins.argval] = None
-        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"):
-            attrs.add(ins.argval)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            inner_globals, inner_attrs = code_names(const)
-            globals_.update(dict.fromkeys(inner_globals))
-            attrs |= inner_attrs
-    return tuple(globals_), frozenset(attrs)
-
-
-@functools.lru_cache(maxsize=1)
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    dirs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    dirs.add(os.path.dirname(ember_core.__file__))
-    dirs.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
-    return tuple(os.path.abspath(d) + os.sep for d in dirs)
-
-
-def is_user_code(code: types.CodeType) -> bool:
-    """Is `code` the user's (not torch's, ember's, the standard library's or an installed package's)?"""
-    path = code.co_filename
-    if path.startswith("<"):
-        return not path.startswith("<frozen")
-    return not is_torch_file(path) and not os.path.abspath(path).startswith(_library_dirs())
-
-
-def _user_module(module: types.ModuleType | None) -> bool:
-    path = getattr(module, "__file__", None)
-    return path is not None and not is_torch_file(path) and not os.path.abspath(path).startswith(_library_dirs())

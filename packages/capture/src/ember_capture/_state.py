@@ -24,7 +24,8 @@ import torch
 
 from ._errors import CaptureError
 from ._guards import GuardBuilder, Live, Metadata, value_check
-from ._reads import Owner, find_reads, is_user_code
+from ._reads import Owner, find_reads
+from ._user_code import is_user_code
 
 
 def find_owners(fn: Callable) -> list[Owner]:

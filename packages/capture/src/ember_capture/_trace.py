@@ -15,13 +15,10 @@ traced and guarded as such (`_inputs.py`). A function that cannot be one graph (
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 import inspect
 import re
-import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,18 +55,16 @@ from ._guards import (
 )
 from ._inputs import InputLayout
 from ._options import options_of
+from ._patches import anchor_stack_traces
 from ._reads import find_reads
 from ._report import qualname, report
 from ._runner import GraphRunner
+from ._side_effects import SideEffect, side_effects_forbidden
 from ._stand_ins import StandIns
 from ._state import ModuleState
 
 PRODUCER = "ember-capture 0.1.0 trace"
 _DATA_DEPENDENT = (DataDependentOutputException, GuardOnDataDependentSymNode, DynamicOutputShapeException)
-
-
-class _SideEffect(Exception):
-    """Raised in place of a Python side effect the trace cannot record (`print`, `Tensor.register_hook`)."""
 
 
 @dataclass
@@ -214,7 +209,7 @@ class TracedFunction:
         reads.dynamic = reads.dynamic_floats(frozenset(self._dynamic_reads))
         state = ModuleState(reads.owners)
         name = re.sub(r"\W", "_", self.name) + f"_{self.compiles}"
-        _anchor_stack_traces(self.fn)
+        anchor_stack_traces(self.fn)
         floats = sorted(i for i in self._dynamic_floats if type(flat[i]) is float)
         layout = InputLayout(state, reads, flat, leaves, labels, float_leaves=floats)
         graph, fakes, shape_env, outputs = self._trace(layout, flat, spec, name)
@@ -339,9 +334,9 @@ def _fakes(layout: InputLayout, fake_mode: FakeTensorMode, user_fake: Callable[[
 def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
     """`capture_graph`, with every reason a function cannot be one graph turned into a `CaptureError`."""
     try:
-        with _side_effects_forbidden():
+        with side_effects_forbidden():
             return capture_graph(traced, fakes, **kwargs)
-    except _SideEffect as e:
+    except SideEffect as e:
         raise located(f"{e.args[0]} while tracing: the trace frontend cannot capture Python side effects", e) from None
     except _DATA_DEPENDENT as e:
         raise located(f"data-dependent Python control flow or value ({_first_line(e)})", e) from None
@@ -388,68 +383,6 @@ def unflatten_args(leaves: list, spec: Any) -> tuple[tuple, dict]:
     if isinstance(spec, int):
         return tuple(leaves), {}
     return tree_unflatten(leaves, spec)
-
-
-def _anchor_stack_traces(fn: Callable) -> None:
-    """Ask make_fx to keep `fn`'s frames in node stack traces (it keeps only frames named `forward` otherwise)."""
-    anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
-    target = getattr(fn, "__func__", fn)
-    if anchor is not None and hasattr(target, "__code__"):
-        anchor(target)
-
-
-class _Interception:
-    """While a thread traces, `print`, `Tensor.register_hook` and a backward pass (`Tensor.backward`,
-    `torch.autograd.backward`: a training step traced whole would accumulate into `.grad` from inside the trace)
-    raise `_SideEffect` in that thread: a graph cannot replay them. Other threads keep the real functions: the
-    replacements check a thread-local flag and delegate. The replacements are installed by the first tracer and the
-    originals put back by the last one, under a lock, also when a trace raises."""
-
-    # (owner, attribute, what the error calls it)
-    PLACES = ((builtins, "print", "print()"), (torch.Tensor, "register_hook", "Tensor.register_hook()"),
-              (torch.Tensor, "backward", "Tensor.backward()"),
-              (torch.autograd, "backward", "torch.autograd.backward()"))
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.tracers = 0
-        self.local = threading.local()
-        self.originals: list[Callable] = []
-        self.installed: list[Callable] = []
-
-    def forbidden(self) -> bool:
-        return getattr(self.local, "on", False)
-
-    def _replacement(self, original: Callable, what: str) -> Callable:
-        def replacement(*args: Any, **kwargs: Any) -> Any:  # a plain function: `tensor.backward()` passes the tensor
-            if self.forbidden():
-                raise _SideEffect(what)
-            return original(*args, **kwargs)
-        return replacement
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self.lock:
-            if self.tracers == 0:
-                self.originals = [getattr(owner, attr) for owner, attr, _ in self.PLACES]
-                self.installed = [self._replacement(f, what) for f, (_, _, what) in zip(self.originals, self.PLACES)]
-                for (owner, attr, _), f in zip(self.PLACES, self.installed):
-                    setattr(owner, attr, f)
-            self.tracers += 1
-        before, self.local.on = self.forbidden(), True
-        try:
-            yield
-        finally:
-            self.local.on = before
-            with self.lock:
-                self.tracers -= 1
-                if self.tracers == 0:  # put back what is still ours (someone may have patched them since)
-                    for (owner, attr, _), mine, original in zip(self.PLACES, self.installed, self.originals):
-                        if getattr(owner, attr) is mine:
-                            setattr(owner, attr, original)
-
-
-_side_effects_forbidden = _Interception()
 
 
 def leaf_labels(fn: Callable, args: tuple, kwargs: dict) -> list[str]:

@@ -1,0 +1,62 @@
+"""What capture changes in torch while it traces, in one way.
+
+Some of what a trace must see or refuse reaches no torch mode: `print`, `Tensor.backward`, `Function.apply`. For
+those, `SharedPatch` puts a replacement in the attribute itself, which every thread then sees. The first thread to
+`hold()` the patch installs the replacements, the last one to leave puts the originals back, under a lock, also
+when the trace raised; an attribute someone else has patched since is left as it is. A replacement decides per
+thread what to do: it checks state the holding thread set (a flag, a stack) and otherwise calls the original, so
+threads that are not tracing run the real thing.
+
+`anchor_stack_traces` asks make_fx to keep a function's frames in the stack traces of the nodes it records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+
+class SharedPatch:
+    """Attributes (`(owner, name)`, each in the owner's own `__dict__`) replaced while at least one thread holds
+    the patch. `replace(k, original)` makes the replacement of the k-th from what it held; `originals[k]` is what
+    the k-th held when the patch went in."""
+
+    def __init__(self, places: Sequence[tuple[Any, str]], replace: Callable[[int, Any], Any]):
+        self.places, self.replace = tuple(places), replace
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.originals: list[Any] = [vars(owner)[name] for owner, name in self.places]
+        self.installed: list[Any] = []
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        with self.lock:
+            if self.holders == 0:
+                self.originals = [vars(owner)[name] for owner, name in self.places]
+                self.installed = [self.replace(k, original) for k, original in enumerate(self.originals)]
+                for (owner, name), new in zip(self.places, self.installed):
+                    setattr(owner, name, new)
+            self.holders += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.holders -= 1
+                if self.holders == 0:  # put back what is still ours
+                    for (owner, name), mine, original in zip(self.places, self.installed, self.originals):
+                        if vars(owner).get(name) is mine:
+                            setattr(owner, name, original)
+
+
+def anchor_stack_traces(fn: Any) -> None:
+    """Keep `fn`'s frames in node stack traces (make_fx keeps only frames named `forward` otherwise): a method's
+    function, and through decorators' wrappers (`once_differentiable`) the author's own."""
+    anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    target = inspect.unwrap(getattr(fn, "__func__", fn))
+    if anchor is not None and hasattr(target, "__code__"):
+        anchor(target)

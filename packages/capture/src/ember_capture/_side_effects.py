@@ -1,0 +1,57 @@
+"""Python side effects a graph cannot replay, refused while a thread traces.
+
+While a thread traces, `print`, `Tensor.register_hook` and a backward pass (`Tensor.backward`,
+`torch.autograd.backward`: a training step traced whole would accumulate into `.grad` from inside the trace) raise
+`SideEffect` in that thread; the trace frontend turns it into a fallback naming what was called. Other threads keep
+the real functions (see `_patches.SharedPatch`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ._patches import SharedPatch
+
+
+class SideEffect(Exception):
+    """Raised in place of a Python side effect the trace cannot record (`print`, `Tensor.register_hook`)."""
+
+
+# (owner, attribute, what the error calls it)
+_PLACES = ((builtins, "print", "print()"), (torch.Tensor, "register_hook", "Tensor.register_hook()"),
+           (torch.Tensor, "backward", "Tensor.backward()"), (torch.autograd, "backward", "torch.autograd.backward()"))
+_local = threading.local()
+
+
+def _forbidden() -> bool:
+    return getattr(_local, "on", False)
+
+
+def _refusing(k: int, original: Callable) -> Callable:
+    what = _PLACES[k][2]
+
+    def replacement(*args: Any, **kwargs: Any) -> Any:  # a plain function: `tensor.backward()` passes the tensor
+        if _forbidden():
+            raise SideEffect(what)
+        return original(*args, **kwargs)
+    return replacement
+
+
+_patch = SharedPatch([(owner, name) for owner, name, _ in _PLACES], _refusing)
+
+
+@contextlib.contextmanager
+def side_effects_forbidden() -> Iterator[None]:
+    """Refuse the side effects above in this thread for the block (re-entrant)."""
+    with _patch.hold():
+        before, _local.on = _forbidden(), True
+        try:
+            yield
+        finally:
+            _local.on = before
