@@ -109,14 +109,14 @@ def test_plugin_option_joins_the_option_table():
     assert pm.registry.options["fast.level"].plugin == "opt"
 
 
-def test_plugin_option_cannot_redefine_a_core_option():
+def test_plugin_option_cannot_redefine_another_plugins_option():
     class Clash:
         @hookimpl
         def ember_register(self, registry):
             registry.add_option("cache", bool, False, "mine")
 
-    with pytest.raises(PluginError, match="plugin 'clash': option 'cache' is already defined by 'ember-core'"):
-        manager().register(Clash(), name="clash")
+    with pytest.raises(PluginError, match="plugin 'clash': option 'cache' is already defined by 'pipeline'"):
+        with_options(manager()).register(Clash(), name="clash")
 
 
 # ---------------------------------------------------------------------------------------------- options naming stages
@@ -137,8 +137,28 @@ class Stages:
         registry.add("codegen", "interpreter", object(), priority=-1000)
 
 
+class PipelineOptions:
+    """Options whose values name stages, declared as the package that reads them (the runtime) declares them."""
+
+    @hookimpl
+    def ember_register(self, registry):
+        registry.add_option("frontend", str, "dynamo", "capture frontend", stage="frontend")
+        registry.add_option("passes", (list, tuple), None, "graph pass ids", stage="pass")
+        registry.add_option("autograd", str, None, "autograd", stage="autograd", also=("eager",))
+        registry.add_option("partition", str, None, "partitioner", stage="partition")
+        for device in ("cpu", "cuda"):
+            registry.add_option(f"codegen.{device}", str, None, f"codegen for {device}", stage="codegen",
+                                device=device)
+        registry.add_option("cache", bool, True, "reuse compiled graphs")
+
+
+def with_options(pm: PluginManager) -> PluginManager:
+    pm.register(PipelineOptions(), name="pipeline")
+    return pm
+
+
 def staged(**env) -> PluginManager:
-    pm = manager(**env)
+    pm = with_options(manager(**env))
     pm.register(Stages(), name="stages")
     return pm
 
@@ -184,7 +204,7 @@ def test_each_pass_of_the_passes_option_is_checked():
 
 
 def test_unset_stage_options_are_not_checked():
-    registry = manager().registry  # nothing installed: the default frontend 'dynamo' is the runtime's to find
+    registry = with_options(manager()).registry  # no stage installed: the default 'dynamo' is the runtime's to find
     assert registry.check_options({"partition": None})["frontend"] == "dynamo"
 
 
@@ -344,6 +364,6 @@ def test_ember_options_that_are_not_json_name_the_variable():
 
 
 def test_ember_options_with_a_typo_name_the_variable_and_the_key():
-    pm = PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": '{"cach": false}'})
+    pm = with_options(PluginManager(load_entrypoints=False, env={"EMBER_OPTIONS": '{"cach": false}'}))
     with pytest.raises(OptionError, match=r"EMBER_OPTIONS: unknown option 'cach' \(did you mean 'cache'\?\)"):
         pm.registry.check_options({}, pm.config["options"])

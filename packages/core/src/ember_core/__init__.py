@@ -30,6 +30,7 @@ from .events import (
     JointTraced,
     Partitioned,
     Stopwatch,
+    dumping_to,
     warn_fallback,
 )
 from .execution import (
@@ -173,7 +174,7 @@ __all__ = [
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
     # graph passes: the points of the pipeline where they run, and the one runner
     "PASS_POINTS", "run_graph_passes",
-    "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch",
+    "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch", "dumping_to",
     # custom autograd functions: the call node and its subgraphs
     "CUSTOM_FUNCTION", "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope",
     "text_constants",

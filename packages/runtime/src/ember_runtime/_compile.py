@@ -44,6 +44,8 @@ def compile(  # noqa: A001 - the name is torch.compile's
     pipeline = Pipeline.from_options(options, fullgraph=fullgraph, dynamic=dynamic, mode=mode)
     frontend = pipeline.frontend()
     compiled = frontend.wrap(model, pipeline.compile_graph, pipeline.frontend_options)
+    if pipeline.options.get("dump"):
+        compiled = _dumping(compiled, pipeline)
     if pipeline.options.get("compiled_autograd"):
         compiled = compiled_autograd.wrap(compiled, options, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(model, torch.nn.Module) and not isinstance(compiled, torch.nn.Module):
@@ -84,5 +86,16 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str 
     if not isinstance(frontend, BackendFrontend):
         raise PluginError(f"frontend 'dynamo' ({type(frontend).__name__}) has no backend(compile_graph, options) "
                           "method: torch.compile(backend='ember') needs one (see ember_core.BackendFrontend)")
-    return frontend.backend(pipeline.compile_graph, pipeline.frontend_options)(gm, example_inputs)
+    with pipeline.dumping():
+        return frontend.backend(pipeline.compile_graph, pipeline.frontend_options)(gm, example_inputs)
+
+
+def _dumping(compiled: Callable, pipeline: Pipeline) -> Callable:
+    """`compiled`, each call inside the `dump` option's block, so that what the frontend reports (captures, guards,
+    recompiles) is dumped with the stages' events. Only when the option is set: a call costs a context switch."""
+    @functools.wraps(compiled, updated=())
+    def dumped(*args: Any, **kwargs: Any) -> Any:
+        with pipeline.dumping():
+            return compiled(*args, **kwargs)
+    return dumped
 

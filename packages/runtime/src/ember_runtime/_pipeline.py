@@ -21,6 +21,7 @@ from ember_core import (
     PluginManager,
     Stopwatch,
     autocast_disabled,
+    dumping_to,
     fingerprint,
     get_plugin_manager,
     graph_device,
@@ -97,9 +98,13 @@ class Pipeline:
         The graph holds autocast's casts (the frontend captured it under the caller's autocast): every stage runs
         with autocast off, and so does every call of a graph captured under it (see `ember_core.without_autocast`;
         the frontends guard on the autocast state)."""
-        with autocast_disabled() as autocast_was_on:
+        with autocast_disabled() as autocast_was_on, self.dumping():
             compiled = self._compile_graph(graph, example_inputs)
         return without_autocast(compiled) if autocast_was_on else compiled
+
+    def dumping(self):
+        """The block in which this compile's events are dumped to the `dump` option's folder (if it is set)."""
+        return dumping_to(self.options.get("dump"))
 
     def _compile_graph(self, graph: Graph, example_inputs: Sequence[Any]) -> Any:
         graph = self.run_passes(graph, "post_capture")
@@ -184,6 +189,11 @@ class Pipeline:
         """The device's codegen for one graph, through the in-memory cache (unless `cache` is False)."""
         codegen = self.codegen(torch.device(graph_device(graph)).type)
         key = (fingerprint(graph), codegen.name, self._options_key) if self.options["cache"] and cache else None
+        with self.dumping():  # also when a backward or a frozen graph compiles later, outside `compile_graph`
+            return self._codegen_graph(codegen, key, graph, example_inputs)
+
+    def _codegen_graph(self, codegen, key: tuple | None, graph: Graph, example_inputs: Sequence[Any] | None
+                       ) -> CompiledGraph:
         hit = _cache.get(key) if key is not None else None
         if hit is not None:
             self._cache_event("graph_cache_hit", f"reusing its {codegen.name} build in memory", graph, key)

@@ -3,16 +3,22 @@
 Each event that writes anything gets the next number once; every file written for it, by any observer, is named
 `NNN-<kind>-<name><suffix>` with that number (`003-partitioned-f_fw.txt`, `003-partitioned-f_fw.dot`). A folder
 that cannot be written is reported once, as a warning, and never fails a compile.
+
+The folder is `EMBER_DUMP`'s, the process's; a compile given the option `dump` writes its events to that folder
+instead: the runtime runs its stages inside `dumping_to(folder)`, and the manager hands observers the writer of the
+innermost such block (`dump_override`), one writer per folder, so each folder is numbered on its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 from ..graph import save
@@ -101,3 +107,33 @@ class DumpWriter:
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+_override: ContextVar[DumpWriter | None] = ContextVar("ember_dump_override", default=None)
+_writers: dict[str, DumpWriter] = {}
+_writers_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def dumping_to(folder: str | Path | None) -> Iterator[None]:
+    """Events sent in this block (in this thread or task) are dumped to `folder` rather than EMBER_DUMP's
+    (None: no change)."""
+    if not folder:
+        yield
+        return
+    key = str(Path(folder))
+    with _writers_lock:
+        writer = _writers.get(key)
+        if writer is None:
+            writer = _writers[key] = DumpWriter(key)
+    token = _override.set(writer)
+    try:
+        yield
+    finally:
+        _override.reset(token)
+
+
+def dump_override() -> DumpWriter | None:
+    """The writer of the innermost `dumping_to` block around the caller, if any."""
+    return _override.get()
+

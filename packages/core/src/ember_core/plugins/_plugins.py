@@ -15,10 +15,10 @@ from typing import Any
 import pluggy
 
 from .._errors import OptionError, PluginError
-from ..events._dump import DumpWriter
+from ..events._dump import DumpWriter, dump_override
 from ..events._events import Event
 from . import hookspecs
-from ._options import CORE_OPTIONS, OptionSpec, check_options
+from ._options import OptionSpec, check_options
 from ._stages import PASS_POINTS, STAGES
 
 
@@ -43,7 +43,7 @@ class PluginRegistry:
 
     def __init__(self) -> None:
         self._impls: dict[tuple[str, str], Implementation] = {}
-        self.options: dict[str, OptionSpec] = {s.key: s for s in CORE_OPTIONS}
+        self.options: dict[str, OptionSpec] = {}  # each declared by the plugin that reads it
         self._plugin = ("", "", "")  # (plugin, dist, version) of the plugin now registering
 
     def add(self, stage: str, name: str, impl: Any, *, priority: int = 0, devices: tuple[str, ...] = (),
@@ -249,7 +249,7 @@ class PluginManager:
     def emit(self, event: Event) -> None:
         """Send an event to every observer (with the dump writer if it asks for `dump`); an observer that raises is
         named in a `PluginError`."""
-        given = {"event": event, "dump": self.dump}
+        given = {"event": event, "dump": dump_override() or self.dump}
         for impl in reversed(self.pm.hook.ember_event.get_hookimpls()):
             kwargs = {name: given[name] for name in impl.argnames}
             try:
