@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from ember_codegen_cpp import Builder, CppCodegen, _build, cache_dir, compiler
-from ember_core.caches._root import check_private
 from ember_core.caches._entry_files import sha256_file
+from ember_core.caches._root import check_private
 from helpers import Events, trace
 
 

@@ -8,10 +8,10 @@ import re
 
 import pytest
 import torch
-from ember_codegen_cpp import KernelPrinter
-from ember_codegen_cpp._reductions import CHUNKS, Accumulator, Partials
-from ember_lowering import Instr, Op, lower
-from ember_lowering.codegen import PlanLayout
+from ember_codegen_cpp import CppCodegen, KernelPrinter
+from ember_codegen_cpp._reductions import CHUNKS, Accumulator, Partials, combine
+from ember_lowering import REDUCTION_SEMANTICS, Instr, Op, lower
+from ember_lowering.codegen import CannotPrint, PlanLayout, missing_reductions
 from helpers import check, compile_fn, trace
 
 
@@ -28,6 +28,23 @@ def test_vector_updates_of_sums_max_and_welford_and_lanes_for_the_rest():
     assert any("ember_wi3_double" in line for line in welford.vector_update("v", "ember_j", "ember_f64x16"))
     argmax = Accumulator(Instr(Op.REDUCE_ARGMAX, ("t1",), "int64", ("t0", "t9")), "float32", 1)
     assert argmax.vector_update("v", "ember_j", "ember_f32x16") is None
+
+
+def test_every_reduction_of_the_table_prints_for_each_dtype_and_shape():
+    assert missing_reductions(CppCodegen().print_kernel) == []
+
+
+def test_lanes_start_from_the_identity_and_take_values_by_the_combine_op():
+    assert Accumulator(Instr(Op.REDUCE_MAX, ("t1",), "int8", ("t0",)), "int8", 1).init()[1].endswith(
+        "ember_a_t1[ember_l] = ((int8_t)-128);")
+    assert Accumulator(Instr(Op.REDUCE_MIN, ("t1",), "float64", ("t0",)), "float64", 1).init()[1].endswith(
+        "= __builtin_inf();")
+    assert combine(Op.REDUCE_SUM, "int32", "a", "v") == "ember_add(a, v)"  # as cpp_rules prints add: wrapping
+    assert combine(Op.REDUCE_ANY, "bool", "a", "v") == "(bool)(a | (v != 0))"
+    assert combine(Op.REDUCE_MAX, "bool", "a", "v") == "(bool)(a | v)"
+    with pytest.raises(CannotPrint):
+        combine(Op.REDUCE_ARGMAX, "int64", "a", "v")
+    assert REDUCTION_SEMANTICS[Op.REDUCE_ARGMAX].combine is None
 
 
 def test_welford_lanes_share_one_count():

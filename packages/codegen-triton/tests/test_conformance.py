@@ -8,6 +8,7 @@ import torch
 from ember_codegen_triton import TritonCodegen
 from ember_core import record_events
 from ember_core.testing import CodegenConformance, battery_case, battery_names
+from ember_lowering.codegen import missing_reductions
 
 # battery cases with kernels this codegen does not print yet (each reported as a fallback event): name → count.
 EXPECTED_FALLBACKS: dict[str, int] = {}
@@ -41,3 +42,7 @@ def test_every_op_of_the_table_prints_by_a_rule_or_its_default():
     from ember_lowering.codegen import missing_ops
 
     assert missing_ops(TritonCodegen.prints_op) == []
+
+
+def test_every_reduction_of_the_table_prints_for_each_dtype_and_shape():
+    assert missing_reductions(TritonCodegen().print_kernel) == []

@@ -171,3 +171,15 @@ def test_float_floor_division_rounds_as_torch_does():
 def test_sign_of_nan_is_zero_as_in_torch():
     x = torch.tensor([float("nan"), -0.0, 0.0, -2.5, 3.0, float("inf"), float("-inf")])
     check(lambda x: (torch.sign(x), torch.sign(x.double()), torch.sign(x.to(torch.int32))), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
+def test_argmax_of_a_looped_row_compares_in_the_values_dtype(dtype):
+    """A looped row's argmax lanes used to be declared float32 whatever the values (their dtype was not known yet
+    where the lanes are declared): 2^40 and 2^40 + 1 tied, and an int64 argmax over 20000 elements gave 100 where
+    eager gives 5000."""
+    x = torch.full((2, 20000), 2 ** 40, dtype=dtype)
+    x[0, 5000] += 1
+    x[1, 7] -= 1
+    compiled = check(lambda x: (x.argmax(1), x.argmin(1)), x)
+    assert "tl.float32" not in compiled.source

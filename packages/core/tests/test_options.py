@@ -1,8 +1,7 @@
 """Options: defaults filled in, typos caught with a suggestion and the list of valid keys, types checked."""
 
 import pytest
-from ember_core import OptionError, OptionSpec
-from ember_core import get_plugin_manager
+from ember_core import OptionError, OptionSpec, get_plugin_manager
 from ember_core.plugins._options import check_options
 
 # a table as the runtime declares it (ember-core itself reads, so declares, no option)

@@ -61,18 +61,6 @@ def literal(value: int | float | bool, dtype: str) -> str:
     return text + f
 
 
-def lowest(dtype: str) -> str:
-    if dtype in FLOATS:
-        return literal(-math.inf, dtype)
-    return literal(_INT_RANGE[dtype][0], dtype)
-
-
-def highest(dtype: str) -> str:
-    if dtype in FLOATS:
-        return literal(math.inf, dtype)
-    return literal(_INT_RANGE[dtype][1], dtype)
-
-
 # ---------------------------------------------------------------------------------------------- rules
 
 

@@ -1,6 +1,11 @@
 """Reductions in C++: each `reduce_*` instruction is an accumulator of `LANES` lanes, updated by the vectorized
 lane loop, then merged into the instruction's result.
 
+What each reduction computes is ember-lowering's `REDUCTION_SEMANTICS`: a lane starts from its identity (printed by
+`literal`) and takes each value by its combine op, printed as `cpp_rules` (or, a vector of lanes at a time,
+`VectorOps`) prints that pointwise op; NaN behaves as that op makes it (`ember_max` lets NaN win). What is C++'s own
+is below.
+
 sum/prod/max/min/any/all keep one value per lane. argmax/argmin keep (value, first index) per lane and merge
 preferring NaN, then the larger (smaller) value, then the smaller index, as torch. Welford keeps (mean, m2) per
 lane with one count shared by all lanes, so the update multiplies by 1/count once per set of lanes instead of
@@ -18,12 +23,15 @@ depend on the sizes only, never on the threads, so the result is the same howeve
 
 from __future__ import annotations
 
-import sympy
-from ember_lowering import Instr, Kernel, Loop, Op
-from ember_lowering.codegen import CannotPrint, PlanLayout
+from collections.abc import Callable
 
-from ._cpp_rules import CTYPE, FLOATS, highest, literal, lowest
+import sympy
+from ember_lowering import REDUCTION_SEMANTICS, Instr, Kernel, Loop, Op
+from ember_lowering.codegen import CannotPrint, PlanLayout, unwrapped
+
+from ._cpp_rules import CTYPE, FLOATS, expression, literal
 from ._vector import check_stack_vector
+from ._vector_ops import VectorOps
 
 LANES = 32  # lanes of a reduction accumulator: 2 AVX-512 vectors of float, enough to hide add latency
 FOLD = 32 * LANES  # elements of the r-dim between two folds of a float32 sum's lanes into its cascade
@@ -53,8 +61,9 @@ class Accumulator:
         # A row's Welford (not a block's, whose lanes are i-points) runs as shifted sums: see `shifted_sums`
         self.shifted = shifted and instr.op is Op.REDUCE_WELFORD
         self.acc = f"ember_a_{instr.out}"
-        if instr.op not in _MERGE_KINDS:
+        if instr.op not in REDUCTION_SEMANTICS:
             raise CannotPrint(f"no accumulator for {instr.op.value}")
+        self.meaning = REDUCTION_SEMANTICS[instr.op]
 
     @property
     def cascade(self) -> bool:
@@ -98,7 +107,12 @@ class Accumulator:
 
     @property
     def welford(self) -> bool:
-        return self.i.op is Op.REDUCE_WELFORD
+        return self.meaning.state == ("count", "mean", "m2")
+
+    @property
+    def empty_mean(self) -> str:
+        """Welford's mean where no value came (NaN: the reduction's result of reducing nothing)."""
+        return literal(self.meaning.empty(self.i.dtype)[0], self.i.dtype)
 
     @property
     def state(self) -> str:
@@ -114,7 +128,8 @@ class Accumulator:
 
     @property
     def arg(self) -> str | None:
-        return {Op.REDUCE_ARGMAX: "argmax", Op.REDUCE_ARGMIN: "argmin"}.get(self.i.op)
+        """`argmax`/`argmin` (the prelude's steps and merges of (value, index) lanes are named for them), or None."""
+        return self.i.op.value.removeprefix("reduce_") if self.meaning.state == ("value", "index") else None
 
     def init(self) -> list[str]:
         a, t, n = self.acc, self.ctype, self.lanes
@@ -154,7 +169,7 @@ class Accumulator:
         """`update` for the lanes `at`.. of the accumulator at once, `v` a vector of type `vt` (the lanes of
         `state`); None where only the lane-by-lane update exists (argmax/argmin, any/all). Its lanes move whole
         to and from the accumulator's arrays: `CannotPrint` where a lane is not one of their elements."""
-        a, op = self.acc, self.i.op
+        a = self.acc
         if self.welford:
             if not vt.startswith("ember_f64x"):  # Welford's lanes are double (`state`); anything else: lane by lane
                 return None
@@ -172,18 +187,13 @@ class Accumulator:
                 f"const HALF ember_d = ember_y - ember_m, ember_m2 = ember_m + ember_d * {inv};",
                 "ember_vstore(ember_pm, ember_m2);",
                 "ember_vstore(ember_ps, ember_vload<HALF>(ember_ps) + ember_d * (ember_y - ember_m2));"])
-        if op not in (Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN):
+        if self.meaning.combine is None or self.meaning.truth:
             return None
         check_stack_vector(a, self.ctype, vt)
         cur = f"ember_vload<{vt}>({a} + {at})"
-        if op is Op.REDUCE_MAX or op is Op.REDUCE_MIN:
-            new = f"ember_v{'max' if op is Op.REDUCE_MAX else 'min'}({cur}, {v})"
-        elif self.i.dtype in FLOATS:
-            new = f"({cur} {'+' if op is Op.REDUCE_SUM else '*'} {v})"
-        else:  # integer sums and products wrap: in unsigned lanes
-            u = vt.replace("_i", "_u")
-            new = f"(({vt})(({u}){cur} {'+' if op is Op.REDUCE_SUM else '*'} ({u}){v}))"
-        return [f"ember_vstore({a} + {at}, {new});"]
+        lanes = VectorOps(int(vt.rsplit("x", 1)[1]))  # vt holds the lanes of `state`, the reduction's dtype here
+        new = combine(self.i.op, self.i.dtype, cur, v, lanes.expression)
+        return None if new is None else [f"ember_vstore({a} + {at}, {new});"]
 
     def _by_halves(self, v: str, vt: str, at: str, fields: str, body: list[str]) -> list[str]:
         """A Welford update of lanes `at`.. by the double vector `v`, run on its halves (`ember_f64hL`, one register
@@ -232,13 +242,16 @@ class Accumulator:
                     f"{a}bs += {a}dv * {n};",
                     f"{t} {a}bn = {n} * ({t}){self.lanes};",
                     f"ember_welford_merge({a}bm, {a}bs, {a}bn, {a}tm, {a}ts, {a}tn);",
-                    f"const {out} {mean} = {a}bn == 0 ? {literal(float('nan'), i.dtype)} : ({out}){a}bm;",
+                    f"const {out} {mean} = {a}bn == 0 ? {self.empty_mean} : ({out}){a}bm;",
                     f"const {out} {m2} = ({out}){a}bs;"]
         # Pairwise over the lanes: log2(LANES) vector steps rather than a chain of LANES - 1 scalar ones.
         lanes = f"for (int ember_l = 0; ember_l < {self.lanes}; ++ember_l)"
         total = [f"{lanes} {a}[ember_l] = {self._total('ember_l')};"] if self.cascade else []
-        if i.dtype in FLOATS and i.op in _FOLD_LANES:
-            pair = f"[](auto ember_x, auto ember_y) {{ return {_FOLD_LANES[i.op]}; }}"
+        # float lanes fold as vectors (`auto`: a float op's text does not name their width)
+        step = combine(i.op, i.dtype, "ember_x", "ember_y", VectorOps(self.lanes).expression) \
+            if i.dtype in FLOATS else None
+        if step is not None:
+            pair = f"[](auto ember_x, auto ember_y) {{ return {unwrapped(step)}; }}"
             return [*total, f"const {t} {i.out} = ember_fold<{self.lanes}>({a}, {pair});"]
         half = f"for (int ember_h = {self.lanes // 2}; ember_h > 0; ember_h /= 2)"
         pair = combine(i.op, i.dtype, f"{a}[ember_l]", f"{a}[ember_l + ember_h]")
@@ -253,50 +266,27 @@ class Accumulator:
         if self.arg:
             return [(i.out, f"({CTYPE[i.dtype]})({a}i[{j}] < 0 ? 0 : {a}i[{j}])")]
         if self.welford:
-            nan = literal(float("nan"), i.dtype)
             t = CTYPE[i.dtype]
-            return [(i.outs[0], f"{welford_count(self.loop)} == 0 ? {nan} : ({t}){a}m[{j}]"),
+            return [(i.outs[0], f"{welford_count(self.loop)} == 0 ? {self.empty_mean} : ({t}){a}m[{j}]"),
                     (i.outs[1], f"({t}){a}s[{j}]")]
         return [(i.out, self._total(j))]
 
 
 def _identity(op: Op, dtype: str) -> str:
-    if op is Op.REDUCE_SUM:
-        return literal(0, dtype)
-    if op is Op.REDUCE_PROD:
-        return literal(1, dtype)
-    if op is Op.REDUCE_MAX:
-        return "false" if dtype == "bool" else lowest(dtype)
-    if op is Op.REDUCE_MIN:
-        return "true" if dtype == "bool" else highest(dtype)
-    return "false" if op is Op.REDUCE_ANY else "true"
+    """The state a lane starts from: the reduction's identity, as a C++ literal of `dtype`."""
+    return literal(REDUCTION_SEMANTICS[op].identity(dtype), dtype)
 
 
-def combine(op: Op, dtype: str, acc: str, v: str) -> str:
-    """The accumulator after taking value v (also how two partial results merge)."""
-    if op is Op.REDUCE_SUM:
-        if dtype == "bool":
-            return f"(bool)({acc} | {v})"
-        return f"({acc} + {v})" if dtype in FLOATS else f"ember_add({acc}, {v})"
-    if op is Op.REDUCE_PROD:
-        if dtype == "bool":
-            return f"(bool)({acc} & {v})"
-        return f"({acc} * {v})" if dtype in FLOATS else f"ember_mul({acc}, {v})"
-    if op is Op.REDUCE_MAX:
-        return f"(bool)({acc} | {v})" if dtype == "bool" else f"ember_max({acc}, {v})"
-    if op is Op.REDUCE_MIN:
-        return f"(bool)({acc} & {v})" if dtype == "bool" else f"ember_min({acc}, {v})"
-    if op is Op.REDUCE_ANY:
-        return f"(bool)({acc} | ({v} != 0))"
-    return f"(bool)({acc} & ({v} != 0))"
-
-
-# the pairwise step of `ember_fold` (vectors of lanes): as `combine`, for float lanes
-_FOLD_LANES = {Op.REDUCE_SUM: "ember_x + ember_y", Op.REDUCE_PROD: "ember_x * ember_y",
-               Op.REDUCE_MAX: "ember_vmax(ember_x, ember_y)", Op.REDUCE_MIN: "ember_vmin(ember_x, ember_y)"}
-
-_MERGE_KINDS = frozenset({Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ANY,
-                          Op.REDUCE_ALL, Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN, Op.REDUCE_WELFORD})
+def combine(op: Op, dtype: str, acc: str, v: str, pointwise: Callable[..., str | None] = expression) -> str | None:
+    """The accumulator after taking value v (also how two partial results merge): the reduction's combine op on
+    (acc, v), printed by `pointwise` (the scalar rules of `cpp_rules`, or a `VectorOps`' over lanes: None where it
+    has no vector form), v taken as a truth value first (`v != 0`) where the reduction says so."""
+    meaning = REDUCTION_SEMANTICS[op]
+    if meaning.combine is None:
+        raise CannotPrint(f"{op.value} merges states of {', '.join(meaning.state)}, not one value")
+    if meaning.truth:
+        v = expression(Op.NE, [v, "0"], [dtype, dtype], "bool")
+    return pointwise(meaning.combine, [acc, v], [dtype, dtype], dtype)
 
 
 class Partials:
@@ -332,7 +322,7 @@ class Partials:
             mean, m2, w = *i.outs, CTYPE[self.acc.state]
             return [f"{w} {r}m = {c}m[0], {r}s = {c}s[0], {r}n = {c}n[0];",
                     f"{each} ember_welford_merge({r}m, {r}s, {r}n, {c}m[ember_c], {c}s[ember_c], {c}n[ember_c]);",
-                    f"const {t} {mean} = {r}n == 0 ? {literal(float('nan'), i.dtype)} : ({t}){r}m;",
+                    f"const {t} {mean} = {r}n == 0 ? {self.acc.empty_mean} : ({t}){r}m;",
                     f"const {t} {m2} = ({t}){r}s;"]
         if self.acc.arg:
             return [f"{CTYPE[self.acc.src]} {r}v = {c}v[0]; int64_t {r}i = {c}i[0];",

@@ -4,7 +4,7 @@ The last i-dim runs in steps of `lanes` elements (16 float32 on AVX-512, 8 on AV
 vector `t5_v` of the prelude's vector layer (`ember_f32x16`; a bool is an int32 lane of -1 or 0); the elements that
 fill no whole vector run through the scalar loop as before. An instruction is printed one of three ways:
 
-- as a vector expression (`(t3_v * t4_v)`, `ember_vexpf(t3_v)`, a libmvec call, a select);
+- as a vector expression (`(t3_v * t4_v)`, `ember_vexpf(t3_v)`, a libmvec call, a select: `_vector_ops.py`);
 - a load or store: one unaligned vector move where the address steps by one element with the loop var, a scalar
   load put in every lane where it does not move; a masked load (a `cat`, a `slice_scatter`, padding) one vector
   move or the fill value where the mask holds in all lanes or in none, lane by lane only where it changes;
@@ -31,32 +31,16 @@ from ember_core import as_sympy
 from ember_lowering import REDUCTIONS, Instr, Op, flat_index
 from ember_lowering.codegen import CannotPrint
 
-from ._cpp_rules import CTYPE, FLOATS, INTS, literal
+from ._cpp_rules import CTYPE, FLOATS, literal
+from ._vector_ops import LANE, VectorOps
 
 if TYPE_CHECKING:
     from ._kernel_printer import KernelPrinter
 
-# Vector element type per dtype (values; float16 and bfloat16 compute in float32) and per dtype in memory.
-_VALUE = {"float32": "f32", "float16": "f32", "bfloat16": "f32", "float64": "f64", "int64": "i64", "int32": "i32",
-          "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i32"}
-_MEMORY = {**_VALUE, "float16": "u16", "bfloat16": "u16", "bool": "u8"}
-_UNSIGNED = {"i64": "u64", "i32": "u32", "i16": "u16", "i8": "u8", "u8": "u8"}
-_WIDE = {"f64", "i64", "u64"}  # 64-bit lanes: a mask of theirs narrows to int32 lanes
-_NARROW = {"i16", "i8", "u8", "u16"}
-
 _ACCUMULATES = {"float32", "float64", "int64", "int32"}  # accumulator dtypes updated as vectors (others by lanes)
-_ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*"}
-_CMP = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
-_CMP_CODE = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}  # ember_vcmp_wide's OP
-_SIGNED = {"float32": "int32", "float64": "int64", "float16": "int32", "bfloat16": "int32"}  # same-width ints
-_BOOL = {Op.AND: "&", Op.OR: "|", Op.XOR: "^", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^",
-         Op.ADD: "|", Op.MUL: "&", Op.SUB: "^", Op.MAXIMUM: "|", Op.MINIMUM: "&", Op.NE: "^"}
-_ROUNDING = {Op.FLOOR: "ember_vfloor", Op.CEIL: "ember_vceil", Op.ROUND: "ember_vrint", Op.TRUNC: "ember_vtrunc"}
 # Bytes of one element of each C type a stack array is declared with (`check_stack_vector`).
 _C_BYTES = {"double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4, "int16_t": 2,
             "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "bool": 1}
-_LIBM = {Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN,
-         Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERF, Op.ERFC, Op.LGAMMA, Op.ATAN2}
 
 
 def check_stack_vector(array: str, ctype: str | None, vector: str) -> None:
@@ -75,13 +59,14 @@ def check_stack_vector(array: str, ctype: str | None, vector: str) -> None:
                           f"elements: {lane or '?'} bytes a lane, {element or '?'} an element")
 
 
-class VectorBody:
+class VectorBody(VectorOps):
     """Prints the body of one vector step of a pointwise kernel whose scalar body `printer` has printed already
     (so it knows every value's dtype and the roots)."""
 
     def __init__(self, printer: KernelPrinter, lanes: int, last: str, reduce_lane: str | None = None,
                  block: bool = False):
-        self.p, self.lanes, self.last = printer, lanes, last
+        super().__init__(lanes)
+        self.p, self.last = printer, last
         self.reduce_lane = reduce_lane  # a reduction's lane loop: the accumulator lane of vector lane ember_l
         # Lanes are i-points of an outer-contiguous reduction's block: a value of the block's statements lives in
         # a block array (`ember_b_t3[ember_j]`), read and written a vector at a time; ember_j is the step's first
@@ -98,9 +83,6 @@ class VectorBody:
         if self._in_block_array(name):
             return self._block_load(name)
         return f"ember_vsplat<{t}>({self.p.ref(name)}{' ? -1 : 0' if self.p.dtypes[name] == 'bool' else ''})"
-
-    def vtype(self, dtype: str, memory: bool = False) -> str:
-        return f"ember_{(_MEMORY if memory else _VALUE)[dtype]}x{self.lanes}"
 
     def lines(self, instrs: list[Instr]) -> list[str]:
         out: list[str] = []
@@ -200,7 +182,7 @@ class VectorBody:
         if i.op in REDUCTIONS:
             acc = self.p.accs[i.out]
             src = self.p.dtypes[i.srcs[0]]
-            if _VALUE[src] != _VALUE[i.dtype] or i.dtype not in _ACCUMULATES:
+            if LANE[src] != LANE[i.dtype] or i.dtype not in _ACCUMULATES:
                 return None
             value, state = self.ref(i.srcs[0]), self.vtype(acc.state)
             if acc.state != i.dtype:  # lanes held wider than the values (float32 Welford in double)
@@ -213,7 +195,7 @@ class VectorBody:
                 and i.srcs[1] not in self.p.constants and not self.block:
             # by the row's value: times its reciprocal, as the scalar tail (`KernelPrinter._compute`)
             return [f"const {self.vtype(i.dtype)} {i.out}_v = {self.ref(i.srcs[0])} * ember_rcp_{i.srcs[1]};"]
-        expr = self._expression(i.op, [self.ref(s) for s in i.srcs], src, i.dtype)
+        expr = self.expression(i.op, [self.ref(s) for s in i.srcs], src, i.dtype)
         if expr is None:
             return None
         return [f"const {self.vtype(i.dtype)} {i.out}_v = {expr};"]
@@ -231,102 +213,6 @@ class VectorBody:
         t = f"ember_i64x{self.lanes}"
         value = f"(ember_vsplat<{t}>((int64_t)({self.p.expr(e)})) + {int(coeff)}LL * ember_viota<{t}>())"
         return [f"const {self.vtype(i.dtype)} {i.out}_v = {self._cast(value, 'int64', i.dtype)};"]
-
-    def _mask(self, expr: str, dtype: str) -> str:
-        """A comparison of `dtype` lanes (narrower than 64 bits) as the int32 mask bools are held in."""
-        if _VALUE[dtype] in _NARROW:
-            return f"__builtin_convertvector({expr}, ember_i32x{self.lanes})"
-        return expr
-
-    def _compare(self, a: str, op: str, b: str, dtype: str) -> str:
-        """`a op b` over `dtype` lanes as an int32 mask; 64-bit lanes half a vector at a time (`ember_vcmp_wide`)."""
-        if _VALUE[dtype] in _WIDE:
-            return f"ember_vcmp_wide<{_CMP_CODE[op]}, ember_i32x{self.lanes}>({a}, {b})"
-        return self._mask(f"({a} {op} {b})", dtype)
-
-    def _expression(self, op: Op, a: list[str], src: list[str], dtype: str) -> str | None:
-        kind = src[0] if src else dtype
-        if op is Op.WHERE:
-            return f"ember_vsel({a[0]}, {a[1]}, {a[2]})"
-        if op is Op.CAST:
-            return self._cast(a[0], src[0], dtype)
-        if op in _CMP:
-            if kind == "bool":
-                return f"({a[0]} {_CMP[op]} {a[1]})" if op in (Op.EQ, Op.NE) else None
-            return self._compare(a[0], _CMP[op], a[1], kind)
-        if kind == "bool":
-            if op is Op.NOT or op is Op.BITNOT:
-                return f"(~{a[0]})"
-            return f"({a[0]} {_BOOL[op]} {a[1]})" if op in _BOOL and len(a) == 2 else None
-        if kind in FLOATS:
-            return self._float(op, a, kind)
-        if kind in INTS:
-            return self._int(op, a, kind)
-        return None
-
-    def _float(self, op: Op, a: list[str], kind: str) -> str | None:
-        f32 = kind != "float64"
-        one = "1.0f" if f32 else "1.0"
-        if op in _ARITH:
-            return f"({a[0]} {_ARITH[op]} {a[1]})"
-        simple = {
-            Op.NEG: f"(-{a[0]})", Op.ABS: f"ember_vabs({a[0]})", Op.DIV: f"({a[0]} / {a[1]})" if len(a) > 1 else None,
-            Op.RECIPROCAL: f"({one} / {a[0]})", Op.SQRT: f"ember_vsqrt({a[0]})",
-            Op.RSQRT: f"({one} / ember_vsqrt({a[0]}))", Op.MAXIMUM: f"ember_vmax({a[0]}, {a[-1]})",
-            Op.MINIMUM: f"ember_vmin({a[0]}, {a[-1]})", Op.COPYSIGN: f"ember_vcopysign({a[0]}, {a[-1]})",
-            Op.ISNAN: self._compare(a[0], "!=", a[0], kind),
-            Op.ISINF: self._compare(f"ember_vabs({a[0]})", "==", self._splat(float("inf"), kind), kind),
-            Op.SIGNBIT: self._compare(f"(({self.vtype(_SIGNED[kind])}){a[0]})", "<", self._splat(0, _SIGNED[kind]),
-                                      _SIGNED[kind]),
-        }
-        if op in simple:
-            return simple[op]
-        if op in _ROUNDING:
-            return f"{_ROUNDING[op]}({a[0]})"
-        if op is Op.EXP:
-            return f"ember_vexpf({a[0]})" if f32 else f"ember_vexp({a[0]})"
-        if op is Op.SIGMOID:
-            return f"ember_vsigmoidf({a[0]})" if f32 else f"(1.0 / (1.0 + ember_vexp(-{a[0]})))"
-        if op is Op.POW:
-            return f"ember_vpow({a[0]}, {a[1]})"
-        if op in _LIBM:
-            return f"ember_v{op.value}({', '.join(a)})"
-        return None
-
-    def _int(self, op: Op, a: list[str], kind: str) -> str | None:
-        t = self.vtype(kind)
-        u = f"ember_{_UNSIGNED[_VALUE[kind]]}x{self.lanes}"
-        if op in _ARITH:  # wraps, as torch's integer arithmetic does: in unsigned lanes
-            return f"(({t})(({u}){a[0]} {_ARITH[op]} ({u}){a[1]}))"
-        if op is Op.NEG:
-            return f"(({t})(-({u}){a[0]}))"
-        if op in (Op.BITAND, Op.BITOR, Op.BITXOR):
-            return f"({a[0]} {_BOOL[op]} {a[1]})"
-        if op is Op.BITNOT:
-            return f"(~{a[0]})"
-        if op is Op.MAXIMUM:
-            return f"ember_vmax({a[0]}, {a[1]})"
-        if op is Op.MINIMUM:
-            return f"ember_vmin({a[0]}, {a[1]})"
-        return None
-
-    def _splat(self, value: float, dtype: str) -> str:
-        return f"ember_vsplat<{self.vtype(dtype)}>({literal(value, dtype)})"
-
-    def _cast(self, a: str, src: str, dst: str) -> str | None:
-        """`cast` of `_cpp_rules` over lanes."""
-        if src == dst or (src in ("float16", "bfloat16") and dst == "float32"):
-            return a
-        if dst == "bool":
-            return a if src == "bool" else self._compare(a, "!=", self._splat(0, src), src)
-        value = f"({a} & 1)" if src == "bool" else a
-        if dst in ("float16", "bfloat16"):
-            f32 = value if src in ("float32", "float16", "bfloat16") else \
-                f"__builtin_convertvector({value}, ember_f32x{self.lanes})"
-            return f"ember_vround_{'f16' if dst == 'float16' else 'bf16'}({f32})"
-        if dst in ("int8", "uint8", "int16") and src in FLOATS:
-            value = f"__builtin_convertvector({value}, ember_i32x{self.lanes})"
-        return f"__builtin_convertvector({value}, {self.vtype(dst)})"
 
     # ------------------------------------------------------------------ memory
 
@@ -390,7 +276,7 @@ class VectorBody:
             return None
         dtype, src = self.p.layout.buffers[i.buffer].dtype, self.p.dtypes[i.srcs[0]]
         value = self.ref(i.srcs[0])
-        if (dtype == "bool") != (src == "bool") or _VALUE[dtype] != _VALUE[src]:
+        if (dtype == "bool") != (src == "bool") or LANE[dtype] != LANE[src]:
             return None  # a store that converts
         if i.buffer in self.p.locals:  # a row's stash holds the value's C type: a store that converts goes by lanes
             return None if src != dtype else [self._stack_store(self.p.layout.local[i.buffer], self._address(i),

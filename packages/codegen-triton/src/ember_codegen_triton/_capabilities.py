@@ -9,7 +9,7 @@ TRITON_CAPABILITIES = Capabilities(
     # a persistent kernel holds its row in registers: what a later loop reads again is computed again there,
     # so no stash-values (and no `local` rows)
     stashes=False,
-    # a row that fits a block computes its moments in two passes over registers already (`_accumulators.py`);
+    # a row that fits a block computes its moments in two passes over registers already (`_reductions.py`);
     # a longer one loops, and a second pass would read it from memory again: no split-moments
     row_moments=True,
     # a program takes a few rows of a reduction: one with few results and long rows runs split in two, so that

@@ -14,7 +14,8 @@ stashed values (`local` buffers; `Capabilities(stashes=False)`): in a persistent
 anyway, and what a later loop reads again is computed again there.
 
 A row that is symbolic or longer than `MAX_RBLOCK` is *looped*: each `Loop` runs over the row in steps of
-`RBLOCK`, its reductions kept in `[XBLOCK, RBLOCK]` lane accumulators reduced after the loop (`_accumulators.py`).
+`RBLOCK`, its reductions kept in `[XBLOCK, RBLOCK]` lane accumulators reduced after the loop (`_reductions.py`, which
+prints both forms).
 
 Indirect loads and stores (gathers, scatters: an index reading SSA values) test the index against the buffer's
 shape; out of range, the element is not touched and the kernel's error flag is raised. Ops without a rule in
@@ -31,9 +32,9 @@ from ember_core import to_dtype
 from ember_lowering import REDUCTIONS, Instr, Kernel, Loop, Op, Ranges, flat_index
 from ember_lowering.codegen import CannotPrint, KernelWalk, PlanLayout, PrintedKernel
 
-from ._accumulators import Accumulator
 from ._exprs import TritonIndexPrinter
-from ._rules import FLOAT_DTYPES, TL_DTYPE, cast, expression, identity, literal, scalar
+from ._reductions import TritonReduction
+from ._rules import TL_DTYPE, cast, expression, literal, scalar
 
 MAX_RBLOCK = 16384  # elements of a row a persistent reduction holds in one block
 LOOPED_RBLOCK = 1024  # lanes of a looped reduction's accumulators
@@ -69,7 +70,7 @@ class TritonKernelPrinter(KernelWalk):
         self.loaded: dict[tuple, tuple[str, str]] = {}  # (address, mask, other, shape) → (value, root) already loaded
         self.computed: dict[tuple, str] = {}  # (op, operands, dtype, inside) → the value that computed it
         self.same: dict[str, str] = {}  # value → the earlier value it equals
-        self.accumulating: dict[str, Accumulator] = {}  # reduction → its accumulator, inside a looped Loop
+        self.accumulating: dict[str, TritonReduction] = {}  # reduction → its lanes, inside a looped Loop
         self.reduce = bool(self.k.reduce_dims)
         self.rsize = sympy.Mul(*[d.size for d in self.k.reduce_dims]) if self.reduce else sympy.Integer(0)
         # a reduction's rows flattened with the i-dim its loops stream with stride 1 last (NHWC statistics: C), so
@@ -123,7 +124,7 @@ class TritonKernelPrinter(KernelWalk):
     def _looped(self, loop: Loop, row: list[str]) -> list[str]:
         """A `Loop` over a row longer than one block: accumulators of `[XBLOCK, RBLOCK]` lanes, a loop over the
         row in steps of RBLOCK that updates them, and the reductions of the lanes after it."""
-        accs = [Accumulator(i, self) for i in loop.body if i.op in REDUCTIONS]
+        accs = [TritonReduction(i, self) for i in loop.body if i.op in REDUCTIONS]
         self._forget_loop_values()  # values of an earlier loop's body are out of scope here (and this one's after)
         head = [line for a in accs for line in a.init()]
         self.accumulating = {a.i.out: a for a in accs}
@@ -152,7 +153,7 @@ class TritonKernelPrinter(KernelWalk):
             return [f"{i.out} = tl.broadcast_to(({self.expr(i.index[0])}), {self._shape(inside)})"
                     f".to({TL_DTYPE[i.dtype]})"]
         if i.op in REDUCTIONS:
-            return self.accumulating[i.out].update() if self.looped else self._reduction(i)
+            return self.accumulating[i.out].update() if self.looped else TritonReduction(i, self).full()
         src = [self.dtypes.get(s, i.dtype) for s in i.srcs]
         operands = [self.same.get(s, s) for s in i.srcs]
         key = (i.op, tuple(operands), i.dtype, inside)
@@ -213,57 +214,6 @@ class TritonKernelPrinter(KernelWalk):
         value = cast(i.srcs[0], self.dtypes.get(i.srcs[0], dtype), dtype)
         mask, lines = self._bounds(i, inside, self._mask(inside, i.srcs[1] if len(i.srcs) > 1 else None))
         return lines + [f"tl.store({ptr}, tl.broadcast_to({value}, {self._shape(inside)}), mask={mask})"]
-
-    # ------------------------------------------------------------------ reductions
-
-    def _reduction(self, i: Instr) -> list[str]:
-        v = cast(i.srcs[0], self.dtypes.get(i.srcs[0], i.dtype), i.dtype) if i.op is not Op.REDUCE_ARGMAX and \
-            i.op is not Op.REDUCE_ARGMIN else i.srcs[0]
-        t = TL_DTYPE[i.dtype]
-        if i.op is Op.REDUCE_SUM:
-            return [f"{i.out} = tl.sum(tl.where(xrmask, {v}, 0).to({t}), 1)[:, None]"]
-        if i.op is Op.REDUCE_PROD:
-            return [f"{i.out} = tl.reduce(tl.where(xrmask, {v}, 1).to({t}), 1, _ember_mul)[:, None]"]
-        if i.op in (Op.REDUCE_ANY, Op.REDUCE_ALL):
-            fn, fill = ("tl.max", 0) if i.op is Op.REDUCE_ANY else ("tl.min", 1)
-            return [f"{i.out} = {fn}(tl.where(xrmask, {i.srcs[0]} != 0, {fill}).to(tl.int32), 1)[:, None] > 0"]
-        if i.op in (Op.REDUCE_MAX, Op.REDUCE_MIN):
-            return self._extremum(i, v)
-        if i.op is Op.REDUCE_WELFORD:
-            mean, m2 = i.outs
-            return [f"{mean} = tl.sum(tl.where(xrmask, {v}, 0), 1)[:, None] / {self.rsize}",
-                    f"{m2}_d = tl.where(xrmask, {v} - {mean}, 0)",
-                    f"{m2} = tl.sum({m2}_d * {m2}_d, 1)[:, None]"]
-        if i.op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
-            return self._arg_extremum(i)
-        raise CannotPrint(f"no Triton reduction for {i.op.value}")
-
-    def _extremum(self, i: Instr, v: str) -> list[str]:
-        """max/min that propagate NaN, as torch's amax/amin do."""
-        is_max = i.op is Op.REDUCE_MAX
-        fn = "tl.max" if is_max else "tl.min"
-        fill = identity(i.dtype, is_max)
-        lines = [f"{i.out} = {fn}(tl.where(xrmask, {v}, {fill}), 1)[:, None]"]
-        if i.dtype in FLOAT_DTYPES:
-            lines += [f"{i.out}_nan = tl.max(tl.where(xrmask, {v} != {v}, 0).to(tl.int32), 1)[:, None] > 0",
-                      f"{i.out} = tl.where({i.out}_nan, float('nan'), {i.out})"]
-        return lines
-
-    def _arg_extremum(self, i: Instr) -> list[str]:
-        """The smallest index operand among the elements equal to the row's max (min); NaN counts as extreme."""
-        value, index = i.srcs
-        src = self.dtypes.get(value, "float32")
-        is_max = i.op is Op.REDUCE_ARGMAX
-        fn, fill = ("tl.max", identity(src, True)) if is_max else ("tl.min", identity(src, False))
-        best, hit = f"{i.out}_best", f"{i.out}_hit"
-        lines = [f"{best} = {fn}(tl.where(xrmask, {value}, {fill}), 1)[:, None]", f"{hit} = {value} == {best}"]
-        if src in FLOAT_DTYPES:
-            lines += [f"{i.out}_nan = tl.max(tl.where(xrmask, {value} != {value}, 0).to(tl.int32), 1)[:, None] > 0",
-                      f"{hit} = tl.where({i.out}_nan, {value} != {value}, {hit})"]
-        big = "9223372036854775807"
-        lines.append(f"{i.out} = tl.min(tl.where(xrmask & {hit}, {index}.to(tl.int64), {big}), 1)[:, None]"
-                     f".to({TL_DTYPE[i.dtype]})")
-        return lines
 
 
 class _SsaNames(dict):

@@ -7,6 +7,7 @@ so it runs in the loop-IR interpreter, reported as a fallback.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ember_lowering import Op
@@ -97,16 +98,12 @@ def literal(value: object, dtype: str) -> str:
     return f"tl.full([], {scalar(value, dtype)}, {TL_DTYPE[dtype]})"
 
 
-def identity(dtype: str, is_max: bool) -> str:
-    """The element that never wins a max (min) of `dtype`."""
-    if dtype in FLOAT_DTYPES:
-        return "float('-inf')" if is_max else "float('inf')"
-    if dtype == "bool":
-        return "0" if is_max else "1"
-    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8}.get(dtype)
-    if bits is None:  # uint8
-        return "0" if is_max else "255"
-    return str(-(1 << (bits - 1))) if is_max else str((1 << (bits - 1)) - 1)
+def identity(value: object) -> str:
+    """A reduction's identity (ember-lowering's `REDUCTION_SEMANTICS`) as Triton reads it in a `tl.full` or
+    `tl.where`: infinities as `float('inf')`, every other (0, 1, an integer bound, False, True) a whole number."""
+    if isinstance(value, float) and math.isinf(value):
+        return "float('-inf')" if value < 0 else "float('inf')"
+    return str(int(value))  # type: ignore[call-overload]
 
 
 LIBDEVICE = "from triton.language.extra import libdevice"

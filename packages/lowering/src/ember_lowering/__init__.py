@@ -26,6 +26,14 @@ from ._op_semantics import SEMANTICS, OpSemantics, define_op, forget_op, kind_of
 from ._parser import parse_plan
 from ._plan_cache import PLANS, lower_cached, plan_facts, read_plan
 from ._printer import format_instr, format_plan
+from ._reduction_semantics import (
+    NAN_ARITHMETIC,
+    NAN_EXTREME,
+    NAN_IS_TRUE,
+    NAN_PROPAGATES,
+    REDUCTION_SEMANTICS,
+    ReductionSemantics,
+)
 from ._rules_pointwise import elementwise
 from ._scheduler import Pass, default_passes, schedule
 from ._split_reductions import SplitPolicy
@@ -39,6 +47,8 @@ __all__ = [
     "KERNEL_DTYPES", "NAN", "PLANS", "POINTWISE_OPS", "REDUCTIONS", "SEMANTICS", "TRANSCENDENTAL", "VERDICTS",
     "Buffer", "Capabilities", "Decision", "Dim", "Extern", "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError",
     "Op", "OpSemantics", "Pass", "PlanError", "PlanInterpreter", "Ranges", "SplitPolicy", "Unsupported",
+    # the reduction table: each reduction's identity, combine op, NaN rule, state and reference
+    "NAN_ARITHMETIC", "NAN_EXTREME", "NAN_IS_TRUE", "NAN_PROPAGATES", "REDUCTION_SEMANTICS", "ReductionSemantics",
     "__version__", "bind_args", "check_round_trip", "decompose_ops", "default_passes", "define_op", "elementwise",
     "flat_index", "forget_op", "format_instr", "format_plan", "interpreter_rules", "kind_of", "lower", "lower_cached",
     "lower_graph", "lowering_rules", "opmath", "parse_plan", "plan_facts", "read_plan", "recompute_locals",

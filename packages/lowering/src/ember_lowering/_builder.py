@@ -34,6 +34,7 @@ from ._loop_ir import (
     scalar_of,
 )
 from ._op_semantics import SEMANTICS
+from ._reduction_semantics import REDUCTION_SEMANTICS
 from ._rewrite import canonicalize
 
 
@@ -228,12 +229,11 @@ class KernelBuilder:
         return emit_op
 
     def reduce(self, op: Op, *srcs: Val):
+        """A reduction's result, or its results (Welford's mean and m2), of the dtypes its table entry says."""
         if self._loop is None:
             raise RuntimeError("reductions are emitted inside a loop")
-        if op is Op.REDUCE_WELFORD:
-            return self.emit(op, *srcs, nouts=2)
-        dtype = "int64" if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN) else srcs[0].dtype
-        return self.emit(op, *srcs, dtype=dtype)
+        dtypes = REDUCTION_SEMANTICS[op].result_dtypes(srcs[0].dtype)
+        return self.emit(op, *srcs, dtype=dtypes[0], nouts=len(dtypes))
 
 
 def _fold(op: Op, dtype: str, srcs: list[tuple[Any, str]]) -> Any:

@@ -14,13 +14,14 @@ from typing import Any
 
 import sympy
 import torch
-from ember_core import Ref, Sym, resolve_op, to_dtype
+from ember_core import Ref, Sym, dtype_name, resolve_op, to_dtype
 
 from ._errors import PlanError
 from ._indexing import parse_expr, storage_size, to_expr
 from ._loop_ir import FLOAT_DTYPES, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
 from ._op_semantics import SEMANTICS
 from ._printer import format_instr
+from ._reduction_semantics import REDUCTION_SEMANTICS
 
 _SENTINEL_INT = -7  # what unwritten integer memory holds
 
@@ -105,10 +106,6 @@ def size_of(expr: Any, syms: Mapping[str, int]) -> int:
 # ---------------------------------------------------------------------------------------------- op rules
 
 
-def _bool(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dtype == torch.bool else x != 0
-
-
 class _References(Mapping):
     """op → the torch function that is its meaning (`_op_semantics.SEMANTICS`), as the interpreter runs it."""
 
@@ -126,41 +123,14 @@ interpreter_rules: Mapping[Op, Callable[..., torch.Tensor]] = _References()
 
 
 def _reduce_last(op: Op, x: torch.Tensor, idx: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    """Reduce the last dim of x (the flattened r-dims), keeping it as size 1."""
-    n = x.shape[-1]
-    if n == 0:
-        return _identity(op, x)
-    if op is Op.REDUCE_SUM:
-        return (x.sum(-1, keepdim=True, dtype=x.dtype),)
-    if op is Op.REDUCE_PROD:
-        return (x.prod(-1, keepdim=True, dtype=x.dtype),)
-    if op is Op.REDUCE_MAX:
-        return (x.amax(-1, keepdim=True),)
-    if op is Op.REDUCE_MIN:
-        return (x.amin(-1, keepdim=True),)
-    if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
-        pos = (x.argmax if op is Op.REDUCE_ARGMAX else x.argmin)(-1, keepdim=True)
-        return (torch.gather(idx.expand(x.shape), -1, pos),)
-    if op is Op.REDUCE_ANY:
-        return (_bool(x).any(-1, keepdim=True),)
-    if op is Op.REDUCE_ALL:
-        return (_bool(x).all(-1, keepdim=True),)
-    mean = x.mean(-1, keepdim=True)
-    return mean, ((x - mean) ** 2).sum(-1, keepdim=True)
-
-
-def _identity(op: Op, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    shape = (*x.shape[:-1], 1)
-    lowest = -math.inf if x.is_floating_point() else (torch.iinfo(x.dtype).min if x.dtype != torch.bool else 0)
-    highest = math.inf if x.is_floating_point() else (torch.iinfo(x.dtype).max if x.dtype != torch.bool else 1)
-    value = {Op.REDUCE_SUM: 0, Op.REDUCE_PROD: 1, Op.REDUCE_MAX: lowest, Op.REDUCE_MIN: highest,
-             Op.REDUCE_ANY: False, Op.REDUCE_ALL: True}.get(op)
-    if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
-        return (torch.zeros(shape, dtype=torch.int64, device=x.device),)
-    if op is Op.REDUCE_WELFORD:
-        return x.new_full(shape, math.nan), x.new_zeros(shape)
-    dtype = torch.bool if op in (Op.REDUCE_ANY, Op.REDUCE_ALL) else x.dtype
-    return (torch.full(shape, value, dtype=dtype, device=x.device),)
+    """Reduce the last dim of x (the flattened r-dims), keeping it as size 1: the reduction's reference, or what
+    reducing nothing gives (`_reduction_semantics.REDUCTION_SEMANTICS`)."""
+    meaning = REDUCTION_SEMANTICS[op]
+    if x.shape[-1] > 0:
+        return meaning.reference(x, idx)
+    dtype, shape = dtype_name(x.dtype), (*x.shape[:-1], 1)
+    return tuple(torch.full(shape, value, dtype=to_dtype(d), device=x.device)
+                 for value, d in zip(meaning.empty(dtype), meaning.result_dtypes(dtype)))
 
 
 # ---------------------------------------------------------------------------------------------- kernels
@@ -223,7 +193,7 @@ class _KernelRun:
             self.store(i)
         elif op is Op.CAST:
             self.env[i.out] = self.value(i.srcs[0]).to(to_dtype(i.dtype))
-        elif op.value.startswith("reduce_"):
+        elif op in REDUCTION_SEMANTICS:
             self.reduce(i)
         else:
             result = interpreter_rules[op](*(self.value(s) for s in i.srcs))

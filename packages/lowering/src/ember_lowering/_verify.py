@@ -18,7 +18,6 @@ from ._loop_ir import (
     ARITY,
     BUFFER_KINDS,
     DTYPE_SHORT,
-    FLOAT_DTYPES,
     INT_DTYPES,
     KERNEL_DTYPES,
     REDUCTIONS,
@@ -33,6 +32,7 @@ from ._loop_ir import (
 from ._op_semantics import SEMANTICS, kind_of
 from ._parser import parse_plan
 from ._printer import format_plan
+from ._reduction_semantics import REDUCTION_SEMANTICS
 
 _LOOP_VAR = re.compile(r"[ir]\d+$")
 _SSA = re.compile(r"t\d+$")
@@ -290,19 +290,21 @@ class _KernelChecker:
         want = self._reduced(op, src, key) if op in REDUCTIONS else SEMANTICS[op].result_dtype(src[0])
         if i.dtype != want:
             raise self.fail(key, f"{op.value} gives {want}, declared {i.dtype}")
-        if op not in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN) and len(set(src)) > 1:
+        indexed = op in REDUCTIONS and "index" in REDUCTION_SEMANTICS[op].state  # argmax: (values, their indices)
+        if not indexed and len(set(src)) > 1:
             raise self.fail(key, f"{op.value} operands differ in dtype: {', '.join(src)}")
-        if op not in REDUCTIONS and kind_of(src[0]) not in SEMANTICS[op].kinds:
-            kinds = SEMANTICS[op].kinds
+        if op not in REDUCTIONS:
+            self._check_kind(op, SEMANTICS[op].kinds, src[0], key)
+
+    def _check_kind(self, op: Op, kinds: frozenset[str], dtype: str, key: tuple) -> None:
+        if kind_of(dtype) not in kinds:
             named = " or ".join(_KIND_WORDS[k] for k in ("float", "int", "bool") if k in kinds)
-            raise self.fail(key, f"{op.value} needs {named} operands, got {src[0]}")
+            raise self.fail(key, f"{op.value} needs {named} operands, got {dtype}")
 
     def _reduced(self, op: Op, src: list[str], key: tuple) -> str:
-        """The dtype a reduction gives."""
-        if op in (Op.REDUCE_ARGMAX, Op.REDUCE_ARGMIN):
-            if src[1] not in INT_DTYPES:
-                raise self.fail(key, f"{op.value} takes an integer index operand")
-            return "int64"
-        if op is Op.REDUCE_WELFORD and src[0] not in FLOAT_DTYPES:
-            raise self.fail(key, f"{op.value} needs float operands, got {src[0]}")
-        return "bool" if op in (Op.REDUCE_ANY, Op.REDUCE_ALL) else src[0]
+        """The dtype a reduction gives (`REDUCTION_SEMANTICS`)."""
+        meaning = REDUCTION_SEMANTICS[op]
+        if "index" in meaning.state and src[1] not in INT_DTYPES:
+            raise self.fail(key, f"{op.value} takes an integer index operand")
+        self._check_kind(op, meaning.kinds, src[0], key)
+        return meaning.result_dtypes(src[0])[0]

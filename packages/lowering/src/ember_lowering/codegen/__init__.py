@@ -8,7 +8,7 @@ wrapper calls a segment (see ember-codegen-cpp)."""
 from ._build_pool import Build, BuildPool, report_build
 from ._codegen import PlanCodegen
 from ._errors import BindError, BuildError, CannotPrint, ExternDtypeError
-from ._exprs import IndexPrinter
+from ._exprs import IndexPrinter, unwrapped
 from ._fallback import (
     InterpreterFallback,
     UseFallback,
@@ -21,7 +21,14 @@ from ._fallback import (
 from ._kernel_walk import KernelWalk
 from ._layout import PlanLayout
 from ._lazy import LazyBinding
-from ._op_conformance import missing_ops, one_op_kernel, prints_by_trying
+from ._op_conformance import (
+    REDUCTION_SHAPES,
+    missing_ops,
+    missing_reductions,
+    one_op_kernel,
+    one_reduction_plan,
+    prints_by_trying,
+)
 from ._profiling import flop_rules, program_costs
 from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, kernel_name, plan_program
 from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
@@ -32,9 +39,10 @@ __all__ = [
     "IndexPrinter", "InterpretedKernel", "InterpreterFallback", "KernelWalk", "LazyBinding", "PlanCodegen",
     "PlanLayout", "PrintedKernel", "Program", "Segment", "Step",
     "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "interpreted_kernel", "non_overlapping",
-    "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode",
-    # the op table: what a codegen prints of it (its conformance test asserts `missing_ops(prints_op) == []`)
-    "missing_ops", "one_op_kernel", "prints_by_trying",
+    "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode", "unwrapped",
+    # the op tables: what a codegen prints of them (its conformance tests assert `missing_ops(prints_op) == []` and
+    # `missing_reductions(print_kernel) == []`)
+    "REDUCTION_SHAPES", "missing_ops", "missing_reductions", "one_op_kernel", "one_reduction_plan", "prints_by_trying",
     # profiling: each step's bytes and FLOPs (the wrapper's profiled twin names its ranges the same)
     "flop_rules", "kernel_name", "program_costs",
 ]

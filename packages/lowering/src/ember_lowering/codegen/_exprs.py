@@ -137,3 +137,16 @@ class IndexPrinter:
         for a in args[1:]:
             out = f"{fn}({out}, {a})"
         return out
+
+
+def unwrapped(expr: str) -> str:
+    """`expr` without the parentheses around all of it, if it has them: a codegen's rule for an op parenthesizes
+    its expression (`(a + b)`), which a statement of its own (`acc = a + b`, `return a + b;`) needs no more."""
+    if not (expr.startswith("(") and expr.endswith(")")):
+        return expr
+    depth = 0
+    for k, c in enumerate(expr):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0 and k < len(expr) - 1:
+            return expr  # the first parenthesis closes before the end: `(a) + (b)`
+    return expr[1:-1]

@@ -3,7 +3,8 @@ its buffer.
 
 A printer subclasses `KernelWalk` and keeps what is its own: its loop nests, how a value, a load or a store is
 spelled, its index printer (`index_printer()`, an `IndexPrinter` over `names`). The base owns:
-- `dtypes`: each SSA value's dtype, filled in as the printer defines values (`define`);
+- `dtypes`: each SSA value's dtype, filled in as the printer defines values (`define`); `value_dtypes`: every
+  SSA value's dtype from the start, for what is printed before its value is defined (a looped row's lanes);
 - `names`: what the loop vars and the plan's symbols are called in the kernel's text;
 - `ranges`: the dims' sizes and the symbols' lower bounds, to simplify index expressions;
 - `roots`: each storage root the kernel reads or writes (`read_root`, `write_root`), in order of first use, and
@@ -20,7 +21,7 @@ import sympy
 from ember_core import as_sympy
 
 from .._indexing import Ranges, flat_index
-from .._loop_ir import Instr, Kernel
+from .._loop_ir import Instr, Kernel, Loop
 from ._layout import PlanLayout
 
 
@@ -30,6 +31,8 @@ class KernelWalk:
     def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
         self.k, self.layout, self.name = kernel, layout, name
         self.dtypes: dict[str, str] = {}
+        self.value_dtypes = {name: i.dtype for stmt in kernel.body
+                             for i in (stmt.body if isinstance(stmt, Loop) else (stmt,)) for name in i.outs}
         self.loop_vars = {d.var for d in kernel.dims}
         self.names = {d.var: d.var for d in kernel.dims} | {s: layout.sym_local[s] for s in layout.symbols}
         self.ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
