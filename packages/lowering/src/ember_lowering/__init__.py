@@ -3,9 +3,10 @@
 from ._capabilities import Capabilities, select_passes
 from ._decisions import VERDICTS, Decision
 from ._errors import LoweringError, PlanError, Unsupported
-from ._indexing import Ranges, flat_index, simplify, storage_size
-from ._interpreter import PlanInterpreter, interpreter_rules, run_plan
+from ._indexing import Ranges, flat_index, simplify, storage_size, sym, to_expr
+from ._interpreter import PlanInterpreter, interpreter_rules, run_plan, size_of
 from ._loop_ir import (
+    ITEMSIZE,
     KERNEL_DTYPES,
     NAN,
     REDUCTIONS,
@@ -35,15 +36,17 @@ from ._reduction_semantics import (
     ReductionSemantics,
 )
 from ._rules_pointwise import elementwise
-from ._scheduler import Pass, default_passes, schedule
+from ._scheduler import Pass, buffers_read, buffers_written, default_passes, schedule
 from ._split_reductions import SplitPolicy
 from ._verify import check_round_trip, verify_plan
-from .loop_passes.decompose_ops import decompose_ops
+from .loop_passes.decompose_ops import Prints, decompose_ops
 from .loop_passes.stash_values import recompute_locals
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # what the shared codegen layer (ember_lowering.codegen) reads of the loop IR beside the above
+    "ITEMSIZE", "Prints", "buffers_read", "buffers_written", "size_of", "sym", "to_expr",
     "KERNEL_DTYPES", "NAN", "PLANS", "POINTWISE_OPS", "REDUCTIONS", "SEMANTICS", "TRANSCENDENTAL", "VERDICTS",
     "Buffer", "Capabilities", "Decision", "Dim", "Extern", "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError",
     "Op", "OpSemantics", "Pass", "PlanError", "PlanInterpreter", "Ranges", "SplitPolicy", "Unsupported",

@@ -36,9 +36,8 @@ from ember_core import (
     source_identifier,
 )
 
-from .._capabilities import Capabilities
-from .._loop_ir import Kernel, Op
-from .._plan_cache import lower_cached
+from ember_lowering import Capabilities, Kernel, Op, lower_cached
+
 from ._errors import CannotPrint
 from ._fallback import InterpreterFallback, UseFallback, relayout, report_fallback
 from ._layout import PlanLayout

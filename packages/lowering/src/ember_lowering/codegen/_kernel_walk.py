@@ -20,8 +20,8 @@ from __future__ import annotations
 import sympy
 from ember_core import as_sympy
 
-from .._indexing import Ranges, flat_index
-from .._loop_ir import Instr, Kernel, Loop
+from ember_lowering import Instr, Kernel, Loop, Ranges, flat_index
+
 from ._layout import PlanLayout
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import sympy
 from ember_core import Ref, Sym, as_sympy
 
-from .._indexing import parse_expr
-from .._loop_ir import Buffer, Extern, Kernel, KernelPlan
+from ember_lowering import Buffer, Extern, Kernel, KernelPlan, to_expr
+
 from ._errors import CannotPrint
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*$")
@@ -97,12 +97,12 @@ class PlanLayout:
             else:
                 for a in _flat_args(step):
                     if isinstance(a, Sym):
-                        add(parse_expr(a.expr))
+                        add(to_expr(a.expr))
                     elif isinstance(a, sympy.Basic):
                         add(a)
         for o in self.plan.outputs:
             if isinstance(o, Sym):
-                add(parse_expr(o.expr))
+                add(to_expr(o.expr))
         order = [s.name for s in self.plan.symbols] + list(self.plan.inputs)
         return sorted(used, key=lambda n: (order.index(n) if n in order else len(order), n))
 

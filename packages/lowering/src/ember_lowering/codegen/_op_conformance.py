@@ -20,11 +20,23 @@ from collections.abc import Callable
 import sympy
 from ember_core import Symbol
 
-from .._indexing import sym
-from .._loop_ir import KERNEL_DTYPES, Buffer, Dim, Instr, Kernel, KernelPlan, Loop, Op, opmath
-from .._op_semantics import SEMANTICS
-from .._reduction_semantics import REDUCTION_SEMANTICS
-from ..loop_passes.decompose_ops import Prints, decompose_ops
+from ember_lowering import (
+    KERNEL_DTYPES,
+    REDUCTION_SEMANTICS,
+    SEMANTICS,
+    Buffer,
+    Dim,
+    Instr,
+    Kernel,
+    KernelPlan,
+    Loop,
+    Op,
+    Prints,
+    decompose_ops,
+    opmath,
+    sym,
+)
+
 from ._errors import CannotPrint
 from ._layout import PlanLayout
 

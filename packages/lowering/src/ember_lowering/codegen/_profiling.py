@@ -20,10 +20,8 @@ from typing import Any
 
 from ember_core import KernelCost, Ref
 
-from .._indexing import to_expr
-from .._interpreter import size_of
-from .._loop_ir import ITEMSIZE, Buffer, Extern, Kernel, KernelPlan
-from .._scheduler import buffers_read, buffers_written
+from ember_lowering import ITEMSIZE, Buffer, Extern, Kernel, KernelPlan, buffers_read, buffers_written, size_of, to_expr
+
 from ._program import InterpretedKernel, Program, Segment
 
 Shape = tuple[int, ...]

@@ -20,9 +20,8 @@ from typing import Any
 
 from ember_core import source_identifier
 
-from .._loop_ir import Extern, Kernel, KernelPlan
-from ..loop_passes.decompose_ops import Prints, decompose_ops
-from ..loop_passes.stash_values import recompute_locals
+from ember_lowering import Extern, Kernel, KernelPlan, Prints, decompose_ops, recompute_locals
+
 from ._errors import CannotPrint
 from ._layout import PlanLayout
 

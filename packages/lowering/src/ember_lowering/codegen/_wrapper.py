@@ -62,9 +62,8 @@ from ember_core import (
     to_dtype,
 )
 
-from .._indexing import parse_expr
-from .._interpreter import PlanInterpreter
-from .._loop_ir import Buffer, Extern, KernelPlan
+from ember_lowering import Buffer, Extern, KernelPlan, PlanInterpreter, to_expr
+
 from ._exprs import IndexPrinter
 from ._fallback import UseFallback, fix_layout, wrong_dtype
 from ._program import InterpretedKernel, Program, Segment
@@ -196,7 +195,7 @@ class WrapperWriter:
             if dead:  # free storage as soon as nothing reads it (ATen results keep what they alias alive)
                 self.emit(f"del {', '.join(self.layout.local[n] for n in dead)}")
                 self.have -= set(dead)
-        outs = [self.tensor(o) if isinstance(o, str) else self.py(parse_expr(o.expr)) for o in plan.outputs]
+        outs = [self.tensor(o) if isinstance(o, str) else self.py(to_expr(o.expr)) for o in plan.outputs]
         self.emit(f"return [{', '.join(outs)}]")
         self.profiled, self.indent = False, 0
         return head + [f"{pad}    try:"] + self.lines + [f"{pad}    except _UseFallback:",
@@ -356,7 +355,7 @@ class WrapperWriter:
         if isinstance(a, Ref):
             return self.tensor(a.name)
         if isinstance(a, Sym):
-            return self.py(parse_expr(a.expr))
+            return self.py(to_expr(a.expr))
         if isinstance(a, sympy.Basic):
             return self.py(a)
         if isinstance(a, (tuple, list)):
