@@ -72,7 +72,11 @@ def test_split_sums_means_extrema_match(keepdim):
 
 
 def test_split_moments_match_and_are_as_accurate_as_one_pass():
-    x = 1000 + torch.randn(16, 4, 8, 8)  # a large mean: a naive sum of squares would lose the variance
+    # A large mean: a naive sum of squares would lose the variance. Seeded: the bound below is tight (over 60 seeds
+    # the split's error reached 1.6 ulp of the result, and eager's, whose CPU var sums in double, is often far
+    # below half an ulp), and unseeded the test failed 4 times in 60.
+    torch.manual_seed(0)
+    x = 1000 + torch.randn(16, 4, 8, 8)
     welford = tuple(p for p in default_passes() if p.id != "split-moments")  # as the Triton codegen schedules
     plan = check(lambda x: (torch.var_mean(x, (0, 2, 3), correction=0), x.var((0, 2, 3), keepdim=True),
                             x.std()), x, split=SMALL, passes=welford)
@@ -82,7 +86,8 @@ def test_split_moments_match_and_are_as_accurate_as_one_pass():
     error = lambda got: (got.double() - exact).abs().max().item()  # noqa: E731
     split = error(run_plan(lower(graph, emit_event=False, split=SMALL, passes=welford), [x], {})[0])
     whole = error(run_plan(lower(graph, emit_event=False, passes=welford), [x], {})[0])
-    assert split <= 3 * max(whole, error(x.var((0, 2, 3))))
+    half_ulp = torch.finfo(torch.float32).eps * exact.abs().max().item() / 2  # no float32 result does better
+    assert split <= 3 * max(whole, error(x.var((0, 2, 3))), half_ulp)
 
 
 def reducing(plan) -> int:
