@@ -14,8 +14,10 @@ import atexit
 import copy
 import os
 import re
+import shlex
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -175,7 +177,9 @@ def main() -> None:
     pages = sorted(p for p in _report_pages(report)) if report else []
     if pages:
         print(f"\ncompile report (every stage's text, diagrams, kernels): {pages[-1]}")
-        print(f"  open it in a browser, or run `ember report {report} --open`")
+        # the interpreter running this demo (the demo session's venv, whose `ember` script is on no user's PATH)
+        command = shlex.join([sys.executable, "-m", "ember", "report", report, "--open"])
+        print(f"  open it in a browser, or run: {command}")
 
 
 def _report_pages(folder: str):

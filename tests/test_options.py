@@ -26,6 +26,9 @@ def f(x):
                                   "'fold-mul-one'?)"),
     ({"partiton": "mincut"}, "unknown option 'partiton' (did you mean 'partition'?)"),
     ({"cache": "no"}, "option 'cache' must be bool, got str 'no'"),
+    # a value of the right type out of its range: refused here, not inside the first call's BackendCompilerFailed
+    ({"partition.memory_budget": 1.5}, "option 'partition.memory_budget' must be a number in (0, 1], not 1.5"),
+    ({"partition.memory_budget": -3}, "option 'partition.memory_budget' must be a number in (0, 1], not -3"),
 ])
 def test_a_bad_option_fails_at_compile_naming_it(options, expected):
     with pytest.raises(OptionError) as err:

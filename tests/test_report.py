@@ -111,10 +111,15 @@ def test_ember_report_writes_a_page_per_process_that_the_command_lists(tmp_path,
     listed = capsys.readouterr().out
     assert listed.index(pages[0].path.name) < listed.index(pages[1].path.name) and "ember report: -c" in listed
     opened = []
-    monkeypatch.setattr("webbrowser.open", opened.append)
+    monkeypatch.setattr("webbrowser.open", lambda uri: opened.append(uri) or True)  # a browser opened it
     monkeypatch.setenv("EMBER_REPORT", str(folder))
     assert main(["report", "--open"]) == 0
     assert opened == [pages[0].path.resolve().as_uri()]
+    capsys.readouterr()
+    monkeypatch.setattr("webbrowser.open", lambda uri: False)  # no browser on this machine: nothing opened
+    assert main(["report", "--open"]) == 1
+    err = capsys.readouterr().err
+    assert "no web browser could be opened" in err and str(pages[0].path.resolve()) in err
     assert main(["report", str(tmp_path / "empty")]) == 1
     assert "no reports in" in capsys.readouterr().err
 

@@ -77,3 +77,12 @@ def test_an_option_of_a_few_values_names_them_when_given_another():
     assert check_options({"triton.launch": "jit"}, specs)["triton.launch"] == "jit"
     with pytest.raises(OptionError, match=r"option 'triton.launch' is one of 'lean', 'jit', not 'fast': how kernels"):
         check_options({"triton.launch": "fast"}, specs)
+
+
+def test_a_declared_check_refuses_a_value_of_the_right_type():
+    share = OptionSpec("share", float, 1.0, "a share in (0, 1]", "a-plugin",
+                       check=lambda v: None if 0 < v <= 1 else "must be in (0, 1]")
+    assert check_options({"share": 0.5}, SPECS | {"share": share})["share"] == 0.5
+    with pytest.raises(OptionError, match=r"option 'share' must be in \(0, 1\], not 1.5: a share in \(0, 1\]"):
+        check_options({"share": 1.5}, SPECS | {"share": share})
+    assert check_options({"share": None}, SPECS | {"share": share})["share"] is None  # None: the default choice

@@ -160,9 +160,12 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     if args.open:
         newest = reports[0].path.resolve()
-        webbrowser.open(newest.as_uri())
-        _say(f"opened {newest}")
-        return 0
+        if webbrowser.open(newest.as_uri()):
+            _say(f"opened {newest}")
+            return 0
+        # no browser here (a server, a container): webbrowser says so by returning False, not by raising
+        _say(f"ember report: no web browser could be opened here; the newest report is {newest}", file=sys.stderr)
+        return 1
     now = time.time()
     rows = [("written", "size", "report", "title")]
     for r in reports:

@@ -59,9 +59,17 @@ class MinCutPartitioner:
         return assemble(info, saved, self.name, budget, notes, finish=expanded.collapse)
 
 
-def check_budget(value: Any) -> float:
+def budget_problem(value: Any) -> str | None:
+    """What is wrong with a memory budget, or None (checked by `ember.compile` and by the partitioner itself)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise OptionError(f"option {OPTION!r} must be a number in (0, 1], got {value!r}")
+        return "must be a number in (0, 1]"
+    return None
+
+
+def check_budget(value: Any) -> float:
+    problem = budget_problem(value)
+    if problem:
+        raise OptionError(f"option {OPTION!r} {problem}, got {value!r}")
     return float(value)
 
 

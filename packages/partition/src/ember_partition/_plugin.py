@@ -7,7 +7,7 @@ from ember_core import DumpWriter, Event, Partitioned, hookimpl
 
 from ._default import DefaultPartitioner
 from ._diagram import joint_diagram, render_svg
-from ._mincut import OPTION, MinCutPartitioner
+from ._mincut import OPTION, MinCutPartitioner, budget_problem
 
 
 @hookimpl
@@ -16,7 +16,7 @@ def ember_register(registry) -> None:
     registry.add("partition", "mincut", MinCutPartitioner(), priority=10)
     registry.add_option(OPTION, (float, int), 1.0,
                         "mincut partitioner's memory budget in (0, 1]: 1 saves the fewest bytes that recomputing "
-                        "cheap ops allows; lower saves fewer by recomputing reductions too")
+                        "cheap ops allows; lower saves fewer by recomputing reductions too", check=budget_problem)
 
 
 @hookimpl

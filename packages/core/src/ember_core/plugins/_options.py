@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ class OptionSpec:
     device: str | None = None  # ... one that serves this device
     also: tuple[str, ...] = ()  # names accepted beside the installed ones (autograd's 'eager')
     choices: tuple[Any, ...] = ()  # the values it takes, where they are a fixed few (none: any of its type)
+    check: Callable[[Any], str | None] | None = None  # what is wrong with a value of its type (its range), or None
 
 
 def check_options(options: Mapping[str, Any] | None, specs: Mapping[str, OptionSpec],
@@ -43,4 +44,7 @@ def check_options(options: Mapping[str, Any] | None, specs: Mapping[str, OptionS
         if spec.choices and value is not None and value not in spec.choices:
             raise OptionError(f"{where}option {key!r} is one of {', '.join(map(repr, spec.choices))}, not {value!r}: "
                               f"{spec.doc}")
+        problem = spec.check(value) if spec.check is not None and value is not None else None
+        if problem:
+            raise OptionError(f"{where}option {key!r} {problem}, not {value!r}: {spec.doc}")
     return {key: options.get(key, spec.default) for key, spec in specs.items()} | options

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,10 +65,12 @@ class PluginRegistry:
         )
 
     def add_option(self, key: str, type: type | tuple[type, ...], default: Any, doc: str, *, stage: str | None = None,
-                   device: str | None = None, also: tuple[str, ...] = (), choices: tuple[Any, ...] = ()) -> None:
+                   device: str | None = None, also: tuple[str, ...] = (), choices: tuple[Any, ...] = (),
+                   check: Callable[[Any], str | None] | None = None) -> None:
         """Declare option `key`. One whose value names an implementation gives its `stage` (and the `device` that
         implementation must serve, and any names accepted `also`): a name that is not installed is an error. One
-        that takes a fixed few values lists them as `choices`."""
+        that takes a fixed few values lists them as `choices`; `check(value)` says what else is wrong with a value
+        of its type (`"must be in (0, 1]"`), or None: every option is checked when `ember.compile` is called."""
         if key in self.options:
             other = self.options[key].plugin
             raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} is already defined by {other!r}")
@@ -76,7 +78,7 @@ class PluginRegistry:
             raise PluginError(f"plugin {self._plugin[0]!r}: option {key!r} names unknown stage {stage!r}; stages are "
                               f"{', '.join(STAGES)}")
         self.options[key] = OptionSpec(key, type, default, doc, self._plugin[0], stage, device, tuple(also),
-                                       tuple(choices))
+                                       tuple(choices), check)
 
     def all(self, stage: str | None = None) -> list[Implementation]:
         impls = [i for i in self._impls.values() if stage is None or i.stage == stage]
