@@ -32,12 +32,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember_core import unsupported_tensor
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._errors import CaptureError
 from ._guards import GuardBuilder, storage_of
 from ._reads import Read, Reads
 from ._state import ModuleState
+
+
+def check_inputs(layout: InputLayout) -> None:
+    """`CaptureError` naming the first input (argument, parameter, buffer or read global) ember cannot take."""
+    for name, t in zip(layout.names, layout.tensors):
+        kind = unsupported_tensor(t)
+        if kind is not None:
+            raise CaptureError(f"input {name!r} is {kind}: ember traces dense, strided tensors only")
 
 
 @dataclass

@@ -119,6 +119,7 @@ from .graph import (
     text_constants,
     to_dtype,
     to_fx,
+    unsupported_tensor,
     value_of,
     verify,
 )
@@ -185,7 +186,7 @@ __all__ = [
     # untrusted input: integer expressions, layouts within int64, call arguments by schema, fixed name tables,
     # regular files only
     "parse_integer", "layout_problem", "arguments_problem", "LAYOUTS", "MEMORY_FORMATS", "FileRefused",
-    "read_at_most", "read_regular_file", "regular_file",
+    "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor",
     # profiling: the wrappers' check and ranges, each compiled graph's kernel costs
     "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
 ]

@@ -7,7 +7,7 @@ Imports nothing of ember-core's other parts: every other part reads graphs, none
 
 from ._arg_types import arguments_problem
 from ._custom_function import CUSTOM_FUNCTION, custom_function_arguments, is_custom_function, subgraph_scope
-from ._dtypes import LAYOUTS, MEMORY_FORMATS, SHORT_DTYPE_NAMES, dtype_name, to_dtype
+from ._dtypes import LAYOUTS, MEMORY_FORMATS, SHORT_DTYPE_NAMES, dtype_name, to_dtype, unsupported_tensor
 from ._expr import ExprError, as_sympy, parse_expr, parse_integer
 from ._fingerprint import canonical, fingerprint
 from ._fx_bridge import from_fx, to_fx, value_of
@@ -43,6 +43,7 @@ from ._symbolic import evaluate as dim_value
 from ._verify import verify
 
 __all__ = [
+    "unsupported_tensor",
     "arguments_problem", "as_sympy", "canonical", "canonical_symbols", "Constant", "CUSTOM_FUNCTION",
     "custom_function_arguments", "decompositions", "dim_value", "dtype_name", "dumps", "ExprError", "fingerprint",
     "format_graph", "format_node", "fresh_name", "from_fx", "Graph", "graph_device", "graph_from_json",

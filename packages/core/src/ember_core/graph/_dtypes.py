@@ -125,3 +125,17 @@ def _float_fit(x: float | int, dtype: torch.dtype, name: str) -> str | None:
     if math.isinf(x):  # float8_e4m3fn has no infinity (it would saturate)
         return None if dtype != torch.float8_e4m3fn else f"{x} does not exist in {name}"
     return None if abs(x) <= info.max else f"{x!r} lies outside {name}'s range [-{info.max:g}, {info.max:g}]"
+
+
+def unsupported_tensor(t: torch.Tensor) -> str | None:
+    """What kind of tensor ember cannot take as a graph input, said for people (`a quantized tensor (torch.qint8)`),
+    or None for the dense, strided tensors a graph's values describe. torch's fake tensors refuse some of these
+    with a misleading error, or make ones that fail later (a sparse input read as having its strides changed in
+    place), so a frontend asks here first."""
+    if t.is_quantized:
+        return f"a quantized tensor ({t.dtype})"
+    if t.is_nested:
+        return "a nested tensor"
+    if t.layout is not torch.strided:
+        return f"a {'sparse ' if t.is_sparse or 'sparse' in str(t.layout) else ''}tensor of layout {t.layout}"
+    return None

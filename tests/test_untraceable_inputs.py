@@ -1,0 +1,50 @@
+"""Inputs ember cannot trace (quantized, sparse, nested tensors) run eagerly with the true reason, in both
+frontends and in `ember.explain`. The trace frontend crashed on a quantized input and blamed a sparse one for "its
+shape or strides changed in place"; under Dynamo, explain said "0 graphs ... 0 fallbacks" and no reason."""
+
+from __future__ import annotations
+
+import warnings
+
+import ember
+import pytest
+import torch
+
+KINDS = {
+    "quantized": (lambda: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8), "a quantized tensor"),
+    "sparse": (lambda: torch.randn(4, 4).to_sparse(), "a sparse tensor"),
+    "nested": (lambda: torch.nested.nested_tensor([torch.randn(2), torch.randn(3)]), "a nested tensor"),
+}
+
+
+def f(x):
+    if x.is_quantized:
+        return x.dequantize() * 2
+    if x.is_nested:
+        return x.to_padded_tensor(0.0) * 2
+    return x.to_dense() * 2
+
+
+def made(kind: str) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated, nested ones a prototype
+        return KINDS[kind][0]()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_trace_frontend_runs_it_eagerly_saying_what_the_input_is(kind):
+    x = made(kind)
+    with pytest.warns(ember.FallbackWarning, match=f"input 'x' is {KINDS[kind][1]}"):
+        out = ember.compile(f, options={"frontend": "trace"})(x)
+    torch.testing.assert_close(out, f(x))
+
+
+@pytest.mark.parametrize("frontend", ["trace", "dynamo"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_explain_reports_the_fallback_and_its_reason(kind, frontend):
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = ember.explain(f, made(kind), options={"frontend": frontend})
+    assert len(report.fallbacks) == 1, str(report)
+    assert KINDS[kind][1] in report.fallbacks[0].reason and "changed in place" not in report.fallbacks[0].reason
