@@ -75,3 +75,26 @@ def test_ember_dump_writes_the_generated_triton_source(tmp_path):
     assert result.returncode == 0, result.stderr
     sources = [p.read_text() for p in tmp_path.glob("*kernels_generated*.src.txt")]
     assert any("@triton.jit" in s and "# ---- wrapper (Python) ----" in s for s in sources), sorted(tmp_path.iterdir())
+
+
+RECOMPILES = textwrap.dedent("""
+    import ember, sys, torch
+    def f(x, n):
+        return x * n
+    g = ember.compile(f, dynamic=False, options={"frontend": sys.argv[1]})
+    g(torch.randn(4), 2)
+    g(torch.randn(4), 3)  # a recompile: n changed
+    g(torch.randn(4, 2), 3)  # another: x's rank changed (and, under Dynamo, n == 2 fails again)
+""")
+
+
+def test_each_recompile_is_one_line_of_the_recompiles_log():
+    """A recompile printed its reason twice (the guard failure, then the recompile with the same text); under Dynamo
+    the line named only the last failing entry's reason."""
+    for frontend in ("trace", "dynamo"):
+        result = subprocess.run([sys.executable, "-c", RECOMPILES, frontend], capture_output=True, text=True,
+                                timeout=300, env={**os.environ, "EMBER_LOGS": "recompiles"})
+        assert result.returncode == 0, result.stderr
+        lines = [line for line in result.stderr.splitlines() if line.startswith("[ember.recompiles]")]
+        assert len(lines) == 2, (frontend, result.stderr)
+        assert "rank" in lines[1] or "dim" in lines[1] or "dimension" in lines[1], (frontend, lines)

@@ -177,7 +177,7 @@ class DynamoBackend:
     def __init__(self, compile_graph: Callable, options: Mapping[str, Any] | None = None):
         self.compile_graph = compile_graph
         self.options = options_of(options)
-        self.last_failure: str | None = None  # set by the guard_fail_fn of `DynamoFrontend.wrap`
+        self.failures: list[str] = []  # guard failures since the last compile (the guard_fail_fn of `wrap`)
         self.label: str | None = None  # the compiled function's name, when `DynamoFrontend.wrap` made this backend
         self._count = itertools.count()
         self._warned = False
@@ -188,8 +188,9 @@ class DynamoBackend:
         name = _graph_name(compile_id) if compile_id else f"dynamo_{next(self._count)}"
         self._report_break(gm)
         if compile_id is not None and getattr(compile_id, "frame_compile_id", 0):
-            reason = self.last_failure or "Dynamo recompiled the frame"
+            reason = "; ".join(dict.fromkeys(self.failures)) or "Dynamo recompiled the frame"
             report("recompiled", reason, compile_id=str(compile_id), reason=reason)
+        self.failures.clear()
         fake_mode = detect_fake_mode(example_inputs)
         dynamo_gm = gm  # what runs eagerly if capture refuses the graph
         if any(isinstance(x, BackwardState) for x in example_inputs):
@@ -305,8 +306,9 @@ class DynamoFrontend:
                    graph_name=_graph_name(compile_id) if compile_id is not None else None, guards=text.splitlines())
 
         def guard_failed(failure: Any) -> None:
-            backend.last_failure = f"{failure.orig_code.co_name}: {failure.reason}"
-            report("guard_failed", backend.last_failure, function=label, reason=backend.last_failure)
+            reason = f"{failure.orig_code.co_name}: {failure.reason}"
+            backend.failures.append(reason)
+            report("guard_failed", reason, function=label, reason=reason)
 
         settings = dict(nopython=opts["fullgraph"], dynamic=opts["dynamic"], guard_export_fn=guards_built,
                         guard_fail_fn=guard_failed)

@@ -97,7 +97,8 @@ _KINDS = (
     EventKind("kernels_planned", "kernels", "lowering planned a graph's kernels; source: the plan's text"),
     EventKind("kernels_generated", "kernels", "a codegen generated a graph's kernels; source: the generated code"),
     EventKind("guards_built", "guards", "a frontend built the guards of a compiled entry; source: their text"),
-    EventKind("guard_failed", "recompiles", "a guard failed on a call"),
+    EventKind("guard_failed", "guards", "a guard failed on a call (logged with the guards: the recompile it causes "
+              "logs the same reason under `recompiles`, once)"),
     EventKind("recompiled", "recompiles", "a function was compiled again for new inputs"),
     EventKind("fallback", "recompiles", "something runs a slower way (eagerly, in the interpreter); data: reason, "
               "cause (one of FALLBACK_CAUSES)"),
