@@ -130,3 +130,17 @@ def test_node_lines_of_the_graph_text_are_anchored():
     for k, node in enumerate(graph.nodes, start=1):
         line = re.search(rf'<span class="ln" id="c1-cap-n{k}">([^<]*)</span>', html).group(1)
         assert line.strip().startswith(node.outputs[0])
+
+
+def test_a_graph_break_hit_again_on_a_recompile_counts_once():
+    """The report counted "2 graph breaks" where explain reported 1: the same break, reported again when the frame
+    recompiled. Both count distinct breaks (`ember_core.break_site`)."""
+    data = {"reason": "call to print()", "where": "model.py:12", "code": "print(x)"}
+    events = [Event("graph_break", "capture", "break at model.py:12", data=data),
+              Event("recompiled", "capture", "f: n changed"),
+              Event("graph_break", "capture", "break at model.py:12", data=dict(data)),
+              Event("graph_break", "capture", "break at model.py:20", data={**data, "where": "model.py:20"})]
+    html = page(events)
+    assert re.search(r"<b>2</b><span>graph breaks</span>", html), "two distinct breaks, not three"
+    breaks = re.search(r'<section id="breaks">.*?</section>', html, re.S)[0]  # (the event log lists every event)
+    assert breaks.count("break at model.py:12") == 1 and breaks.count("break at model.py:20") == 1

@@ -30,6 +30,7 @@ from .events import (
     JointTraced,
     Partitioned,
     Stopwatch,
+    break_site,
     dumping_to,
     warn_fallback,
 )
@@ -186,7 +187,7 @@ __all__ = [
     # untrusted input: integer expressions, layouts within int64, call arguments by schema, fixed name tables,
     # regular files only
     "parse_integer", "layout_problem", "arguments_problem", "LAYOUTS", "MEMORY_FORMATS", "FileRefused",
-    "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor",
+    "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor", "break_site",
     # profiling: the wrappers' check and ranges, each compiled graph's kernel costs
     "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
 ]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ember_core import WARNED_CAUSES, Event, Graph, emit, record_events, unsupported_tensor
+from ember_core import WARNED_CAUSES, Event, Graph, break_site, emit, record_events, unsupported_tensor
 
 from ._compile import compile
 from ._pipeline import Pipeline, clear_cache
@@ -228,7 +228,7 @@ def _graph_compiled(out: ExplainOutput, e: Event) -> None:
 
 
 def _graph_break(out: ExplainOutput, e: Event) -> None:
-    _add_break(out, GraphBreak(e.get("reason") or e.message, e.get("where"), e.get("code") or None))
+    _add_break(out, GraphBreak(*break_site(e.message, e.data)))
 
 
 def _add_break(out: ExplainOutput, found: GraphBreak) -> None:

@@ -5,10 +5,21 @@ Builds on the graph IR (a dump writes graphs); the stage objects that events car
 """
 
 from ._dump import DumpWriter, dumping_to
-from ._events import EVENT_KINDS, FALLBACK_CAUSES, Event, EventKind, GraphCompiled, JointTraced, Partitioned, Stopwatch
+from ._events import (
+    EVENT_KINDS,
+    FALLBACK_CAUSES,
+    Event,
+    EventKind,
+    GraphCompiled,
+    JointTraced,
+    Partitioned,
+    Stopwatch,
+    break_site,
+)
 from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
 
 __all__ = [
+    "break_site",
     "DumpWriter", "dumping_to", "Event", "EVENT_KINDS", "EventKind", "FALLBACK_CAUSES", "FallbackWarning",
     "GraphCompiled", "JointTraced", "Partitioned", "Stopwatch", "warn_fallback", "WARNED_CAUSES",
 ]

@@ -10,6 +10,7 @@ An event that reports a stage's work carries its wall time as `data["seconds"]`,
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -206,3 +207,10 @@ class Stopwatch:
     def seconds(self) -> float:
         end = self._stop if self._stop is not None else time.perf_counter()
         return round(end - self._start, 6)
+
+
+def break_site(message: str, data: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """What makes two `graph_break` events one break: (reason, where, code). A frame that recompiles reports its
+    breaks again; explain, the report and the logs count each site once."""
+    return (data.get("reason") or message, data.get("where") or None, data.get("code") or None)
+

@@ -7,6 +7,7 @@ import datetime
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..events import break_site
 from ._assets import CSS, SCRIPT, content_policy
 from ._html import code, details, esc, link, seconds, table
 from ._model import LogEntry, Report
@@ -51,7 +52,7 @@ class PageRenderer:
         cards = [(len(report.compiles), "compiles (captured graphs)"),
                  (sum(len(c.graphs) for c in report.compiles), "compiled graphs"), (kernels, "kernels"),
                  (len(steps) - kernels, "extern calls"), (seconds(total), "compiling, all stages"),
-                 (counts.get("recompiled", 0), "recompiles"), (counts.get("graph_break", 0), "graph breaks"),
+                 (counts.get("recompiled", 0), "recompiles"), (len(distinct_breaks(report.log)), "graph breaks"),
                  (counts.get("fallback", 0), "fallbacks")]
         html = '<section id="summary"><h2>Summary</h2><div class="cards">'
         html += "".join(f"<div class=\"card\"><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in cards)
@@ -105,6 +106,14 @@ def _shell(report: Report, info: PageInfo, body: str) -> str:
 """
 
 
+def distinct_breaks(log: list[LogEntry]) -> list[LogEntry]:
+    """The first report of each graph break (`break_site`): a recompile of the frame reports its breaks again."""
+    first: dict[tuple, LogEntry] = {}
+    for e in _entries(log, ("graph_break",)):
+        first.setdefault(break_site(e.message, dict(e.data)), e)
+    return list(first.values())
+
+
 def _entries(log: list[LogEntry], kinds: Iterable[str]) -> list[LogEntry]:
     kinds = set(kinds)
     return [e for e in log if e.kind in kinds]
@@ -130,7 +139,7 @@ def _guards(log: list[LogEntry]) -> str:
 
 
 def _breaks(log: list[LogEntry]) -> str:
-    rows = [(f"{e.at:.2f} s", f"<pre class=\"code\">{esc(e.message)}</pre>") for e in _entries(log, ("graph_break",))]
+    rows = [(f"{e.at:.2f} s", f"<pre class=\"code\">{esc(e.message)}</pre>") for e in distinct_breaks(log)]
     body = table(("when", "where and why"), rows) if rows else '<p class="empty">No graph breaks.</p>'
     return _section("breaks", "Graph breaks", body)
 
