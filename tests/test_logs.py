@@ -98,3 +98,23 @@ def test_each_recompile_is_one_line_of_the_recompiles_log():
         lines = [line for line in result.stderr.splitlines() if line.startswith("[ember.recompiles]")]
         assert len(lines) == 2, (frontend, result.stderr)
         assert "rank" in lines[1] or "dim" in lines[1] or "dimension" in lines[1], (frontend, lines)
+
+
+def test_a_warm_start_dumps_the_plans_and_partitions_it_reused(tmp_path):
+    """EMBER_DUMP on a warm start wrote no plan and no partition, and no note why: each came from a disk cache.
+    Now each cache hit's entry is dumped, named as a hit (`NNN-disk_cache_hit-<graph>.src.txt`)."""
+    script = textwrap.dedent("""
+        import ember, torch
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+        x = torch.randn(4, 8)
+        ember.compile(model, options={"frontend": "trace"})(x).sum().backward()
+    """)
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path / "cache")}
+    for folder in ("cold", "warm"):
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                                env={**env, "EMBER_DUMP": str(tmp_path / folder)})
+        assert result.returncode == 0, result.stderr
+    warm = {p.name: p.read_text() for p in (tmp_path / "warm").glob("*disk_cache_hit*.src.txt")}
+    assert any("kernel " in text for text in warm.values()), sorted(warm)  # lowering's plans, as their text
+    assert any('"saved"' in text or "saved" in text for text in warm.values()), sorted(warm)  # the partition
+    assert not list((tmp_path / "cold").glob("*disk_cache_hit*"))

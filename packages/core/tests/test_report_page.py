@@ -144,3 +144,15 @@ def test_a_graph_break_hit_again_on_a_recompile_counts_once():
     assert re.search(r"<b>2</b><span>graph breaks</span>", html), "two distinct breaks, not three"
     breaks = re.search(r'<section id="breaks">.*?</section>', html, re.S)[0]  # (the event log lists every event)
     assert breaks.count("break at model.py:12") == 1 and breaks.count("break at model.py:20") == 1
+
+
+def test_a_plan_from_the_disk_cache_is_shown_and_marked_as_such():
+    """A warm start reuses lowering's plan: no `kernels_planned`, only the cache hit, whose source is the plan's
+    text. The page showed no plan at all; now it shows that one, saying where it came from."""
+    events = inference_events()
+    graph = events[0].graph
+    planned = next(e for e in events if e.kind == "kernels_planned")
+    hit = Event("disk_cache_hit", "lowering", f"graph {graph.name!r}: kernel plan from the disk cache (plans 0123)",
+                graph=graph, source="# plan of the warm start\n  kernel warm_0[i0 < 6]:", data={"cache": "plans"})
+    html = page([e if e is not planned else hit for e in events])
+    assert "plan of the warm start" in html and "lowering did not run in this process" in html

@@ -80,8 +80,11 @@ class ResultCache(Generic[T]):
             self.disk.discard(key, reason)
             self._miss(graph, key, reason)
             return None
+        # the entry's text as the source: EMBER_DUMP writes it (`NNN-disk_cache_hit-<graph>.src.txt`), so a warm start
+        # shows what it reused where a cold one shows what it computed
         emit(Event("disk_cache_hit", self.stage, f"graph {graph.name!r}: {self.what} from the disk cache "
-                   f"({self.name} {key[:12]})", graph=graph, data={"cache": self.name, "key": key, "file": str(path)}))
+                   f"({self.name} {key[:12]})", graph=graph, source=found.data[self.suffix].decode("utf-8"),
+                   data={"cache": self.name, "key": key, "file": str(path)}))
         return result
 
     def store(self, facts: Facts, graph: Graph, text: str) -> bool:

@@ -287,6 +287,20 @@ def _note(report: Report, event: Event) -> Compile | None:
     return owner
 
 
+def _cache_hit(report: Report, event: Event) -> Compile | None:
+    """A disk-cache hit is noted; a kernel plan from lowering's cache is also the graph's plan (its text is the
+    event's source), shown as a plan lowering made would be, so a warm start's page is not missing it."""
+    found = report._compiled(event) if event.stage == "lowering" and event.source else None
+    if found is None:
+        return _note(report, event)
+    owner, graph = found
+    graph.notes.append(f"{event.kind}: {event.message}")
+    if graph.plan is None:
+        graph.plan = event.source
+        graph.decisions = ("the plan came from the disk cache: lowering did not run in this process",)
+    return owner
+
+
 _HANDLERS: dict[str, Callable[[Report, Event], Compile | None]] = {
     "graph_captured": _captured,
     "pass_applied": _pass_applied,
@@ -299,7 +313,7 @@ _HANDLERS: dict[str, Callable[[Report, Event], Compile | None]] = {
     "build_cache_hit": _on_compiled(_noted),  # a miss is followed by `kernels_built`, noted there
     "graph_cache_hit": _on_compiled(_noted),
     "fallback": _note,
-    "disk_cache_hit": _note,  # a stage skipped: worth a note; a miss (the stage ran) is in the caches table only
+    "disk_cache_hit": _cache_hit,  # a stage skipped: worth a note; a miss (the stage ran) is in the caches table
     "cuda_graph_recorded": _on_compiled(_noted),
     "kernel_tuned": _on_compiled(_noted),
 }
