@@ -153,6 +153,9 @@ def test_a_plan_from_the_disk_cache_is_shown_and_marked_as_such():
     graph = events[0].graph
     planned = next(e for e in events if e.kind == "kernels_planned")
     hit = Event("disk_cache_hit", "lowering", f"graph {graph.name!r}: kernel plan from the disk cache (plans 0123)",
-                graph=graph, source="# plan of the warm start\n  kernel warm_0[i0 < 6]:", data={"cache": "plans"})
+                graph=graph, source="# plan of the warm start\n  kernel warm_0[i0 < 6]:",
+                data={"cache": "plans", "steps": planned.data["steps"]})
     html = page([e if e is not planned else hit for e in events])
     assert "plan of the warm start" in html and "lowering did not run in this process" in html
+    rows = re.findall(r'<tr id="c1-g1-r[0-9]+">', html)  # the kernel table, a row a step, as when lowered
+    assert len(rows) == len(planned.data["steps"]) == len(re.findall(r'<tr id="c1-g1-r[0-9]+">', page(events)))

@@ -45,6 +45,18 @@ def test_a_lowered_graph_is_read_back_equal_without_lowering():
     assert kinds == ["disk_cache_hit"]
 
 
+def test_a_hit_reports_the_plan_as_lowering_would():
+    """A warm start's plan reached observers as a bare hit: EMBER_DUMP and the report showed no plan and no kernel
+    table. The hit now carries the plan's text and its steps, as `kernels_planned` does for a plan it lowers."""
+    g = graph()
+    with record_events() as cold:
+        lower_cached(g)
+    with record_events() as warm:
+        plan = lower_cached(g)
+    planned, (hit,) = cold.kinds("kernels_planned")[0], warm.kinds("disk_cache_hit")
+    assert hit.source == format_plan(plan) and hit.data["steps"] == planned.data["steps"] and hit.data["steps"]
+
+
 def test_the_entry_is_the_plans_canonical_text():
     g = graph()
     lower_cached(g)

@@ -22,7 +22,7 @@ from ember_core import Graph, ResultCache, code_version, fingerprint, get_plugin
 from ._capabilities import Capabilities, select_passes
 from ._errors import PlanError
 from ._loop_ir import KernelPlan
-from ._lowering import lower
+from ._lowering import lower, plan_steps
 from ._parser import parse_plan
 from ._printer import format_plan
 from ._scheduler import default_passes
@@ -49,7 +49,7 @@ def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities
         return lowered()
     default = capabilities.fact() == Capabilities().fact()
     facts = plan_facts(graph, graph_passes) | ({} if default else {"capabilities": capabilities.fact()})
-    plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph))
+    plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph), lambda plan: {"steps": plan_steps(plan)})
     if plan is not None:
         return plan
     plan = lowered()

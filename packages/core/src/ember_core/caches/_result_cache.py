@@ -61,8 +61,11 @@ class ResultCache(Generic[T]):
         self.name, self.suffix, self.stage, self.what = name, suffix, stage, what
         _caches.append(self)
 
-    def load(self, facts: Facts, graph: Graph, read: Reader[T]) -> T | None:
-        """The stored result for `facts`, read and checked by `read`; None (after a miss event) otherwise."""
+    def load(self, facts: Facts, graph: Graph, read: Reader[T],
+             describe: Callable[[T], Mapping[str, object]] | None = None) -> T | None:
+        """The stored result for `facts`, read and checked by `read`; None (after a miss event) otherwise.
+        `describe(result)` adds to the hit event's data what the stage reports of a result it computes (lowering:
+        the plan's `steps`), so observers show a reused result as they show a computed one."""
         key = facts_key(facts)
         try:
             found = self.disk.lookup(key, dict(facts))
@@ -84,7 +87,7 @@ class ResultCache(Generic[T]):
         # shows what it reused where a cold one shows what it computed
         emit(Event("disk_cache_hit", self.stage, f"graph {graph.name!r}: {self.what} from the disk cache "
                    f"({self.name} {key[:12]})", graph=graph, source=found.data[self.suffix].decode("utf-8"),
-                   data={"cache": self.name, "key": key, "file": str(path)}))
+                   data={**(describe(result) if describe else {}), "cache": self.name, "key": key, "file": str(path)}))
         return result
 
     def store(self, facts: Facts, graph: Graph, text: str) -> bool:

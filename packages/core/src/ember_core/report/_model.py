@@ -297,6 +297,7 @@ def _cache_hit(report: Report, event: Event) -> Compile | None:
     graph.notes.append(f"{event.kind}: {event.message}")
     if graph.plan is None:
         graph.plan = event.source
+        graph.steps = tuple(s for s in event.data.get("steps", ()) if isinstance(s, dict))
         graph.decisions = ("the plan came from the disk cache: lowering did not run in this process",)
     return owner
 
