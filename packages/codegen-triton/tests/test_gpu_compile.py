@@ -29,6 +29,11 @@ CASES = {
     "layer_norm_bf16": (lambda x: (F.layer_norm(x, (32,), W.bfloat16()),), (torch.randn(8, 32).bfloat16(),), "fake"),
     "looped_symbolic": (lambda x: (x.amax(1), x.argmax(1), torch.var_mean(x, 1)[0], x.prod(1)),
                         (torch.randn(4, 50),), "symbolic"),
+    # argmax/argmin lanes of a looped row in the values' own dtype (int64, float64): the interpreter ran them when
+    # they were float32 and gave a wrong index; compiled for sm_90 they must also pass Triton's loop-carried types
+    "looped_wide_argmax": (lambda a, b: (a.argmax(1), a.argmin(1), b.argmax(1)),
+                           (torch.randint(-2 ** 40, 2 ** 40, (4, 5000)), torch.randn(4, 5000, dtype=torch.float64)),
+                           "fake"),
     "gather_checked": (lambda t, i: (F.embedding(i, t) * 2,), (torch.randn(10, 4), torch.tensor([[1, 9]])), "fake"),
     # ops Triton prints through their defaults (float floor division and remainder as torch rounds them, trunc
     # division, sign, copysign, integer pow by squaring): composed code the interpreter runs, compiled for real

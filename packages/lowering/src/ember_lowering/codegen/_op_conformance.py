@@ -35,6 +35,7 @@ from ember_lowering import (
     decompose_ops,
     opmath,
     sym,
+    to_expr,
 )
 
 from ._errors import CannotPrint
@@ -111,7 +112,7 @@ def one_reduction_plan(op: Op, dtype: str, shape: str = "row") -> KernelPlan:
     `REDUCTION_SHAPES` says."""
     x_shape, dims, index, (out_shape, out_index) = _SHAPES[shape]
     meaning = REDUCTION_SEMANTICS[op]
-    x_shape = tuple(sympy.sympify(n) for n in x_shape)
+    x_shape = tuple(to_expr(n) for n in x_shape)
     stride = tuple(sympy.Mul(*x_shape[k + 1:]) for k in range(len(x_shape)))
     body = [Instr(Op.LOAD, ("t0",), dtype, buffer="x", index=tuple(sym(v) for v in index))]
     if meaning.state == ("value", "index"):
@@ -124,7 +125,7 @@ def one_reduction_plan(op: Op, dtype: str, shape: str = "row") -> KernelPlan:
     stores = tuple(Instr(Op.STORE, (), d, (o,), buffer=f"out{k}", index=tuple(sym(v) for v in out_index))
                    for k, (o, d) in enumerate(zip(outs, result_dtypes)))
     kernel = Kernel(f"conformance_{op.value}_{dtype}_{shape}",
-                    tuple(Dim(v, sympy.sympify(n)) for v, n in dims), (Loop(tuple(body)), *stores))
+                    tuple(Dim(v, to_expr(n)) for v, n in dims), (Loop(tuple(body)), *stores))
     buffers = (Buffer("x", dtype, x_shape, stride, "input"),
                *(Buffer(f"out{k}", d, out_shape, out_stride, "output") for k, d in enumerate(result_dtypes)))
     symbols = (Symbol("s0", 70, 2),) if shape == "symbolic_row" else ()
