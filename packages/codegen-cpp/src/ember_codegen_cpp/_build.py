@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ember_core import cpu_lines, cpu_tag
 from ember_lowering.codegen import Build, BuildError, BuildPool
 
 from ._cache import CACHE
@@ -82,28 +82,6 @@ def is_gcc(cxx: str) -> bool:
     return "Free Software Foundation" in out.stdout and "clang" not in out.stdout.lower()
 
 
-@cache
-def _cpu_lines() -> str:
-    """The first CPU's model name and feature flags from /proc/cpuinfo ("" where there is none)."""
-    text = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "flags")):
-                    text += line
-                if line.strip() == "":
-                    break
-    except OSError:
-        pass
-    return text
-
-
-@cache
-def cpu_tag() -> str:
-    """What -march=native depends on: the CPU model and its feature flags."""
-    return hashlib.sha256((platform.machine() + _cpu_lines()).encode()).hexdigest()[:16]
-
-
 def wide_vectors() -> bool:
     """Does this CPU have vectors wider than 256 bits (AVX-512), so that preferring 256 is a variant worth trying?"""
     return 16 in vector_lanes()
@@ -113,7 +91,7 @@ def wide_vectors() -> bool:
 def vector_lanes() -> tuple[int, ...]:
     """The float32 lane counts kernels' explicit vectors may have, the native one first: 16 and 8 on an AVX-512 CPU
     (a max-autotune variant keeps to 256-bit registers), 8 on AVX2, else 4 (SSE, NEON)."""
-    flags = next((line.split() for line in _cpu_lines().splitlines() if line.startswith("flags")), [])
+    flags = next((line.split() for line in cpu_lines().splitlines() if line.startswith("flags")), [])
     if "avx512f" in flags:
         return (16, 8)
     return (8,) if "avx2" in flags else (4,)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ember_core import DiskCache, cache_root
 
-CACHE = DiskCache("cpp", ("so", "cpp"), loaded=("so",))  # the library is loaded by its verified descriptor
+# the library is loaded by its verified descriptor; built with -march=native, it is only for CPUs like this one
+CACHE = DiskCache("cpp", ("so", "cpp"), loaded=("so",), machine=("cpu",))
 
 
 def cache_dir() -> Path:

@@ -20,7 +20,7 @@ from ember_lowering.codegen import Tuner
 from ._kernel_printer import ROW_ELEMENTS, TritonKernel
 from ._wrapper import launch_debug
 
-TUNER = Tuner("triton_tune", "codegen-triton")
+TUNER = Tuner("triton_tune", "codegen-triton", machine=("gpu",))
 Config = tuple[int, int]  # (XBLOCK, num_warps)
 
 

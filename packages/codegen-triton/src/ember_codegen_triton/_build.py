@@ -19,7 +19,8 @@ from ember_core import CacheLookup, DiskCache
 from ember_lowering.codegen import Build, BuildError, BuildPool
 
 FORMAT = "2"  # bump when the meaning of generated code changes without its text changing
-CACHE = DiskCache("triton", ("py", "bins"))  # the module; the manifest of its compiled kernels (`_binaries.py`)
+# the module (code: it runs); the manifest of its compiled kernels (`_binaries.py`), for this GPU
+CACHE = DiskCache("triton", ("py", "bins"), code=("py",), machine=("gpu",))
 _POOL = BuildPool(CACHE, "triton", what="Triton module")
 
 

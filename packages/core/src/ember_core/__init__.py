@@ -14,6 +14,8 @@ from .caches import (
     clear_disk_cache,
     clear_result_caches,
     code_version,
+    cpu_lines,
+    cpu_tag,
     disk_cache_usage,
     facts_key,
     private_cache_dir,
@@ -181,7 +183,7 @@ __all__ = [
     "CUSTOM_FUNCTION", "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope",
     "text_constants",
     # disk caches of stage results (a warm start in a later process)
-    "ResultCache", "clear_result_caches", "code_version", "facts_key",
+    "ResultCache", "clear_result_caches", "code_version", "cpu_lines", "cpu_tag", "facts_key",
     # the fallbacks a user is warned about
     "FallbackWarning", "WARNED_CAUSES", "warn_fallback",
     # untrusted input: integer expressions, layouts within int64, call arguments by schema, fixed name tables,

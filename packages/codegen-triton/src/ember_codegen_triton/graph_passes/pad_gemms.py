@@ -43,7 +43,7 @@ GEMMS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
 PADDED_DTYPES = ("float16", "bfloat16", "float32")
 MIN_MACS = 1 << 27  # multiply-adds from which the heuristic pads (GPT-2's LM head: 8*512*768*50257 = 1.6e11)
 MIN_SIZE = 256  # ... and the misaligned size: a narrow GEMM gains little from a tensor-core tile
-TUNER = Tuner("gemm_padding", PASS_ID)
+TUNER = Tuner("gemm_padding", PASS_ID, machine=("gpu",))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,12 @@ the caller rebuilds it. A hit refreshes the entry's recency. A caller that finds
 library that does not bind) discards it the same way (`discard`).
 
 Builders hold `lock(key)` while they build: a second process waits, looks up again and finds the entry.
+
+Where a remote cache is configured (`_remote`), a lookup that finds nothing here asks it, and an entry it hands over
+(verified by it: sha256s, fields, the team key's signature on code) is stored here like a local build, then looked
+up as one (`CacheLookup.origin` names the remote); `store` also puts each new entry there. A cache says which of its
+files are code that runs (`code`: shared only when signed) and what of the machine its entries depend on
+(`machine`, see `_machine`).
 """
 
 from __future__ import annotations
@@ -26,13 +32,15 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import _sidecar
+from ._backends import BackendUnavailable
 from ._directory import open_subdir
 from ._entry_files import (
     ENTRY_FILE,
@@ -47,14 +55,39 @@ from ._entry_files import (
     write_atomic,
 )
 from ._file_lock import file_lock, holds
+from ._machine import MACHINE_PARTS, machine_facts
+from ._packed import PackedEntry
+from ._remote import remote_cache
 from ._root import signing_key
 from ._sidecar import BadEntry, MetaValue, Sidecar
+from ._team_key import TeamKeyError, team_key
 from ._trust import Untrusted, open_directory, open_file
 from ._usage import entry_keys, prune
 
 log = logging.getLogger("ember.cache")
 
 MAX_DATA_BYTES = 256 << 20  # a file whose bytes a lookup hands over (not a `loaded` one)
+
+_registry: dict[str, DiskCache] = {}  # every cache made in this process, by name (portable artifacts load into them)
+_used: dict[tuple[str, str], None] = {}  # (cache, key) of each entry this process found or stored, in order
+_remote_missed: set[tuple[str, str]] = set()  # entries the remote cache did not have (asked once per process)
+_state_lock = threading.Lock()
+
+
+def disk_caches() -> dict[str, DiskCache]:
+    """Every disk cache made in this process, by name."""
+    return dict(_registry)
+
+
+def used_entries() -> list[tuple[str, str]]:
+    """(cache, key) of every entry this process found or stored, first use first."""
+    with _state_lock:
+        return list(_used)
+
+
+def _note_used(cache: str, key: str) -> None:
+    with _state_lock:
+        _used[(cache, key)] = None
 
 
 class EntryFile:
@@ -83,6 +116,7 @@ class CacheLookup:
     meta: dict[str, MetaValue] = field(default_factory=dict)
     data: dict[str, bytes] = field(default_factory=dict)
     opened: dict[str, EntryFile] = field(default_factory=dict)
+    origin: str = ""  # where a hit came from before it was stored here: "" (this cache), else the remote cache
 
     @property
     def hit(self) -> bool:
@@ -92,18 +126,28 @@ class CacheLookup:
 class DiskCache:
     """Entries of files with the given suffixes, under `<cache root>/<name>`."""
 
-    def __init__(self, name: str, suffixes: tuple[str, ...], loaded: tuple[str, ...] = ()):
+    def __init__(self, name: str, suffixes: tuple[str, ...], loaded: tuple[str, ...] = (),
+                 code: tuple[str, ...] = (), machine: tuple[str, ...] = ()):
         if not KEY.fullmatch(name):
             raise ValueError(f"cache name {name!r} must be letters, digits or underscores")
         bad = [s for s in suffixes if not _sidecar_safe(s)]
         if bad or not suffixes:
             raise ValueError(f"suffixes {list(suffixes)} must be 1-16 lowercase letters or digits, not json or lock")
-        if not set(loaded) <= set(suffixes):
-            raise ValueError(f"loaded suffixes {list(loaded)} must be among {list(suffixes)}")
+        if not set(loaded) <= set(suffixes) or not set(code) <= set(suffixes):
+            raise ValueError(f"loaded {list(loaded)} and code {list(code)} suffixes must be among {list(suffixes)}")
+        if not set(machine) <= set(MACHINE_PARTS):
+            raise ValueError(f"machine {list(machine)} must be among {list(MACHINE_PARTS)}")
         self.name = name
         self.suffixes = tuple(suffixes)
         self.loaded = frozenset(loaded)
+        self.code = frozenset(code) | self.loaded  # a loaded file is native code
+        self.machine = tuple(machine)
         declare(name, self.suffixes)
+        _registry[name] = self
+
+    def machine_facts(self) -> dict[str, str]:
+        """What an entry of this cache depends on beyond its key, when it travels (see `_machine`)."""
+        return machine_facts(self.machine)
 
     @property
     def directory(self) -> Path:
@@ -115,9 +159,17 @@ class DiskCache:
             raise ValueError(f"cache key {key!r} must be 1-128 letters, digits or underscores")
         return self.directory / f"{key}.{suffix}"
 
-    def lookup(self, key: str, expect: Mapping[str, MetaValue] | None = None) -> CacheLookup:
+    def lookup(self, key: str, expect: Mapping[str, MetaValue] | None = None, *, remote: bool = True) -> CacheLookup:
         """The entry's verified contents if it is there, trusted and verified (and its meta has `expect`'s values),
-        else a miss."""
+        else (`remote`) the remote cache's, else a miss."""
+        found = self._lookup_here(key, expect)
+        if not found.hit and found.reason == "not cached" and remote:
+            found = self._from_remote(key, expect or {})
+        if found.hit:
+            _note_used(self.name, key)
+        return found
+
+    def _lookup_here(self, key: str, expect: Mapping[str, MetaValue] | None) -> CacheLookup:
         self.path(key, SIDECAR)  # a malformed key is the caller's error: ValueError
         directory = self.directory
         try:
@@ -180,9 +232,86 @@ class DiskCache:
             log.warning("cache %s: could not remove entry %s: %s", self.name, key, e)
         return CacheLookup(None, reason)
 
-    def store(self, key: str, files: Mapping[str, Path | bytes], meta: Mapping[str, MetaValue]) -> dict[str, Path]:
-        """Put the entry's files in place (a Path is moved, bytes are written), then its sidecar; prune the caches.
-        Raises OSError when the directory cannot take the entry."""
+    def _from_remote(self, key: str, expect: Mapping[str, MetaValue]) -> CacheLookup:
+        """The remote cache's entry, verified, stored here and looked up again; a miss ("not cached", or why the
+        remote entry is not used) otherwise."""
+        remote = remote_cache()
+        if remote is None or not remote.available():
+            return CacheLookup(None, "not cached")
+        with _state_lock:
+            if (self.name, key) in _remote_missed:
+                return CacheLookup(None, "not cached")
+        try:
+            got = remote.get(self, key)
+        except BackendUnavailable:
+            return CacheLookup(None, "not cached")
+        if got is None:
+            with _state_lock:
+                _remote_missed.add((self.name, key))
+            return CacheLookup(None, "not cached")
+        if not isinstance(got, PackedEntry) or any(got.meta.get(n) != v for n, v in expect.items()):
+            reason = f"the remote cache's entry is bad ({got if isinstance(got, BadEntry) else 'another build'})"
+            log.warning("cache %s: entry %s from %s is not used: %s; rebuilding it", self.name, key[:12],
+                        remote.where, reason)
+            return CacheLookup(None, reason)
+        try:
+            self._keep(key, got.files, got.meta)
+        except OSError as e:
+            log.info("cache %s: could not keep entry %s from %s here: %s", self.name, key[:12], remote.where, e)
+            return CacheLookup(None, "not cached")
+        found = self._lookup_here(key, expect)
+        log.info("cache %s: entry %s from %s (%s)", self.name, key[:12], remote.where,
+                 "its signature checked" if got.signed else "verified")
+        return replace(found, origin=remote.where) if found.hit else found
+
+    def _keep(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, MetaValue]) -> None:
+        """Store an entry that came from elsewhere, under the key's lock (unless this process holds it: a build
+        that looks up first); another process that holds it is building the same entry, which it will store."""
+        if holds(self.path(key, LOCK)):
+            self.store(key, files, meta, share=False)
+            return
+        with self.lock(key, wait=False) as free:
+            if free:
+                self.store(key, files, meta, share=False)
+
+    def entry(self, key: str) -> PackedEntry | BadEntry | None:
+        """The local entry `key`, verified, as it travels (its files' bytes, meta and this machine's facts); None
+        when there is none, a BadEntry (returned) naming what is wrong with it."""
+        found = self._lookup_here(key, None)
+        if not found.hit:
+            return None if found.reason == "not cached" else BadEntry(found.reason)
+        files = dict(found.data)
+        for suffix, opened in found.opened.items():
+            files[suffix] = _pread_all(opened.fd)
+            opened.close()
+        return PackedEntry(self.name, key, files, dict(found.meta), self.machine_facts())
+
+    def share(self, key: str) -> None:
+        """Put the local entry `key` in the remote cache, if one is configured and may take it (code needs the
+        team key); never raises."""
+        remote = remote_cache()
+        if remote is None or not remote.available():
+            return
+        try:
+            if self.code and team_key() is None:
+                return  # unsigned code would be refused by every reader
+        except TeamKeyError as e:
+            log.warning("cache %s: not sharing entry %s: %s", self.name, key[:12], e)
+            return
+        entry = self.entry(key)
+        if not isinstance(entry, PackedEntry):
+            return
+        try:
+            remote.put(self, entry)
+        except BackendUnavailable:
+            pass
+        except TeamKeyError as e:
+            log.warning("cache %s: not sharing entry %s: %s", self.name, key[:12], e)
+
+    def store(self, key: str, files: Mapping[str, Path | bytes], meta: Mapping[str, MetaValue], *,
+              share: bool = True) -> dict[str, Path]:
+        """Put the entry's files in place (a Path is moved, bytes are written), then its sidecar; prune the caches;
+        then (`share`) put it in the remote cache. Raises OSError when the directory cannot take the entry."""
         if sorted(files) != sorted(self.suffixes):
             raise ValueError(f"cache {self.name} stores files {list(self.suffixes)}, not {list(files)}")
         remove_any(self.path(key, SIDECAR))  # the entry is incomplete from here until its sidecar is back
@@ -193,6 +322,11 @@ class DiskCache:
             prune(keep=(self.directory, key))
         except OSError as e:
             log.info("cache %s: pruning stopped early: %s", self.name, e)
+        _note_used(self.name, key)
+        with _state_lock:
+            _remote_missed.discard((self.name, key))
+        if share:
+            self.share(key)
         return {s: self.path(key, s) for s in self.suffixes}
 
     @staticmethod
@@ -261,6 +395,14 @@ def _read_fd(fd: int, name: str, limit: int) -> bytes:
     if len(data) > limit:
         raise BadEntry(f"{name} is more than {limit} bytes")
     return data
+
+
+def _pread_all(fd: int) -> bytes:
+    chunks, offset = [], 0
+    while block := os.pread(fd, 1 << 20, offset):
+        chunks.append(block)
+        offset += len(block)
+    return b"".join(chunks)
 
 
 def _sha256_fd(fd: int) -> str:

@@ -85,9 +85,11 @@ class ResultCache(Generic[T]):
             return None
         # the entry's text as the source: EMBER_DUMP writes it (`NNN-disk_cache_hit-<graph>.src.txt`), so a warm start
         # shows what it reused where a cold one shows what it computed
-        emit(Event("disk_cache_hit", self.stage, f"graph {graph.name!r}: {self.what} from the disk cache "
+        where = f"the remote cache {found.origin}" if found.origin else "the disk cache"
+        emit(Event("disk_cache_hit", self.stage, f"graph {graph.name!r}: {self.what} from {where} "
                    f"({self.name} {key[:12]})", graph=graph, source=found.data[self.suffix].decode("utf-8"),
-                   data={**(describe(result) if describe else {}), "cache": self.name, "key": key, "file": str(path)}))
+                   data={**(describe(result) if describe else {}), "cache": self.name, "key": key, "file": str(path),
+                         "origin": found.origin or "local"}))
         return result
 
     def store(self, facts: Facts, graph: Graph, text: str) -> bool:

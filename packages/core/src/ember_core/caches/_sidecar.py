@@ -127,12 +127,12 @@ def _check_files(files: Any, suffixes: tuple[str, ...]) -> dict[str, str]:
     return dict(files)
 
 
-def _check_meta(meta: Any) -> dict[str, MetaValue]:
+def _check_meta(meta: Any, where: str = "sidecar") -> dict[str, MetaValue]:
     if not isinstance(meta, dict):
-        raise BadEntry(f"sidecar's meta is {_shown(meta)}, not an object")
+        raise BadEntry(f"{where}'s meta is {_shown(meta)}, not an object")
     for name, value in meta.items():
         if not _is_meta_value(value):
-            raise BadEntry(f"sidecar's meta {name!r} is {_shown(value)}")
+            raise BadEntry(f"{where}'s meta {name!r} is {_shown(value)}")
     return dict(meta)
 
 

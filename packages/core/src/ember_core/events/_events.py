@@ -112,7 +112,8 @@ _KINDS = (
               "mode); data: kernel, key, choice, candidates, seconds (each candidate's best launch)"),
     EventKind("graph_cache_hit", "cache", "the runtime reused a compiled graph from its in-process cache"),
     EventKind("graph_cache_miss", "cache", "the runtime compiled a graph and stored it in its in-process cache"),
-    EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache"),
+    EventKind("build_cache_hit", "cache", "a codegen found a graph's build in its disk cache; data: origin (`local`, "
+              "or the remote cache it came from)"),
     EventKind("build_cache_miss", "cache", "a codegen built a graph and stored the build in its disk cache; "
               "data: reason"),
     EventKind("kernels_built", "kernels", "a codegen's build of a graph's kernels (a build-cache miss) finished and "
@@ -120,7 +121,7 @@ _KINDS = (
               "that call waited for it)"),
     EventKind("disk_cache_hit", "cache", "a stage took its result for a graph from its disk cache of stage results "
               "(`ember_core.ResultCache`: the runtime's `partitions`, lowering's `plans`) instead of computing it; "
-              "data: cache, key, file"),
+              "data: cache, key, file, origin (`local`, or the remote cache it came from)"),
     EventKind("disk_cache_miss", "cache", "a stage's disk cache of stage results had no usable entry for a graph, "
               "so the stage computes it (and stores it); data: cache, key, reason (`not cached`, or what is wrong "
               "with the entry, naming the file)"),

@@ -41,6 +41,7 @@ class Build:
     reason: str = ""  # why it was not a hit
     clock: Stopwatch = field(default_factory=Stopwatch)  # from the request to the future's result
     remake: Callable[[str], Build] | None = field(default=None, repr=False)  # see `rebuild`
+    origin: str = ""  # a hit that came from a remote cache: where (`CacheLookup.origin`)
 
     def __post_init__(self) -> None:
         self.seconds: float | None = None  # the build's time, once its future is done
@@ -65,8 +66,10 @@ def report_build(stage: str, graph: Graph, build: Build, what: str, hit: bool | 
     """The `build_cache_hit` or `build_cache_miss` event of `graph`'s build (`what`: "library", "module"); `hit`
     overrides the build's own (a library this process has loaded already is a hit too)."""
     if build.hit if hit is None else hit:
+        where = f"the remote cache {build.origin}" if build.origin else "the cache"
         emit(Event(kind="build_cache_hit", stage=stage, graph=graph,
-                   message=f"graph {graph.name!r}: {what} {build.key[:12]} from the cache"))
+                   message=f"graph {graph.name!r}: {what} {build.key[:12]} from {where}",
+                   data={"origin": build.origin or "local"}))
     else:
         emit(Event(kind="build_cache_miss", stage=stage, graph=graph,
                    message=f"graph {graph.name!r}: building {what} {build.key[:12]} ({build.reason})",
@@ -102,7 +105,7 @@ class BuildPool:
             if found.hit:
                 done: Future = Future()
                 done.set_result(found)
-                return Build(key, done, True, remake=remake)
+                return Build(key, done, True, remake=remake, origin=found.origin)
             return Build(key, self._submit(key, expect, make, lookup_first=True), False, found.reason, remake=remake)
 
     def _remake(self, key: str, expect: Mapping[str, str], make: Maker, reason: str) -> Build:
