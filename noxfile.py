@@ -85,14 +85,16 @@ PACKAGES = {
     "runtime": ["core"],
     "ember": ["core", "capture", "autograd", "partition", "lowering", "codegen-cpp", "codegen-triton", "runtime"],
 }
-# the optional parts a package's own tests cover: ember-core's HTML report (networkx)
-EXTRAS = {"core": "[report]"}
+# the optional parts a package's own tests cover, and the integration suite: ember-core's HTML report (networkx)
+# and its remote cache's Redis client (the integration suite runs it against a real redis-server: `.ci/run`)
+EXTRAS = {"core": "[report,redis]"}
 EXAMPLES = ["examples/ember-fold-mul-one"]
 # The fuzz tests of every loader: graph JSON, graph text, constants (inline and side files), cache sidecars and
-# entries, loop-IR text, DOT diagrams, and the `ember` command itself (one pytest run each: test file names repeat
-# across packages).
+# entries, packed (remote, artifact) cache entries, loop-IR text, DOT diagrams, and the `ember` command itself (one
+# pytest run each: test file names repeat across packages).
 FUZZ_TESTS = ["packages/core/tests/test_fuzz_graph_json.py", "packages/core/tests/test_fuzz_graph_text.py",
               "packages/core/tests/test_fuzz_constants.py", "packages/core/tests/test_disk_cache.py",
+              "packages/core/tests/test_remote_cache.py",
               "tests/test_fuzz_cache_entries.py", "packages/lowering/tests/test_fuzz_plan_text.py",
               "packages/ember/tests/test_fuzz_dot.py", "packages/ember/tests/test_fuzz_cli.py"]
 # expecttest: torch's OpInfo table (torch.testing._internal) imports it; tests/opinfo and its CI subset need the table.
@@ -127,7 +129,7 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.parametrize("torch", TORCH_VERSIONS)
 def integration(session: nox.Session, torch: str) -> None:
     """The cross-package suite with every package and the example plugin installed."""
-    install_siblings(session, [*(f"packages/{p}" for p in PACKAGES), *EXAMPLES], torch)
+    install_siblings(session, [*(f"packages/{p}{EXTRAS.get(p, '')}" for p in PACKAGES), *EXAMPLES], torch)
     pytest(session, "tests")
     # The foundation suite again with the other partitioner (test_training.py covers both by itself).
     session.env["EMBER_OPTIONS"] = '{"partition": "default"}'

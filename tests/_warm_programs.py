@@ -6,11 +6,17 @@ matters, how many graphs torch.compile makes of the same program (Dynamo with a 
 
 `python tests/_warm_programs.py NAME...` runs the named programs in a fresh process and prints their results as
 one JSON object: the warm-start tests run it twice on one `EMBER_CACHE_DIR`, a cold process then a warm one.
+`--load PATH` loads a portable cache artifact first, `--save PATH` saves one after (the report of each is in the
+result, under "artifact"); `--kill PID` sends SIGKILL to process PID at the first cache miss (a remote cache's
+server dying in the middle of a compile).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import signal
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -19,7 +25,7 @@ from pathlib import Path
 import ember
 import torch
 import torch.nn.functional as F
-from ember_core import record_events
+from ember_core import get_plugin_manager, hookimpl, record_events
 from torch import nn
 from torch._dynamo.testing import CompileCounter
 
@@ -30,7 +36,10 @@ Result = dict  # {"events": {"kind/stage": count}, "torch_graphs": int | None}
 
 
 def counted(events) -> dict[str, int]:
-    return dict(Counter(f"{e.kind}/{e.stage}" for e in events))
+    """Events by `kind/stage`; a cache hit that came from a remote cache counts under `kind/stage/remote` too."""
+    counts = Counter(f"{e.kind}/{e.stage}" for e in events)
+    counts.update(f"{e.kind}/{e.stage}/remote" for e in events if (e.data or {}).get("origin", "local") != "local")
+    return dict(counts)
 
 
 def torch_graphs(run: Callable[[Callable], None], model: nn.Module, dynamic: bool | None = None) -> int:
@@ -144,11 +153,38 @@ PROGRAMS: dict[str, Callable[..., Result]] = {
 }
 
 
-def main(names: list[str]) -> None:
-    results = {}
-    for name in names:
+class KillAtFirstMiss:
+    """An event hook that kills process `pid` at the first cache miss of this process."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    @hookimpl
+    def ember_event(self, event) -> None:
+        if self.pid and event.kind in ("disk_cache_miss", "build_cache_miss"):
+            os.kill(self.pid, signal.SIGKILL)
+            self.pid = 0
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("names", nargs="+", choices=list(PROGRAMS))
+    parser.add_argument("--load")
+    parser.add_argument("--save")
+    parser.add_argument("--kill", type=int)
+    args = parser.parse_args(argv)
+    results: dict = {}
+    if args.load:
+        report = ember.cache.load(args.load)
+        results["artifact"] = {"entries": report.entries, "skipped": report.skipped}
+    if args.kill:
+        get_plugin_manager().pm.register(KillAtFirstMiss(args.kill))
+    for name in args.names:
         torch._dynamo.reset()
         results[name] = PROGRAMS[name]()
+    if args.save:
+        report = ember.cache.save(args.save)
+        results["artifact"] = {"entries": report.entries, "skipped": report.skipped}
     print(json.dumps(results))
 
 

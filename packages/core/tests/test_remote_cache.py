@@ -18,7 +18,7 @@ from ember_core.caches import (
     RemoteCache,
     TeamKey,
     TeamKeyError,
-    _disk_cache,
+    _registry,
     forget_remote_caches,
     register_blob_store,
     remote_cache,
@@ -67,10 +67,10 @@ def store(monkeypatch):
     monkeypatch.delenv("EMBER_CACHE_KEY", raising=False)
     monkeypatch.delenv("EMBER_CACHE_KEY_FILE", raising=False)
     forget_remote_caches()
-    _disk_cache._remote_missed.clear()
+    _registry.remote_missed.clear()
     yield memory
     forget_remote_caches()
-    _disk_cache._remote_missed.clear()
+    _registry.remote_missed.clear()
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def machine(tmp_path, monkeypatch):
     def use(name: str):
         monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / name))
         _cache_dir.forget_opened()
-        _disk_cache._remote_missed.clear()
+        _registry.remote_missed.clear()
     yield use
     _cache_dir.forget_opened()
 

@@ -17,10 +17,11 @@ import torch
 import triton
 from ember_lowering.codegen import Tuner
 
+from ._caches import TUNING
 from ._kernel_printer import ROW_ELEMENTS, TritonKernel
 from ._wrapper import launch_debug
 
-TUNER = Tuner("triton_tune", "codegen-triton", machine=("gpu",))
+TUNER = Tuner(TUNING, "codegen-triton")
 Config = tuple[int, int]  # (XBLOCK, num_warps)
 
 

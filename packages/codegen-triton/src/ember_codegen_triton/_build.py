@@ -15,12 +15,13 @@ from pathlib import Path
 from types import ModuleType
 
 import triton
-from ember_core import CacheLookup, DiskCache
+from ember_core import CacheLookup
 from ember_lowering.codegen import Build, BuildError, BuildPool
 
+from ._caches import MODULES
+
 FORMAT = "2"  # bump when the meaning of generated code changes without its text changing
-# the module (code: it runs); the manifest of its compiled kernels (`_binaries.py`), for this GPU
-CACHE = DiskCache("triton", ("py", "bins"), code=("py",), machine=("gpu",))
+CACHE = MODULES  # the module (code: it runs); the manifest of its compiled kernels (`_binaries.py`), for this GPU
 _POOL = BuildPool(CACHE, "triton", what="Triton module")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ember_core import hookimpl
 
+from . import _caches  # noqa: F401 - declares the codegen's disk caches (no Triton import)
 from ._capabilities import TRITON_CAPABILITIES
 from .graph_passes import ChannelsLast, PadGemms
 

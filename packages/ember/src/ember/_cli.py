@@ -24,6 +24,7 @@ from ember_core import (
     disk_cache_usage,
     get_plugin_manager,
 )
+from ember_core.caches import all_local_entries, load_artifact, save_artifact
 from ember_core.report import age, list_reports
 from ember_lowering import Capabilities, default_passes, select_passes
 
@@ -135,6 +136,18 @@ def _show(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace) -> int:
     get_plugin_manager()  # installed codegens declare their caches' files, so that half-written entries count
+    if args.action in ("save", "load"):
+        if not args.path:
+            raise EmberError(f"ember cache {args.action} needs the artifact's PATH")
+        report = save_artifact(args.path, all_local_entries()) if args.action == "save" else load_artifact(args.path)
+        done = "wrote" if args.action == "save" else "loaded"
+        _say(f"{done} {len(report.entries)} entries {'to' if args.action == 'save' else 'from'} {report.path}"
+             + (" (signed with the team key)" if args.action == "save" and report.signed else ""))
+        for cache, key, reason in report.skipped:
+            _say(f"  skipped {cache} {key[:12]}: {reason}")
+        return 0 if report.entries or not report.skipped else 1
+    if args.path:
+        raise EmberError(f"ember cache {args.action} takes no PATH")
     if args.action == "clear":
         for u in clear_disk_cache():
             done = f"left alone: {u.problem}" if u.problem else f"removed {u.entries} entries ({u.bytes} bytes)"
@@ -189,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--no-verify", action="store_true",
                    help="print a graph or plan without checking the rules of its schema or of the loop IR")
     s.set_defaults(run=_show)
-    c = sub.add_parser("cache", help="show the disk caches (root, entries, bytes, size limit) or clear them")
-    c.add_argument("action", choices=("info", "clear"))
+    c = sub.add_parser("cache", help="show the disk caches (root, entries, bytes, size limit), clear them, or save "
+                                     "every entry to a portable artifact PATH / load one into them")
+    c.add_argument("action", choices=("info", "clear", "save", "load"))
+    c.add_argument("path", nargs="?", metavar="PATH", help="the artifact file (save, load)")
     c.set_defaults(run=_cache)
     r = sub.add_parser("report", help="list the compile reports in DIR, newest first (default: $EMBER_REPORT, else .)")
     r.add_argument("folder", nargs="?", metavar="DIR")

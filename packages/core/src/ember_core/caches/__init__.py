@@ -7,12 +7,14 @@ through a remote cache many machines share (`EMBER_REMOTE_CACHE`, Redis) and por
 Builds on the graph IR, the events and the plugin manager (a cache emits events and reads options).
 """
 
+from ._artifacts import ArtifactError, ArtifactReport, all_local_entries, load_artifact, save_artifact
 from ._backends import BackendUnavailable, CacheBackend, LocalBackend
 from ._code_version import code_version
 from ._directory import forget_opened, private_cache_dir
-from ._disk_cache import CacheLookup, DiskCache, EntryFile, disk_caches, used_entries
+from ._disk_cache import CacheLookup, DiskCache, EntryFile
 from ._machine import cpu_lines, cpu_tag, machine_facts
 from ._packed import PackedEntry
+from ._registry import disk_caches, recording, used_entries
 from ._remote import BlobStore, RemoteCache, forget_remote_caches, register_blob_store, remote_cache
 from ._result_cache import ResultCache, clear_result_caches, facts_key
 from ._root import cache_root
@@ -27,4 +29,5 @@ __all__ = [
     "BackendUnavailable", "BadEntry", "BlobStore", "CacheBackend", "LocalBackend", "PackedEntry", "RemoteCache",
     "cpu_lines", "cpu_tag", "disk_caches", "forget_remote_caches", "machine_facts", "register_blob_store",
     "remote_cache", "TeamKey", "TeamKeyError", "team_key", "used_entries",
+    "all_local_entries", "ArtifactError", "ArtifactReport", "load_artifact", "recording", "save_artifact",
 ]

@@ -32,7 +32,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -57,6 +56,8 @@ from ._entry_files import (
 from ._file_lock import file_lock, holds
 from ._machine import MACHINE_PARTS, machine_facts
 from ._packed import PackedEntry
+from ._registry import lock as registry_lock
+from ._registry import note_lookup, note_used, register, remote_missed
 from ._remote import remote_cache
 from ._root import signing_key
 from ._sidecar import BadEntry, MetaValue, Sidecar
@@ -67,28 +68,6 @@ from ._usage import entry_keys, prune
 log = logging.getLogger("ember.cache")
 
 MAX_DATA_BYTES = 256 << 20  # a file whose bytes a lookup hands over (not a `loaded` one)
-
-_registry: dict[str, DiskCache] = {}  # every cache made in this process, by name (portable artifacts load into them)
-_used: dict[tuple[str, str], None] = {}  # (cache, key) of each entry this process found or stored, in order
-_remote_missed: set[tuple[str, str]] = set()  # entries the remote cache did not have (asked once per process)
-_state_lock = threading.Lock()
-
-
-def disk_caches() -> dict[str, DiskCache]:
-    """Every disk cache made in this process, by name."""
-    return dict(_registry)
-
-
-def used_entries() -> list[tuple[str, str]]:
-    """(cache, key) of every entry this process found or stored, first use first."""
-    with _state_lock:
-        return list(_used)
-
-
-def _note_used(cache: str, key: str) -> None:
-    with _state_lock:
-        _used[(cache, key)] = None
-
 
 class EntryFile:
     """A verified file of an entry, open read-only: `fd` until `close()` (or until it is garbage)."""
@@ -143,7 +122,7 @@ class DiskCache:
         self.code = frozenset(code) | self.loaded  # a loaded file is native code
         self.machine = tuple(machine)
         declare(name, self.suffixes)
-        _registry[name] = self
+        register(self)
 
     def machine_facts(self) -> dict[str, str]:
         """What an entry of this cache depends on beyond its key, when it travels (see `_machine`)."""
@@ -166,7 +145,8 @@ class DiskCache:
         if not found.hit and found.reason == "not cached" and remote:
             found = self._from_remote(key, expect or {})
         if found.hit:
-            _note_used(self.name, key)
+            note_used(self.name, key)
+        note_lookup(self.name, key)
         return found
 
     def _lookup_here(self, key: str, expect: Mapping[str, MetaValue] | None) -> CacheLookup:
@@ -238,16 +218,17 @@ class DiskCache:
         remote = remote_cache()
         if remote is None or not remote.available():
             return CacheLookup(None, "not cached")
-        with _state_lock:
-            if (self.name, key) in _remote_missed:
+        with registry_lock:
+            if (self.name, key) in remote_missed:
                 return CacheLookup(None, "not cached")
         try:
             got = remote.get(self, key)
         except BackendUnavailable:
             return CacheLookup(None, "not cached")
+        if not isinstance(got, PackedEntry) or any(got.meta.get(n) != v for n, v in expect.items()):
+            with registry_lock:  # asked once per process: the build that follows replaces it
+                remote_missed.add((self.name, key))
         if got is None:
-            with _state_lock:
-                _remote_missed.add((self.name, key))
             return CacheLookup(None, "not cached")
         if not isinstance(got, PackedEntry) or any(got.meta.get(n) != v for n, v in expect.items()):
             reason = f"the remote cache's entry is bad ({got if isinstance(got, BadEntry) else 'another build'})"
@@ -255,7 +236,7 @@ class DiskCache:
                         remote.where, reason)
             return CacheLookup(None, reason)
         try:
-            self._keep(key, got.files, got.meta)
+            self.keep(key, got.files, got.meta)
         except OSError as e:
             log.info("cache %s: could not keep entry %s from %s here: %s", self.name, key[:12], remote.where, e)
             return CacheLookup(None, "not cached")
@@ -264,7 +245,7 @@ class DiskCache:
                  "its signature checked" if got.signed else "verified")
         return replace(found, origin=remote.where) if found.hit else found
 
-    def _keep(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, MetaValue]) -> None:
+    def keep(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, MetaValue]) -> None:
         """Store an entry that came from elsewhere, under the key's lock (unless this process holds it: a build
         that looks up first); another process that holds it is building the same entry, which it will store."""
         if holds(self.path(key, LOCK)):
@@ -322,9 +303,9 @@ class DiskCache:
             prune(keep=(self.directory, key))
         except OSError as e:
             log.info("cache %s: pruning stopped early: %s", self.name, e)
-        _note_used(self.name, key)
-        with _state_lock:
-            _remote_missed.discard((self.name, key))
+        note_used(self.name, key)
+        with registry_lock:
+            remote_missed.discard((self.name, key))
         if share:
             self.share(key)
         return {s: self.path(key, s) for s in self.suffixes}

@@ -50,12 +50,13 @@ _HOST = torch.device("cpu")
 
 
 class Tuner:
-    """Choices of one codegen (`stage`), kept in ember-core's verified disk cache `cache_name`."""
+    """Choices of one codegen (`stage`), kept in ember-core's verified disk cache `cache` (or one of that name,
+    whose files are `<key>.choice`)."""
 
-    def __init__(self, cache_name: str, stage: str, repeats: int = 3, margin: float = 0.03,
+    def __init__(self, cache: DiskCache | str, stage: str, repeats: int = 3, margin: float = 0.03,
                  machine: tuple[str, ...] = ("cpu",)):
         """`machine`: what the timings depend on, for a remote cache or an artifact (`ember_core.caches`)."""
-        self.cache = DiskCache(cache_name, ("choice",), machine=machine)
+        self.cache = cache if isinstance(cache, DiskCache) else DiskCache(cache, ("choice",), machine=machine)
         self.stage, self.repeats, self.margin = stage, repeats, margin
 
     def choose(self, key: str, kernel: str, candidates: Sequence[Choice], launch: Callable[[Choice], None],
