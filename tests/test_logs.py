@@ -102,7 +102,8 @@ def test_each_recompile_is_one_line_of_the_recompiles_log():
 
 def test_a_warm_start_dumps_the_plans_and_partitions_it_reused(tmp_path):
     """EMBER_DUMP on a warm start wrote no plan and no partition, and no note why: each came from a disk cache.
-    Now each cache hit's entry is dumped, named as a hit (`NNN-disk_cache_hit-<graph>.src.txt`)."""
+    Now each cache hit's entry is dumped, named as a hit (`NNN-disk_cache_hit-<graph>.src.txt`), and the reused
+    partition is drawn as the cold start drew it (`NNN-disk_cache_hit-<forward>.dot`, titled as reused)."""
     script = textwrap.dedent("""
         import ember, torch
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
@@ -118,3 +119,7 @@ def test_a_warm_start_dumps_the_plans_and_partitions_it_reused(tmp_path):
     assert any("kernel " in text for text in warm.values()), sorted(warm)  # lowering's plans, as their text
     assert any('"saved"' in text or "saved" in text for text in warm.values()), sorted(warm)  # the partition
     assert not list((tmp_path / "cold").glob("*disk_cache_hit*"))
+    cold_diagrams = list((tmp_path / "cold").glob("*-partitioned-*.dot"))
+    warm_diagrams = list((tmp_path / "warm").glob("*-disk_cache_hit-*.dot"))
+    assert len(cold_diagrams) == len(warm_diagrams) == 1
+    assert "partition from the disk cache" in warm_diagrams[0].read_text()

@@ -16,6 +16,7 @@ from ember_core import (
     Output,
     Partition,
     Partitioned,
+    Reused,
     Stopwatch,
     Value,
 )
@@ -56,7 +57,8 @@ def test_every_kind_is_documented_with_its_artifact_and_meaning():
 
 def test_kinds_that_carry_stage_objects_name_their_payload_type():
     payloads = {name: k.payload for name, k in EVENT_KINDS.items() if k.payload is not None}
-    assert payloads == {"joint_traced": JointTraced, "partitioned": Partitioned, "graph_compiled": GraphCompiled}
+    assert payloads == {"joint_traced": JointTraced, "partitioned": Partitioned, "graph_compiled": GraphCompiled,
+                        "disk_cache_hit": Reused}
 
 
 def test_partitioned_payload_reads_the_partition_through_named_fields():

@@ -3,7 +3,7 @@ source lines, and nothing of a graph's or a user's text reaching the page unesca
 
 import re
 
-from ember_core import Event, Graph, Input, Node, Output, Ref, Value
+from ember_core import Event, Graph, Input, Node, Output, Ref, Reused, Value
 from ember_core.report import PageInfo, PageRenderer, Report
 from report_events import inference_events, training_events
 
@@ -159,3 +159,20 @@ def test_a_plan_from_the_disk_cache_is_shown_and_marked_as_such():
     assert "plan of the warm start" in html and "lowering did not run in this process" in html
     rows = re.findall(r'<tr id="c1-g1-r[0-9]+">', html)  # the kernel table, a row a step, as when lowered
     assert len(rows) == len(planned.data["steps"]) == len(re.findall(r'<tr id="c1-g1-r[0-9]+">', page(events)))
+
+
+def test_a_partition_from_the_disk_cache_is_shown_and_marked_as_such():
+    """A warm start reuses the runtime's partition: no `joint_traced`, no `partitioned`, only the cache hit whose
+    payload is the partition. The page showed no partition section; now it shows the reused one, saying where it
+    came from and why there is no joint diagram."""
+    events = training_events()
+    split = next(e for e in events if e.kind == "partitioned").payload
+    captured = events[0].graph
+    hit = Event("disk_cache_hit", "runtime", f"graph {captured.name!r}: partition from the remote cache r (p 01)",
+                graph=captured, payload=Reused(split.partition), data={"cache": "partitions", "origin": "redis://r"})
+    warm = [hit if e.kind == "partitioned" else e for e in events if e.kind != "joint_traced"]
+    (c,) = gathered(warm).compiles
+    assert c.partition is split.partition and c.joint is None and c.partitioner == "the remote cache redis://r"
+    html = page(warm)
+    assert "Partition from <code>the remote cache redis://r</code>" in html and "no joint graph to draw" in html
+    assert "Saved for the backward" in html and "Joint graph" not in html

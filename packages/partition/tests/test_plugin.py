@@ -4,10 +4,10 @@ import importlib.metadata
 import logging
 
 import pytest
-from ember_core import Event, OptionError, Partitioned, PluginManager
+from ember_core import Event, OptionError, Partitioned, PluginManager, Reused
 from ember_partition import DefaultPartitioner, MinCutPartitioner
 from ember_partition import _plugin as plugin
-from ember_partition._diagram import joint_diagram
+from ember_partition._diagram import COLOURS, joint_diagram, partition_diagram
 
 
 @pytest.fixture
@@ -51,6 +51,30 @@ def test_partitioned_events_become_diagrams_in_the_dump_folder(block, tmp_path):
     assert written[0] == f"000-partitioned-{part.forward.name}.dot"
     assert (tmp_path / written[0]).read_text() == joint_diagram(joint, part)
     assert set(written) <= {written[0], written[0].replace(".dot", ".svg")}
+
+
+def test_a_partition_reused_from_the_disk_cache_is_drawn_from_its_halves(block, tmp_path):
+    joint = block("layernorm_attention").joint
+    part = MinCutPartitioner().partition(joint)
+    manager = PluginManager(load_entrypoints=False, env={"EMBER_DUMP": str(tmp_path)})
+    manager.register(plugin, "partition")
+    manager.emit(Event("disk_cache_hit", "runtime", graph=part.forward, payload=Reused(part),
+                       data={"cache": "partitions", "origin": "redis://cache-host:6379/0"}))
+    manager.emit(Event("disk_cache_hit", "lowering", graph=part.forward, payload=Reused("a plan, not a partition")))
+    dot = tmp_path / f"000-disk_cache_hit-{part.forward.name}.dot"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".dot") == [dot.name]
+    text = dot.read_text()
+    assert text == partition_diagram(part, "partition from the remote cache redis://cache-host:6379/0 (warm start: "
+                                           "no joint graph traced)")
+    assert text.count(" [fillcolor=") == len(part.forward.nodes) + len(part.backward.nodes)
+    assert text.count("shape=ellipse") == len(part.forward.inputs) + len(
+        [i for i in part.backward.inputs if i.kind != "saved"])
+    for role in ("forward", "backward", "saved", "primal", "tangent"):
+        assert f'fillcolor="{COLOURS[role]}"' in text, role
+    for name in part.saved:  # each saved value's node feeds a backward node
+        producer = next(f"f{i}" for i, n in enumerate(part.forward.nodes) if name in n.outputs) if name not in \
+            part.forward.input_names else f"i{part.forward.input_names.index(name)}"
+        assert f"  {producer} -> b" in text, name
 
 
 def test_without_a_dump_folder_no_diagram_is_written(block, tmp_path, monkeypatch):

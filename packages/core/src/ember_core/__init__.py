@@ -31,6 +31,7 @@ from .events import (
     GraphCompiled,
     JointTraced,
     Partitioned,
+    Reused,
     Stopwatch,
     break_site,
     dumping_to,
@@ -178,7 +179,8 @@ __all__ = [
     "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled", "GraphPass", "InterpreterCodegen",
     # graph passes: the points of the pipeline where they run, and the one runner
     "PASS_POINTS", "run_graph_passes",
-    "JointTraced", "Partitioned", "Partitioner", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch", "dumping_to",
+    "JointTraced", "Partitioned", "Partitioner", "Reused", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch",
+    "dumping_to",
     # custom autograd functions: the call node and its subgraphs
     "CUSTOM_FUNCTION", "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope",
     "text_constants",

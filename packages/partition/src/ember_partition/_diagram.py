@@ -54,6 +54,49 @@ def joint_diagram(joint: JointGraph, partition: Partition | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def partition_diagram(partition: Partition, title: str = "") -> str:
+    """DOT text of a partition drawn from its two halves alone (a warm start reuses the partition without tracing
+    the joint graph): the forward's inputs and nodes (saved values green), the backward's tangents and nodes (those
+    that recompute a forward value yellow, dashed), each saved value's edge into the backward. `title` is drawn as
+    the diagram's label ("from the disk cache")."""
+    fwd, bwd = partition.forward, partition.backward
+    saved = set(partition.saved)
+    computed_forward = {o for n in fwd.nodes for o in n.outputs}
+    ids = {name: f"i{k}" for k, name in enumerate(fwd.input_names)}
+    lines = [f"digraph {_quote(fwd.name)} {{", "  rankdir=TB;",
+             '  node [shape=box, style="filled,rounded", fontname="Helvetica", fontsize=10];', *_legend()]
+    if title:
+        lines.append(f"  labelloc=t; label={_label(title)};")
+    for k, inp in enumerate(fwd.inputs):
+        extra = ', penwidth=3, color="#2b8a3e"' if inp.name in saved else ""
+        label = _label(inp.name, f"{inp.kind}  {_shape(fwd.values[inp.name])}")
+        lines.append(f'  i{k} [shape=ellipse, fillcolor="{COLOURS["primal"]}", label={label}{extra}];')
+    for i, node in enumerate(fwd.nodes):
+        ids.update({o: f"f{i}" for o in node.outputs})
+        is_saved = any(o in saved for o in node.outputs)
+        extra = ', penwidth=3, color="#2b8a3e"' if is_saved else ""
+        shapes = ", ".join(_shape(fwd.values[o]) for o in node.outputs)
+        colour = COLOURS["saved" if is_saved else "forward"]
+        lines.append(f'  f{i} [fillcolor="{colour}", label={_label(", ".join(node.outputs), node.op, shapes)}{extra}];')
+        lines += [f"  {ids[r]} -> f{i};" for r in node_reads(node) if r in ids]
+    for k, inp in enumerate(bwd.inputs):
+        if inp.name not in ids:  # a tangent (a saved value is drawn where the forward made it)
+            ids[inp.name] = f"t{k}"
+            label = _label(inp.name, f"{inp.kind}  {_shape(bwd.values[inp.name])}")
+            lines.append(f'  t{k} [shape=ellipse, fillcolor="{COLOURS["tangent"]}", label={label}];')
+    for i, node in enumerate(bwd.nodes):
+        recomputed = any(o in computed_forward for o in node.outputs)
+        ids.update({o: f"b{i}" for o in node.outputs})
+        role = "recomputed" if recomputed else "backward"
+        extra = ', style="filled,rounded,dashed"' if recomputed else ""
+        shapes = ", ".join(_shape(bwd.values[o]) for o in node.outputs)
+        lines.append(f'  b{i} [fillcolor="{COLOURS[role]}", label={_label(", ".join(node.outputs), node.op, shapes)}'
+                     f"{extra}];")
+        lines += [f"  {ids[r]} -> b{i};" for r in node_reads(node) if r in ids]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def write_diagram(path: str | Path, joint: JointGraph, partition: Partition | None = None) -> list[Path]:
     """Write `<path>.dot`, and `<path>.svg` when Graphviz can render it; return the files written."""
     path = Path(path)

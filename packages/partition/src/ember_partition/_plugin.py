@@ -3,10 +3,10 @@ joint-graph diagrams written through ember-core's dump writer when `EMBER_DUMP=d
 
 from __future__ import annotations
 
-from ember_core import DumpWriter, Event, Partitioned, hookimpl
+from ember_core import DumpWriter, Event, Partition, Partitioned, Reused, hookimpl
 
 from ._default import DefaultPartitioner
-from ._diagram import joint_diagram, render_svg
+from ._diagram import joint_diagram, partition_diagram, render_svg
 from ._mincut import OPTION, MinCutPartitioner, budget_problem
 
 
@@ -22,10 +22,20 @@ def ember_register(registry) -> None:
 @hookimpl
 def ember_event(event: Event, dump: DumpWriter) -> None:
     """A `partitioned` event becomes a diagram of its joint graph beside the event's other dump files:
-    `NNN-partitioned-<forward graph>.dot`, and `.svg` when Graphviz is installed."""
-    if not dump.enabled or event.kind != "partitioned" or not isinstance(event.payload, Partitioned):
+    `NNN-partitioned-<forward graph>.dot`, and `.svg` when Graphviz is installed. A partition a warm start took from
+    the disk cache (a `disk_cache_hit` whose payload is the `Partition`) is drawn from its two halves, titled as
+    reused: `NNN-disk_cache_hit-<forward graph>.dot`."""
+    if not dump.enabled:
         return
-    text = joint_diagram(event.payload.joint, event.payload.partition)
+    if event.kind == "partitioned" and isinstance(event.payload, Partitioned):
+        text = joint_diagram(event.payload.joint, event.payload.partition)
+    elif event.kind == "disk_cache_hit" and isinstance(event.payload, Reused) and isinstance(event.payload.result,
+                                                                                              Partition):
+        origin = event.data.get("origin", "local")
+        where = "the disk cache" if origin == "local" else f"the remote cache {origin}"
+        text = partition_diagram(event.payload.result, f"partition from {where} (warm start: no joint graph traced)")
+    else:
+        return
     if dump.write(event, ".dot", text) is None:
         return  # the folder cannot be written: the writer has warned
     svg = render_svg(text)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from .._errors import EmberError
-from ..events._events import Event
+from ..events._events import Event, Reused
 from ..graph._schema import Graph
 from ..plugins._plugins import emit
 from ._disk_cache import DiskCache
@@ -88,6 +88,7 @@ class ResultCache(Generic[T]):
         where = f"the remote cache {found.origin}" if found.origin else "the disk cache"
         emit(Event("disk_cache_hit", self.stage, f"graph {graph.name!r}: {self.what} from {where} "
                    f"({self.name} {key[:12]})", graph=graph, source=found.data[self.suffix].decode("utf-8"),
+                   payload=Reused(result),
                    data={**(describe(result) if describe else {}), "cache": self.name, "key": key, "file": str(path),
                          "origin": found.origin or "local"}))
         return result

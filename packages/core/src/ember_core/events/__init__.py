@@ -13,6 +13,7 @@ from ._events import (
     GraphCompiled,
     JointTraced,
     Partitioned,
+    Reused,
     Stopwatch,
     break_site,
 )
@@ -21,5 +22,5 @@ from ._fallback_warning import WARNED_CAUSES, FallbackWarning, warn_fallback
 __all__ = [
     "break_site",
     "DumpWriter", "dumping_to", "Event", "EVENT_KINDS", "EventKind", "FALLBACK_CAUSES", "FallbackWarning",
-    "GraphCompiled", "JointTraced", "Partitioned", "Stopwatch", "warn_fallback", "WARNED_CAUSES",
+    "GraphCompiled", "JointTraced", "Partitioned", "Reused", "Stopwatch", "warn_fallback", "WARNED_CAUSES",
 ]

@@ -68,6 +68,15 @@ class GraphCompiled:
         return self.compiled.codegen
 
 
+@dataclass(frozen=True, slots=True)
+class Reused:
+    """Payload of `disk_cache_hit`: the result a stage took from its disk cache instead of computing it (the
+    runtime's `Partition`, lowering's `KernelPlan`), so that observers can show it as they show a computed one
+    (ember-partition draws a reused partition's diagram)."""
+
+    result: Any
+
+
 # ---------------------------------------------------------------------------------------------- kinds
 
 
@@ -121,7 +130,7 @@ _KINDS = (
               "that call waited for it)"),
     EventKind("disk_cache_hit", "cache", "a stage took its result for a graph from its disk cache of stage results "
               "(`ember_core.ResultCache`: the runtime's `partitions`, lowering's `plans`) instead of computing it; "
-              "data: cache, key, file, origin (`local`, or the remote cache it came from)"),
+              "data: cache, key, file, origin (`local`, or the remote cache it came from)", Reused),
     EventKind("disk_cache_miss", "cache", "a stage's disk cache of stage results had no usable entry for a graph, "
               "so the stage computes it (and stores it); data: cache, key, reason (`not cached`, or what is wrong "
               "with the entry, naming the file)"),

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events._events import Event
+from ..events._events import Event, Reused
 from ..graph._schema import Graph
 from ..plugins._stages import JointGraph, Partition
 
@@ -289,7 +289,10 @@ def _note(report: Report, event: Event) -> Compile | None:
 
 def _cache_hit(report: Report, event: Event) -> Compile | None:
     """A disk-cache hit is noted; a kernel plan from lowering's cache is also the graph's plan (its text is the
-    event's source), shown as a plan lowering made would be, so a warm start's page is not missing it."""
+    event's source), shown as a plan lowering made would be, and a partition from the runtime's cache is the
+    compile's partition (no joint graph: the trace did not run), so a warm start's page is not missing either."""
+    if isinstance(event.payload, Reused) and isinstance(event.payload.result, Partition) and event.graph is not None:
+        return _reused_partition(report, event, event.payload.result)
     found = report._compiled(event) if event.stage == "lowering" and event.source else None
     if found is None:
         return _note(report, event)
@@ -299,6 +302,18 @@ def _cache_hit(report: Report, event: Event) -> Compile | None:
         graph.plan = event.source
         graph.steps = tuple(s for s in event.data.get("steps", ()) if isinstance(s, dict))
         graph.decisions = ("the plan came from the disk cache: lowering did not run in this process",)
+    return owner
+
+
+def _reused_partition(report: Report, event: Event, part: Partition) -> Compile:
+    owner = report._owner.get(event.graph.name) or report._open(event.graph.name)
+    origin = event.data.get("origin", "local")
+    owner.partition, owner.partitioner = part, "the disk cache" if origin == "local" else f"the remote cache {origin}"
+    owner.partition_report = str(part.report) if part.report is not None else None
+    owner.notes.append(f"{event.kind}: {event.message}")
+    for graph in (part.forward, part.backward):
+        report._owner[graph.name] = owner
+        owner.compiled(graph.name).graph = graph
     return owner
 
 

@@ -114,13 +114,18 @@ class CompileRenderer:
     def _partition(self, c: Compile) -> str:
         part, joint = c.partition, c.joint
         backward = _prefix_of(c, part.backward.name)
-        body = self._diagram(c, "partition", joint.graph, lambda: partition_diagram(
-            joint, part, Anchors(f"c{c.number}-joint", joint.graph).href, Anchors(backward, part.backward).href))
+        if joint is None:  # reused from a cache: the joint graph was never traced in this process
+            body = (f'<p class="muted">Reused from {esc(c.partitioner)}: a warm start skips the joint trace and the '
+                    "partitioner, so there is no joint graph to draw; both halves are below.</p>")
+        else:
+            body = self._diagram(c, "partition", joint.graph, lambda: partition_diagram(
+                joint, part, Anchors(f"c{c.number}-joint", joint.graph).href, Anchors(backward, part.backward).href))
         saved = ", ".join(f"<code>{esc(s)}</code>" for s in part.saved) or "none"
         body += f"<p>Saved for the backward ({len(part.saved)}): {saved}</p>"
         if c.partition_report:
             body += details("Partition report", code(c.partition_report), open_=True)
-        return details(f"Partition by <code>{esc(c.partitioner)}</code>: forward "
+        by = "from" if joint is None else "by"
+        return details(f"Partition {by} <code>{esc(c.partitioner)}</code>: forward "
                        f"{len(part.forward.nodes)} nodes, backward {len(part.backward.nodes)} nodes", body,
                        open_=True)
 
