@@ -73,13 +73,14 @@ class Workload:
     name: str
     make: Callable[[], tuple[nn.Module, torch.Tensor]]
     training: bool
+    shared: bool = False  # also the remote and artifact columns (with --all-columns: every workload)
 
 
 WORKLOADS = [
-    Workload("mlp train step 256x512", lambda: (mlp_train_step_model(), torch.randn(256, 512)), True),
-    Workload("transformer block train step 8x128x256", lambda: (Block(), torch.randn(8, 128, 256)), True),
+    Workload("mlp train step 256x512", lambda: (mlp_train_step_model(), torch.randn(256, 512)), True, True),
+    Workload("transformer block train step 8x128x256", lambda: (Block(), torch.randn(8, 128, 256)), True, True),
     Workload("gelu mlp 256x512", lambda: (GeluMLP(), torch.randn(256, 512)), False),
-    Workload("transformer block 8x128x256", lambda: (Block().eval(), torch.randn(8, 128, 256)), False),
+    Workload("transformer block 8x128x256", lambda: (Block().eval(), torch.randn(8, 128, 256)), False, True),
     Workload("small cnn 16x3x32x32", lambda: (SmallCNN().eval(), torch.randn(16, 3, 32, 32)), False),
 ]
 # ember with its default frontend (Dynamo) and with its own `trace` frontend; Inductor; Dynamo with no compiler
@@ -87,6 +88,8 @@ COMPILERS = ("ember", "ember-trace", "inductor", "dynamo")
 # the kinds of child each compiler gets, in order (the remote warm one right after the cold one that fills Redis)
 ROLES = {"ember": ("cold", "remote", "local", "artifact"), "ember-trace": ("cold", "local"),
          "inductor": ("cold", "remote", "local", "artifact"), "dynamo": ("cold",)}
+SHARED_ROLES = ("remote", "artifact")  # only on workloads marked `shared`, unless --all-columns
+USES_REDIS = ("ember", "inductor")  # run every child with the remote cache on (cold ones fill an emptied Redis)
 TEAM_KEY = "benchmark-team-key-0123456789"  # ember's EMBER_CACHE_KEY in the children that use Redis (≥ 16 bytes)
 
 
@@ -306,11 +309,11 @@ def run_child(compiler_name: str, workload: str, folder: str, role: str, artifac
     return json.loads(lines[-1])
 
 
-def one_repeat(compiler_name: str, workload: str, redis: Redis) -> dict[str, dict]:
+def one_repeat(compiler_name: str, workload: str, redis: Redis, shared: bool) -> dict[str, dict]:
     """A cold child and the warm children after it: role → the child's result."""
     root = tempfile.mkdtemp(prefix="ember-warm-start-")
-    roles = ROLES[compiler_name]
-    uses_redis = "remote" in roles
+    roles = [r for r in ROLES[compiler_name] if shared or r not in SHARED_ROLES]
+    uses_redis = compiler_name in USES_REDIS
     artifact = os.path.join(root, "artifact.bin") if "artifact" in roles else "-"
     # All of a compiler's children run with the same settings: Inductor's AOTAutograd cache keys hold functorch's
     # config, `enable_remote_autograd_cache` included, so a process with the remote cache off misses every entry
@@ -340,14 +343,20 @@ class Row:
 
         return statistics.median(value(rep[role]) for rep in self.results[compiler_name])
 
+    def has(self, compiler_name: str, role: str) -> bool:
+        return role in self.results[compiler_name][0]
+
     def warm(self, compiler_name: str, role: str) -> str:
+        if not self.has(compiler_name, role):
+            return "–"
         warm = self.median(compiler_name, role)
         return f"{warm:.2f} ({warm / self.median(compiler_name, 'cold'):.2f}x)"
 
     def four(self, compiler_name: str) -> str:
         return " | ".join([f"{self.median(compiler_name, 'cold'):.2f}", self.warm(compiler_name, "local"),
                            self.warm(compiler_name, "remote"), self.warm(compiler_name, "artifact"),
-                           f"{self.median(compiler_name, 'artifact', 'load'):.2f}"])
+                           f"{self.median(compiler_name, 'artifact', 'load'):.2f}"
+                           if self.has(compiler_name, "artifact") else "–"])
 
     def line(self) -> str:
         kind = "training" if self.workload.training else "inference"
@@ -361,7 +370,7 @@ class Row:
         parts = []
         for c in ("ember", "inductor"):
             got = {role: statistics.median(rep[role]["counts"]["libraries_built"] for rep in self.results[c])
-                   for role in ROLES[c]}
+                   for role in ROLES[c] if self.has(c, role)}
             parts.append(f"{c} " + ", ".join(f"{role} {n:g}" for role, n in got.items()))
         return f"{self.workload.name}: C++ libraries built by the workload: " + "; ".join(parts)
 
@@ -376,6 +385,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3, help="cold+warm sets of processes per compiler")
     parser.add_argument("--only", default="", help="workloads whose name contains one of these (comma-separated)")
+    parser.add_argument("--all-columns", action="store_true",
+                        help="the remote and artifact columns on every workload, not only the marked ones")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help="replace the Warm start section of benchmarks/README.md")
     args = parser.parse_args()
@@ -393,7 +404,7 @@ def main() -> None:
             results: dict[str, list] = {c: [] for c in COMPILERS}
             for _ in range(args.repeats):  # the compilers take turns, so that a slow spell of the machine hits all
                 for c in COMPILERS:
-                    results[c].append(one_repeat(c, w.name, redis))
+                    results[c].append(one_repeat(c, w.name, redis, w.shared or args.all_columns))
             rows.append(Row(w, results))
             print(rows[-1].line(), flush=True)
     finally:

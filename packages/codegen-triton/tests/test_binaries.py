@@ -4,30 +4,35 @@ from it without the JIT, on a stand-in sm_90, is `test_gpu_compile.py`'s `warm_b
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import stat
 
 import pytest
-from ember_codegen_triton._binaries import BadManifest, load
+from ember_codegen_triton._binaries import BadManifest, load, restore
 
 SHA = "0" * 64
 
 
 def entry(**changes):
     good = {"folder": "ABC123", "metadata": "k.json", "binary": "k.cubin", "sha256": {"k.json": SHA, "k.cubin": SHA},
-            "hash": SHA, "signature": {"b_x": "*fp32", "S_s0": "i32", "XBLOCK": "constexpr"},
+            "blobs": {"k.json": "", "k.cubin": ""}, "hash": SHA,
+            "signature": {"b_x": "*fp32", "S_s0": "i32", "XBLOCK": "constexpr"},
             "constants": [[[2], 1024]], "attrs": [[[0], [["tt.divisibility", 16]]]]}
     return {**good, **changes}
 
 
 def manifest(**kernels) -> bytes:
-    return json.dumps({"format": 1, "kernels": kernels}).encode()
+    return json.dumps({"format": 2, "kernels": kernels}).encode()
 
 
 @pytest.mark.parametrize("bad,says", [
     (b"\xff", "not JSON"),
     (b"[]", "format"),
-    (json.dumps({"format": 2, "kernels": {}}).encode(), "format"),
+    (json.dumps({"format": 1, "kernels": {}}).encode(), "format"),
+    (manifest(k=entry(blobs={"k.json": ""})), "bad blobs"),
+    (manifest(k=entry(blobs={"k.json": "", "k.cubin": "not base64!"})), "bad blobs"),
     (manifest(other=entry()), "not in the module"),
     (manifest(k=entry(folder="../../etc")), "bad folder"),
     (manifest(k=entry(binary="k.cubin; rm")), "bad binary file name"),
@@ -48,13 +53,35 @@ def test_an_empty_manifest_finds_nothing():
     assert load(b"", {"k": object()}, "/nonexistent") == {}
 
 
-def test_a_kernel_whose_files_are_gone_or_changed_is_left_to_the_jit(tmp_path, caplog):
+def test_a_kernel_whose_files_changed_and_whose_manifest_bytes_do_not_match_is_left_to_the_jit(tmp_path, caplog):
     folder = tmp_path / "ABC123"
     folder.mkdir()
     (folder / "k.json").write_text("{}")
     (folder / "k.cubin").write_bytes(b"binary")
     sha = {"k.json": hashlib.sha256(b"{}").hexdigest(), "k.cubin": hashlib.sha256(b"other").hexdigest()}
+    blobs = {"k.json": base64.b64encode(b"{}").decode(), "k.cubin": base64.b64encode(b"forged").decode()}
     with caplog.at_level("INFO", logger="ember.kernels"):
-        assert load(manifest(k=entry(sha256=sha)), {"k": object()}, tmp_path) == {}
-    assert "k.cubin missing or changed" in caplog.text
+        assert load(manifest(k=entry(sha256=sha, blobs=blobs)), {"k": object()}, tmp_path) == {}
+    assert "k.cubin missing or changed" in caplog.text and "does not match its sha256" in caplog.text
+    assert (folder / "k.cubin").read_bytes() == b"binary"  # nothing written
     assert load(manifest(k=entry()), {"k": object()}, tmp_path / "gone") == {}
+
+
+def record(files: dict[str, bytes]) -> dict:
+    return entry(sha256={f: hashlib.sha256(b).hexdigest() for f, b in files.items()},
+                 blobs={f: base64.b64encode(b).decode() for f, b in files.items()})
+
+
+def test_files_gone_from_tritons_cache_are_written_back_from_the_manifest(tmp_path):
+    """A fresh machine (an entry from a remote cache or an artifact) has none of the binaries in Triton's cache."""
+    files = {"k.json": b'{"name": "k"}', "k.cubin": b"\x7fELF sm_90 code"}
+    assert restore(tmp_path, record(files), ["k.json", "k.cubin"]) is None
+    folder = tmp_path / "ABC123"
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_a_file_that_cannot_be_written_back_is_said(tmp_path):
+    (tmp_path / "ABC123").write_text("a file where the folder goes")
+    problem = restore(tmp_path, record({"k.json": b"{}", "k.cubin": b"x"}), ["k.cubin"])
+    assert problem.startswith("cannot be written back")

@@ -8,18 +8,25 @@ JIT cache key (Triton hashes its own sources and libraries once per process, the
 specialization and no cache lookup runs. On this repository's 2-core CPU machine (stand-in sm_90, Triton 3.9)
 Triton's warm path cost about 10 ms a kernel and 0.3 s once a process; a GPU host is still to be measured.
 
-The manifest comes from ember's verified cache (signed sidecar, sha256 of every file); it is still parsed, never
-evaluated: each field is checked for its type and form before use. A kernel whose files are gone (Triton's cache
-cleared) or differ from their sha256 is not in `load`'s result, and its caller compiles it through Triton's JIT
-as before (a log line says why).
+The manifest also holds both files' bytes (base64), so that an entry is whole wherever it goes: a kernel whose files
+are gone from Triton's cache (cleared, or a fresh machine that took the entry from a remote cache or an artifact,
+see `ember_core.caches`) has them written back there from the manifest, checked against their sha256, and binds as
+before. The manifest comes from ember's verified cache (signed sidecar, sha256 of every file; a shared entry only
+with the team key's signature); it is still parsed, never evaluated: each field is checked for its type and form
+before use. A kernel whose files cannot be written back, or whose bytes differ from their sha256, is not in
+`load`'s result, and its caller compiles it through Triton's JIT as before (a log line says why).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import logging
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,12 +35,14 @@ from triton.compiler import ASTSource, CompiledKernel, make_backend
 
 log = logging.getLogger("ember.kernels")
 
-FORMAT = 1
+FORMAT = 2  # 2: each kernel's files' bytes are in the manifest (`blobs`)
+MAX_FILE_BYTES = 64 << 20
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 _FOLDER = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 _FILE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}\.[a-z0-9]{1,16}")
 _TYPE = re.compile(r"\*?(?:[a-z]{1,12}[0-9]{0,3}|constexpr)")
 _SHA = re.compile(r"[0-9a-f]{64}")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _SCALARS = (bool, int, float, str, type(None))
 
 
@@ -56,6 +65,7 @@ def manifest(kernels: Mapping[str, CompiledKernel], cache_dir: str | Path) -> by
         out[name] = {
             "folder": group[meta].parent.name, "metadata": meta, "binary": binary,
             "sha256": {f: hashlib.sha256(group[f].read_bytes()).hexdigest() for f in (meta, binary)},
+            "blobs": {f: base64.b64encode(group[f].read_bytes()).decode() for f in (meta, binary)},
             "hash": compiled.hash, "signature": dict(src.signature),
             "constants": [[list(k), v] for k, v in src.constants.items()],
             "attrs": [[list(k), [list(a) for a in v]] for k, v in src.attrs.items()],
@@ -81,15 +91,46 @@ def load(data: bytes, functions: Mapping[str, Any], cache_dir: str | Path) -> di
         record = _checked(name, entry)
         files = {f: root / record["folder"] / f for f in (record["metadata"], record["binary"])}
         changed = [f for f, path in files.items() if _sha256(path) != record["sha256"][f]]
-        if changed:
-            log.info("triton binaries: kernel %s: %s missing or changed under %s; compiling it through the JIT",
-                     name, ", ".join(changed), root / record["folder"])
+        problem = restore(root, record, changed) if changed else None
+        if problem:
+            log.info("triton binaries: kernel %s: %s missing or changed under %s and %s; compiling it through the "
+                     "JIT", name, ", ".join(changed), root / record["folder"], problem)
             continue
         fn = functions[name]
         src = ASTSource(fn, record["signature"], {tuple(k): v for k, v in record["constants"]},
                         {tuple(k): [list(a) for a in v] for k, v in record["attrs"]})
         found[name] = CompiledKernel(src, {f: str(p) for f, p in files.items()}, record["hash"])
     return found
+
+
+def restore(root: Path, record: dict, names: list[str]) -> str | None:
+    """Write the files `names` of a checked kernel record back under `root/<folder>` from the record's bytes, each
+    checked against its sha256 first and moved into place whole; None when done, else why not."""
+    folder = root / record["folder"]
+    blobs = {}
+    for name in names:
+        try:
+            data = base64.b64decode(record["blobs"][name], validate=True)
+        except (binascii.Error, ValueError):
+            return f"its {name} in the manifest is not base64"
+        if hashlib.sha256(data).hexdigest() != record["sha256"][name]:
+            return f"its {name} in the manifest does not match its sha256"
+        blobs[name] = data
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for name, data in blobs.items():
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, folder / name)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+    except OSError as e:
+        return f"cannot be written back ({e})"
+    log.info("triton binaries: restored %s under %s from the manifest", ", ".join(names), folder)
+    return None
 
 
 def _sha256(path: Path) -> str | None:
@@ -105,8 +146,8 @@ def _checked(name: str, entry: Any) -> dict:
         if not ok:
             raise BadManifest(f"kernel {name!r}: {what}")
 
-    need(isinstance(entry, dict) and set(entry) == {"folder", "metadata", "binary", "sha256", "hash", "signature",
-                                                     "constants", "attrs"}, "unexpected fields")
+    need(isinstance(entry, dict) and set(entry) == {"folder", "metadata", "binary", "sha256", "blobs", "hash",
+                                                     "signature", "constants", "attrs"}, "unexpected fields")
     need(isinstance(entry["folder"], str) and bool(_FOLDER.fullmatch(entry["folder"])), "bad folder")
     for key in ("metadata", "binary"):
         need(isinstance(entry[key], str) and bool(_FILE.fullmatch(entry[key])), f"bad {key} file name")
@@ -114,6 +155,10 @@ def _checked(name: str, entry: Any) -> dict:
     sha = entry["sha256"]
     need(isinstance(sha, dict) and set(sha) == {entry["metadata"], entry["binary"]}
          and all(isinstance(v, str) and _SHA.fullmatch(v) for v in sha.values()), "bad sha256")
+    blobs = entry["blobs"]
+    need(isinstance(blobs, dict) and set(blobs) == set(sha) and all(
+        isinstance(v, str) and len(v) <= MAX_FILE_BYTES * 4 // 3 + 4 and _BASE64.fullmatch(v) for v in blobs.values()),
+        "bad blobs")
     need(isinstance(entry["hash"], str) and bool(_SHA.fullmatch(entry["hash"])), "bad hash")
     sig = entry["signature"]
     need(isinstance(sig, dict) and all(isinstance(k, str) and _NAME.fullmatch(k) and isinstance(v, str)
