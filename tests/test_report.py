@@ -19,6 +19,7 @@ from pathlib import Path
 
 import ember
 import ember_core
+import ember_runtime
 import pytest
 import torch
 from ember._cli import main
@@ -63,6 +64,20 @@ def test_a_training_step_has_every_stage_in_its_report(report):
     for kind in STAGE_EVENTS:
         times = [e.data.get("seconds") for e in events if e.kind == kind]
         assert times and all(isinstance(s, float) and s >= 0 for s in times), kind
+
+
+def test_backward_kernels_link_to_the_source_lines_they_differentiate(report):
+    """The joint trace dropped node meta, so a backward-only kernel (a gradient no forward node computes) showed no
+    source line. Each backward node now carries the line of the captured node whose derivative it computes."""
+    torch._dynamo.reset()
+    ember_runtime.clear_cache()  # lowered in this test (or its plan taken from the disk), not reused in memory
+    training_step()
+    html = report.write().read_text()
+    backward = re.findall(r'<tr id="c1-g2-r\d+">(.*?)</tr>', html, re.S)
+    kernels = [row for row in backward if "<td>kernel</td>" in row]
+    assert kernels and all(re.search(r"models\.py:\d+", row) for row in kernels), kernels[:3]
+    lines = {m for row in kernels for m in re.findall(r"models\.py:(\d+)", row)}
+    assert len(lines) >= 3, lines  # layer norms, attention, MLP: not one line for everything
 
 
 def test_the_runtime_times_the_stages_it_runs():

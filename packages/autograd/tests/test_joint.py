@@ -417,3 +417,39 @@ def test_prims_convert_element_type_is_differentiated_as_a_cast():
                         "  return (z)\n")
     joint_graph = joint(graph, [torch.randn(4).bfloat16().requires_grad_()])
     assert [o.kind for o in joint_graph.graph.outputs] == ["user", "grad"]
+
+
+# ---------------------------------------------------------------------------------------------- source lines
+
+
+def test_every_node_carries_the_source_of_the_captured_node_it_comes_from():
+    """The joint trace dropped node meta: backward kernels had no source lines in the report. Now each node the
+    forward of captured node N records, and each node N's backward records, carries N's `source` and `module`."""
+    def f(x, w):
+        return (x.sin() * w).sum()
+
+    x, w = rand(4, 8), rand(8)
+    graph = capture(f, x, w)
+    located = graph.replace(nodes=tuple(n.replace(meta={**n.meta, "source": f"model.py:{10 + i}", "module": f"m{i}"})
+                                        for i, n in enumerate(graph.nodes)))
+    where = {n.op: (n.meta["source"], n.meta["module"]) for n in located.nodes}
+    jg = joint(located, [x, w]).graph
+    assert all((n.meta.get("source"), n.meta.get("module")) in where.values() for n in jg.nodes), str(jg)
+    backward = [n for n in jg.nodes if n.meta["region"] == "backward"]
+    by_op: dict[str, set] = {}
+    for n in backward:
+        by_op.setdefault(n.op, set()).add((n.meta["source"], n.meta["module"]))
+    assert by_op["aten.cos.default"] == {where["aten.sin.default"]}  # sin's derivative, from sin's line
+    assert by_op["aten.expand.default"] == {where["aten.sum.default"]}  # sum's, from sum's
+    assert by_op["aten.mul.Tensor"] == {where["aten.mul.Tensor"], where["aten.sin.default"]}  # mul's two; cos * g
+    forward = [n for n in jg.nodes if n.meta["region"] == "forward"]
+    lines = [int(n.meta["source"].split(":")[1]) for n in forward]
+    assert lines == sorted(lines) and {(n.meta["source"], n.meta["module"]) for n in forward} == set(where.values())
+    assert {(n.meta["source"], n.meta["module"]) for n in forward if n.op.startswith("aten.sum")} == {
+        where["aten.sum.default"]}
+
+
+def test_a_graph_without_source_lines_gets_none():
+    x, w = rand(4, 8), rand(8)
+    jg = joint(capture(lambda x, w: (x.sin() * w).sum(), x, w), [x, w]).graph
+    assert not [n for n in jg.nodes if "source" in n.meta or "module" in n.meta]

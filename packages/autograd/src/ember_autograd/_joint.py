@@ -43,6 +43,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from ._grad_boundaries import insert_grad_boundaries
+from ._locations import Locations, location_meta
 from ._primals import FakePrimals, differentiable_dtype, requires_grad
 
 PRODUCER = "ember-autograd 0.1.0"
@@ -116,7 +117,12 @@ class JointTrace:
     def _joint_fn(self, *flat: Any) -> list[Any]:
         n = len(self.graph.inputs)
         primals, tangents = flat[:n], flat[n:]
-        outs = self.interpreter.run(list(primals))
+        locations = Locations(get_proxy_mode().tracer.graph)
+        self.interpreter.after_node = locations.after_node
+        try:
+            outs = self.interpreter.run(list(primals))
+        finally:
+            self.interpreter.after_node = None
         for node in get_proxy_mode().tracer.graph.nodes:
             node.meta[_REGION] = "forward"
         wrt = [(k, p) for k, p in enumerate(primals) if isinstance(p, torch.Tensor) and p.requires_grad]
@@ -129,6 +135,7 @@ class JointTrace:
         if traced and wrt:
             grads = list(torch.autograd.grad([o for o, _ in traced], [p for _, p in wrt], [t for _, t in traced],
                                              allow_unused=True))
+        locations.finish()
         zero = self._zero_gradient_primals()
         grads = [torch.zeros_like(p) if g is None and k in zero else g for (k, p), g in zip(wrt, grads)]
         self.grad_inputs = [k for (k, _), g in zip(wrt, grads) if g is not None]
@@ -203,7 +210,7 @@ def _to_graph(graph: Graph, gm: fx.GraphModule, trace: JointTrace, grads: list[b
     _name_placeholders(gm, inputs)
     for node in gm.graph.nodes:
         if node.op == "call_function":
-            node.meta["ember_meta"] = {"region": node.meta.get(_REGION, "backward")}
+            node.meta["ember_meta"] = {"region": node.meta.get(_REGION, "backward"), **location_meta(node)}
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     results = list(out_node.args[0])
     kinds = [*graph.outputs, *(Output("", "grad", k) for k in trace.grad_inputs)]

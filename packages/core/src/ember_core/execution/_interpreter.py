@@ -18,10 +18,13 @@ class Interpreter:
     """Plans a graph once (ops resolved, values freed after their last use), then runs it on many inputs.
 
     `overrides` maps an op name to a callable run in its place, with the same arguments (a transform that needs
-    an op to behave differently, as the joint trace needs a differentiable `aten.copy`)."""
+    an op to behave differently, as the joint trace needs a differentiable `aten.copy`). `after_node(i, node,
+    result)`, when given, is called after each node runs (the joint trace tags what each node recorded)."""
 
-    def __init__(self, graph: Graph, overrides: Mapping[str, Callable] | None = None):
+    def __init__(self, graph: Graph, overrides: Mapping[str, Callable] | None = None,
+                 after_node: Callable[[int, Node, Any], None] | None = None):
         self.graph = graph
+        self.after_node = after_node
         overrides = overrides or {}
         self._ops = [overrides[n.op] if n.op in overrides else node_callable(graph, n) for n in graph.nodes]
         self._frees = self._plan_frees(graph)
@@ -75,6 +78,8 @@ class Interpreter:
             else:
                 for name, r in zip(node.outputs, result):
                     env[name] = r
+            if self.after_node is not None:
+                self.after_node(i, node, result)
             for name in self._frees[i]:
                 del env[name]
         return [env[name] for name in self._outputs]

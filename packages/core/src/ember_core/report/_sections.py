@@ -191,10 +191,10 @@ def _texts(g: Compiled, prefix: str) -> str:
 
 
 def _source_nodes(c: Compile, graph: Graph) -> dict[str, Any]:
-    """Output name → the node whose `source` and `module` a kernel computing it shows. The joint trace does not
-    carry source lines, so a node of a forward or backward graph without one takes its captured node's: the node
-    of the same name and op (the joint's forward replays the captured graph's ops in order, and names them as
-    capture did)."""
+    """Output name → the node whose `source` and `module` a kernel computing it shows. ember-autograd's joint trace
+    carries each captured node's lines to what its forward and backward record; a node without one (another
+    autograd plugin's, or a partition cached by an older ember) takes its captured node's: the node of the same name
+    and op (a joint's forward replays the captured graph's ops in order, and names them as capture did)."""
     found = {o: n for n in graph.nodes for o in n.outputs}
     if c.captured is None or graph is c.captured:
         return found
