@@ -48,3 +48,25 @@ def test_explain_reports_the_fallback_and_its_reason(kind, frontend):
         report = ember.explain(f, made(kind), options={"frontend": frontend})
     assert len(report.fallbacks) == 1, str(report)
     assert KINDS[kind][1] in report.fallbacks[0].reason and "changed in place" not in report.fallbacks[0].reason
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("as_module", [False, True])
+def test_dynamo_says_once_why_the_call_runs_eagerly(kind, as_module):
+    """Dynamo runs such a call eagerly without calling ember's backend: ember heard nothing and said nothing (no
+    event, no warning). Now the Dynamo frontend reports it once, naming the input and what it is."""
+    torch._dynamo.reset()
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return f(x)
+
+    compiled = ember.compile(M() if as_module else f)
+    x = made(kind)
+    with ember.record_events() as rec, pytest.warns(ember.FallbackWarning, match=f"input 'x' is {KINDS[kind][1]}"):
+        out = compiled(x)
+        compiled(x)
+    torch.testing.assert_close(out, f(x))
+    fallbacks = [e for e in rec.events if e.kind == "fallback"]
+    assert len(fallbacks) == 1 and fallbacks[0].data["cause"] == "eager", [e.message for e in rec.events]
+    assert KINDS[kind][1] in fallbacks[0].data["reason"]

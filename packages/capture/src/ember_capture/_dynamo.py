@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental._backward_state import BackwardState
 
 from ._aten import _source_of, capture_graph
+from ._eager_inputs import checking_inputs
 from ._guards import storage_of
 from ._options import options_of
 from ._report import qualname, report
@@ -313,9 +314,18 @@ class DynamoFrontend:
         settings = dict(nopython=opts["fullgraph"], dynamic=opts["dynamic"], guard_export_fn=guards_built,
                         guard_fail_fn=guard_failed)
         limit = opts["recompile_limit"]
-        if _optimize_takes("recompile_limit"):
-            return torch._dynamo.optimize(backend, recompile_limit=limit, **settings)(fn)
-        return _with_recompile_limit(torch._dynamo.optimize(backend, **settings)(fn), limit)
+        if isinstance(fn, fx.GraphModule):
+            # compiled autograd's backward: it takes values its graph made, not a user's, so its inputs need no
+            # check; and it is compiled while Dynamo may be tracing the step that runs it, where the Dynamo-made
+            # module must be returned as it comes (Dynamo resumes this frame after the call)
+            return _optimized(backend, settings, limit, fn)
+        return checking_inputs(_optimized(backend, settings, limit, fn), fn, label)
+
+
+def _optimized(backend: Callable, settings: dict, limit: int, fn: Callable) -> Callable:
+    if _optimize_takes("recompile_limit"):
+        return torch._dynamo.optimize(backend, recompile_limit=limit, **settings)(fn)
+    return _with_recompile_limit(torch._dynamo.optimize(backend, **settings)(fn), limit)
 
 
 def _optimize_takes(keyword: str) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ember_core import WARNED_CAUSES, Event, Graph, break_site, emit, record_events, unsupported_tensor
+from ember_core import WARNED_CAUSES, Event, Graph, break_site, record_events
 
 from ._compile import compile
 from ._pipeline import Pipeline, clear_cache
@@ -299,26 +299,10 @@ class Explainer:
         with record_events() as recorder:
             try:
                 result = self.compiled(*args, **kwargs)
-                if self.frontend == "dynamo" and not recorder.events:
-                    _why_dynamo_ran_it_eagerly(_name(self.fn), args, kwargs)
             finally:
                 self.events += recorder.events
         return ExplainOutput.from_events(self.events, function=_name(self.fn), frontend=self.frontend,
                                          calls=self.calls, result=result)
-
-
-def _why_dynamo_ran_it_eagerly(function: str, args: tuple, kwargs: dict) -> None:
-    """Dynamo runs a call whose inputs it cannot fake (quantized, sparse, nested tensors) eagerly without calling
-    the backend, so ember hears nothing and explain would say "0 graphs, 0 fallbacks". Where a call sent no event
-    at all and an argument is such a tensor, say so as the fallback it is."""
-    leaves, _ = torch.utils._pytree.tree_flatten((args, kwargs))
-    for k, leaf in enumerate(leaves):
-        kind = unsupported_tensor(leaf) if isinstance(leaf, torch.Tensor) else None
-        if kind is not None:
-            reason = f"argument {k} is {kind}: Dynamo runs the call eagerly (ember traces dense, strided tensors only)"
-            emit(Event("fallback", "capture", f"{function} runs eagerly: {reason}",
-                       data={"function": function, "reason": reason, "cause": "eager"}))
-            return
 
 
 def explain(fn: Callable, *args: Any, **compile_kwargs: Any) -> Any:
