@@ -159,3 +159,62 @@ def test_the_cli_saves_every_local_entry_and_loads_them(shipped, fresh_cache, mo
     _cache_dir.forget_opened()
     assert ember_cli(["cache", "load", str(out)]) == 0
     assert capsys.readouterr().out.split()[1] == saved.split()[1]  # as many entries loaded as saved
+
+
+CUDA_PROGRAM = """
+import json, sys
+from collections import Counter
+
+import ember, torch, triton
+from ember_core import record_events
+
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "load":
+    report = ember.cache.load(path)
+    assert report.entries and not report.skipped, report
+compiled_by_jit = []
+triton.knobs.compilation.listener = lambda **info: compiled_by_jit.append(not info["cache_hit"])
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128)).cuda()
+x = torch.randn(32, 64, device="cuda")
+with record_events() as rec:
+    out = ember.compile(model)(x)
+    out.sum().backward()
+want = [p.grad.clone() for p in model.parameters()]
+model.zero_grad()
+ref = model(x)
+ref.sum().backward()
+torch.testing.assert_close(out, ref)
+for p, g in zip(model.parameters(), want):
+    torch.testing.assert_close(g, p.grad)
+if mode == "save":
+    ember.cache.save(path)
+print(json.dumps({"events": Counter(f"{e.kind}/{e.stage}" for e in rec.events), "jit": sum(compiled_by_jit)}))
+"""
+
+
+@pytest.mark.gpu
+def test_a_cuda_training_step_loads_warm_from_an_artifact_on_a_fresh_machine(tmp_path):
+    """On a GPU: the artifact carries the Triton modules with their compiled kernels (the manifest holds the
+    binaries), so a fresh machine binds every kernel without Triton's JIT."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    artifact = tmp_path / "cuda.ember-cache"
+
+    def child(home: str, mode: str) -> dict:
+        env = fresh_machine(tmp_path / home)
+        env.pop("TRITON_INTERPRET", None)
+        env.pop("TRITON_CACHE_DIR", None)
+        done = subprocess.run([sys.executable, "-c", CUDA_PROGRAM, mode, str(artifact)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = child("a", "save")
+    warm = child("b", "load")
+    assert cold["events"].get("build_cache_miss/codegen-triton", 0) >= 1, cold
+    assert warm["events"].get("build_cache_hit/codegen-triton", 0) == cold["events"]["build_cache_miss/codegen-triton"]
+    assert not warm["events"].get("build_cache_miss/codegen-triton") and warm["jit"] == 0, warm
+    assert not warm["events"].get("kernels_planned/lowering") and not warm["events"].get("joint_traced/autograd")
