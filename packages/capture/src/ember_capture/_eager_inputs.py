@@ -28,6 +28,10 @@ class EagerInputs:
         self.fn, self.label = fn, label
         self.said: set[tuple[str, str]] = set()
 
+    def __call__(self, _module: Any, args: tuple, kwargs: dict) -> None:
+        """As a module's forward pre-hook (an object, not a closure: the module pickles and copies as before)."""
+        self.check(args, kwargs)
+
     def check(self, args: tuple, kwargs: dict) -> None:
         for k, a in enumerate(args):
             if isinstance(a, torch.Tensor) and (a.layout is not _STRIDED or a.is_quantized or a.is_nested):
@@ -60,7 +64,7 @@ def checking_inputs(optimized: Any, fn: Callable, label: str) -> Any:
     a wrapper around a function. (Not for an FX graph: see `DynamoFrontend.wrap`.)"""
     eager = EagerInputs(fn.forward if isinstance(fn, torch.nn.Module) else fn, label)
     if isinstance(optimized, torch.nn.Module):
-        optimized.register_forward_pre_hook(lambda _module, args, kwargs: eager.check(args, kwargs), with_kwargs=True)
+        optimized.register_forward_pre_hook(eager, with_kwargs=True)
         return optimized
 
     @functools.wraps(optimized)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -49,19 +50,33 @@ def compile(  # noqa: A001 - the name is torch.compile's
     if pipeline.options.get("compiled_autograd"):
         compiled = compiled_autograd.wrap(compiled, options, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(model, torch.nn.Module) and not isinstance(compiled, torch.nn.Module):
-        return mark_compiled(CompiledModule(model, compiled))
+        remake = functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                   options=options)
+        return mark_compiled(CompiledModule(model, compiled, remake))
     if not isinstance(model, torch.nn.Module) and compiled is not model:
         functools.update_wrapper(compiled, model, updated=())
     return mark_compiled(compiled)
 
 
 class CompiledModule(torch.nn.Module):
-    """An nn.Module whose calls go through the compiled callable; everything else is the original module's."""
+    """An nn.Module whose calls go through the compiled callable; everything else is the original module's.
 
-    def __init__(self, module: torch.nn.Module, compiled: Callable):
+    `copy.deepcopy` copies the module and compiles the copy again with the same arguments (`remake`): the compiled
+    callable reads the module it was made for, so a copy sharing it would compute with the original's parameters."""
+
+    def __init__(self, module: torch.nn.Module, compiled: Callable,
+                 remake: Callable[[torch.nn.Module], Any] | None = None):
         super().__init__()
         self._orig_mod = module
         self._compiled = compiled
+        self._remake = remake
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        if self._remake is None:
+            raise TypeError("this compiled module cannot be copied: compile a copy of its module instead")
+        twin = self._remake(copy.deepcopy(self._orig_mod, memo))
+        memo[id(self)] = twin
+        return twin
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled(*args, **kwargs)

@@ -54,6 +54,11 @@ class Pipeline:
         self.frontend_options = frontend_options
         self._options_key = repr(sorted((k, repr(v)) for k, v in options.items()))
 
+    def __deepcopy__(self, memo: dict) -> Pipeline:
+        """Shared, not copied: `copy.deepcopy(ember.compile(module))` copies the module, as it does a
+        `torch.compile`d one, and keeps its compiler (whose plugin manager holds Python modules)."""
+        return self
+
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None, *, fullgraph: bool, dynamic: bool | None,
                      mode: str | None) -> Pipeline:
