@@ -8,35 +8,39 @@ first full collection of the objects start-up made would otherwise land inside t
 and not in others: a gen-2 collection takes 0.15 s here), then calls the workload once and a few times more:
 compile time = the first call minus the median of the steady calls.
 
-For ember (default frontend) and Inductor, each repeat is one cold child and three warm ones after it:
+For ember (default frontend) and Inductor, each repeat is one cold child and up to three warm ones after it, all
+with the remote cache on (ember: `EMBER_REMOTE_CACHE` and the team key `EMBER_CACHE_KEY`, so that its C++
+libraries travel too; Inductor: `TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1`, `TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1`,
+`TORCHINDUCTOR_REDIS_HOST/PORT`) against one `redis-server` the parent starts, emptied before every child but the
+remote warm one. The same settings everywhere: Inductor's AOTAutograd cache key holds functorch's config, the
+remote cache's switch included, so a process with it off misses every entry one with it on wrote.
 
-- cold: a fresh folder, and an empty Redis (the parent starts one `redis-server` and flushes it before each cold
-  child). The cold child runs with the remote cache configured, so it fills Redis as it compiles (ember:
-  `EMBER_REMOTE_CACHE` with the team key `EMBER_CACHE_KEY`, so that its C++ libraries travel too; Inductor:
-  `TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1`, `TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1`, `TORCHINDUCTOR_REDIS_HOST/PORT`),
-  and after its measurement writes an artifact of what the workload compiled (ember: `ember.cache.save(path,
-  entries)` of a `recording()` block; Inductor: `torch.compiler.save_cache_artifacts()`, the Mega-cache, of the
-  artifacts recorded since start-up).
-- local warm: the cold child's folder (ember: its partitions, kernel plans and built libraries; Inductor: its FX
-  graph and AOTAutograd caches, on by default, and its built C++ kernels), no remote cache.
+- cold: a fresh folder and an empty Redis, which it fills. After its measurement it writes an artifact of what the
+  workload compiled (ember: `ember.cache.save(path, entries)` of a `recording()` block; Inductor:
+  `torch.compiler.save_cache_artifacts()`, the Mega-cache, of what was recorded after start-up).
 - remote warm: a fresh, empty folder and the Redis the cold child filled.
-- artifact warm: a fresh, empty folder, no remote cache; after start-up, before the workload, the child loads the
+- local warm: the cold child's folder (ember: its partitions, kernel plans and built libraries; Inductor: its FX
+  graph and AOTAutograd caches, on by default, and its built C++ kernels); Redis empty.
+- artifact warm: a fresh, empty folder, Redis empty; after start-up, before the workload, the child loads the
   artifact (ember: `ember.cache.load(path)`, which must skip nothing; Inductor:
   `torch.compiler.load_cache_artifacts(bytes)`, reading the file included). Its load time is reported on its own
   and included in the column's warm time.
 
+The remote and artifact columns run on the workloads marked `shared` (one training, one inference at least), or on
+all with `--all-columns`.
+
 Every child checks that it was what its column says, and fails (so does the run) otherwise. ember: the workload's
 `disk_cache_*` and `build_cache_*` events (`ember_core.record_events`): cold has misses and no hit from Redis; a
-warm child has hits and no miss, remote warm at least one hit from Redis. Inductor: the `fxgraph_cache_*` and
-`autograd_cache_*` counters: cold has misses, a warm child hits and no miss or bypass. The children also count the
-C++ libraries (ember: `build_cache_miss`; Inductor: new `.so` files in its folder) that the workload built, which
-the parent prints after the table.
+warm child has hits and no miss, remote warm at least one hit from Redis, the others none. Inductor: the
+`fxgraph_cache_*` and `autograd_cache_*` counters: cold has misses, a warm child hits and no miss or bypass. The
+children also count the C++ libraries (ember: `build_cache_miss`; Inductor: new `.so` files in its folder) that the
+workload built, which the parent prints after the table.
 
-"ember (trace frontend)" is ember with its own `trace` frontend, cold and local warm only. "Dynamo alone" is
-`torch.compile(backend="eager")`: Dynamo's tracing and guards with no compiler behind it, the part of a warm compile
-no cache removes (cold only: it keeps no cache). Rows are medians over `--repeats`.
+"ember (trace frontend)" is ember with its own `trace` frontend, cold and local warm only, no remote cache. "Dynamo
+alone" is `torch.compile(backend="eager")`: Dynamo's tracing and guards with no compiler behind it, the part of a
+warm compile no cache removes (cold only: it keeps no cache). Rows are medians over `--repeats`.
 
-Usage: python benchmarks/warm_start.py [--repeats 3] [--only NAME,...] [--write]
+Usage: python benchmarks/warm_start.py [--repeats 3] [--only NAME,...] [--all-columns] [--write]
 """
 
 from __future__ import annotations
@@ -73,11 +77,11 @@ class Workload:
     name: str
     make: Callable[[], tuple[nn.Module, torch.Tensor]]
     training: bool
-    shared: bool = False  # also the remote and artifact columns (with --all-columns: every workload)
+    shared: bool = False  # also the remote and artifact columns (all workloads with --all-columns: 22 min, not 16)
 
 
 WORKLOADS = [
-    Workload("mlp train step 256x512", lambda: (mlp_train_step_model(), torch.randn(256, 512)), True, True),
+    Workload("mlp train step 256x512", lambda: (mlp_train_step_model(), torch.randn(256, 512)), True),
     Workload("transformer block train step 8x128x256", lambda: (Block(), torch.randn(8, 128, 256)), True, True),
     Workload("gelu mlp 256x512", lambda: (GeluMLP(), torch.randn(256, 512)), False),
     Workload("transformer block 8x128x256", lambda: (Block().eval(), torch.randn(8, 128, 256)), False, True),
@@ -372,7 +376,7 @@ class Row:
             got = {role: statistics.median(rep[role]["counts"]["libraries_built"] for rep in self.results[c])
                    for role in ROLES[c] if self.has(c, role)}
             parts.append(f"{c} " + ", ".join(f"{role} {n:g}" for role, n in got.items()))
-        return f"{self.workload.name}: C++ libraries built by the workload: " + "; ".join(parts)
+        return f"- {self.workload.name}: " + "; ".join(parts)
 
 
 HEADER = ["| workload | kind | ember cold s | local warm s | remote warm s | artifact warm s | of which load s | "
@@ -401,34 +405,39 @@ def main() -> None:
     redis = Redis()
     try:
         for w in chosen:
+            began = time.monotonic()
             results: dict[str, list] = {c: [] for c in COMPILERS}
             for _ in range(args.repeats):  # the compilers take turns, so that a slow spell of the machine hits all
                 for c in COMPILERS:
                     results[c].append(one_repeat(c, w.name, redis, w.shared or args.all_columns))
             rows.append(Row(w, results))
-            print(rows[-1].line(), flush=True)
+            print(rows[-1].line(), f"({time.monotonic() - began:.0f} s)", flush=True)
     finally:
         redis.stop()
+    shared = ", ".join(w.name for w in chosen if w.shared or args.all_columns)
     text = "\n".join([
-        f"`python benchmarks/warm_start.py --repeats {args.repeats}` ({os.cpu_count()} cores, torch "
-        f"{torch.__version__}, ember {ember.__version__}, redis-server on 127.0.0.1): compile time of a fresh process "
-        "(its first call minus a steady call), median over "
-        f"{args.repeats} repeats. Cold: empty caches (the cold process runs with the remote cache on, filling an "
-        "empty Redis, and writes the artifact after its measurement). Local warm: the cache folder the cold process "
-        "left. Remote warm: an empty cache folder and the Redis the cold process filled (ember: `EMBER_REMOTE_CACHE` "
-        "with `EMBER_CACHE_KEY`; Inductor: `TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1`, "
+        f"`python benchmarks/warm_start.py --repeats {args.repeats}{' --all-columns' if args.all_columns else ''}` "
+        f"({os.cpu_count()} cores, torch {torch.__version__}, ember {ember.__version__}, a local redis-server): "
+        "compile time of a fresh process (its first call minus a steady call), median over "
+        f"{args.repeats} repeats. Cold: empty caches. Local warm: the cache folder the cold process left. Remote "
+        "warm: an empty cache folder and the Redis the cold process filled (ember: `EMBER_REMOTE_CACHE` with "
+        "`EMBER_CACHE_KEY`; Inductor: `TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1`, "
         "`TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1`). Artifact warm: an empty cache folder, after loading what the cold "
         "process compiled (ember: `ember.cache.load` of its `ember.cache.save`; Inductor's Mega-cache: "
         "`torch.compiler.load_cache_artifacts` of its `save_cache_artifacts`): the load time is its own column and "
-        "included in the warm time. (x): warm / cold. ember uses its default frontend (Dynamo) unless the column "
-        "says `trace`; \"Dynamo alone\" is torch.compile with backend=\"eager\" (cold only: it keeps no cache). Each "
-        "child checks its column: cold processes miss every cache, warm ones hit and never miss (ember's "
-        "`*_cache_hit`/`*_cache_miss` events, remote warm with hits from Redis; Inductor's FX graph and AOTAutograd "
-        "cache counters).",
-        "", *HEADER, *(r.line() for r in rows)])
+        "is included in the warm time. (x): warm / cold. Every ember and Inductor process runs with the remote "
+        "cache on (Inductor's AOTAutograd cache key holds the remote switch: a process with it off misses every "
+        "entry one with it on wrote), against a Redis emptied before each process but the remote warm one. Remote "
+        f"and artifact columns on {shared or 'no workload'} only (`--all-columns`: every workload; 22 min instead "
+        "of 16). ember uses its default frontend (Dynamo) unless the column says `trace` (no remote cache there); "
+        "\"Dynamo alone\" is torch.compile with backend=\"eager\" (cold only: it keeps no cache). Each process checks "
+        "its column and the run fails otherwise: cold ones miss every cache, warm ones hit and never miss (ember's "
+        "`*_cache_hit`/`*_cache_miss` events, remote warm ones with hits from Redis, the others with none; "
+        "Inductor's FX graph and AOTAutograd cache counters).",
+        "", *HEADER, *(r.line() for r in rows), "",
+        "C++ libraries the workload built in each process (median; ember: `build_cache_miss` events, Inductor: new "
+        "`.so` files in its cache folder):", "", *(r.built() for r in rows)])
     print(text)
-    for r in rows:
-        print(r.built())
     print(f"{time.monotonic() - started:.0f} s in all")
     if args.write:
         write_section(Path(__file__).with_name("README.md"), "## Warm start", text)
