@@ -78,6 +78,33 @@ def cpu_codegen() -> str:
     return get_plugin_manager().registry.find("codegen", device="cpu").name
 
 
+def machine() -> str:
+    """The CPU a measurement ran on, for the heading of the section it writes (a claim holds for the machines it
+    was measured on): its model name, the vector ISAs that decide kernel speed, and its core count."""
+    import os
+    import platform
+
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features"):
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    if "avx512f" in flags:
+        extras = [name for flag, name in (("avx512_bf16", "BF16"), ("avx512_fp16", "FP16")) if flag in flags]
+        isa = "AVX-512" + (f" ({', '.join(extras)})" if extras else "")
+    else:
+        isa = "AVX2" if "avx2" in flags else "NEON" if "asimd" in flags else platform.machine()
+    isa += " + AMX" if "amx_tile" in flags else ""
+    return f"{model}, {isa}, {os.cpu_count()} cores"
+
+
 def write_section(path: Path, heading: str, body: str) -> None:
     """Replace (or append) the section under `heading`, leaving the other sections alone."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"

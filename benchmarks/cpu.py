@@ -210,6 +210,7 @@ def main() -> None:
     print(text)
     if args.write:
         heading = f"## CPU, mode {args.mode}" if args.mode else "## CPU"
+        heading += f" on {_harness.machine()}"  # one section per machine measured
         _harness.write_section(Path(__file__).with_name("README.md"), heading, text)
 
 

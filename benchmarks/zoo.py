@@ -374,7 +374,8 @@ def main() -> None:
                for (n, k, t), c in cells.items()]
         Path(opts.json).write_text(json.dumps(raw, indent=1))
     if opts.write:
-        _harness.write_section(Path(__file__).with_name("README.md"), "## Model zoo", text)
+        # one section per machine measured: a write replaces this CPU's, never another's
+        _harness.write_section(Path(__file__).with_name("README.md"), f"## Model zoo on {_harness.machine()}", text)
 
 
 if __name__ == "__main__":
