@@ -224,6 +224,14 @@ def test_unknown_scheme_or_bad_settings_mean_no_remote_cache(monkeypatch, caplog
     forget_remote_caches()
 
 
+def test_an_unusable_team_key_means_no_remote_cache_said_once(store, monkeypatch, caplog):
+    forget_remote_caches()
+    monkeypatch.setenv("EMBER_CACHE_KEY", "short")
+    with caplog.at_level(logging.WARNING, "ember.cache"):
+        assert remote_cache() is None and remote_cache() is None
+    assert caplog.text.count("at least 16") == 1
+
+
 def test_the_password_is_not_in_messages(store):
     assert RemoteCache(store, "x").where == "x"
     assert shown_url("redis://user:hunter2@host:6379/0") == "redis://user:***@host:6379/0"

@@ -161,11 +161,12 @@ def _open(url: str) -> RemoteCache | None:
                     shown_url(url), scheme, ", ".join(sorted(_stores)))
         return None
     try:
+        team_key()  # a key set and unusable: said once here, not once per entry
         timeout = float(os.environ.get("EMBER_REMOTE_CACHE_TIMEOUT", DEFAULT_TIMEOUT))
         if not 0 < timeout <= 60:
             raise ValueError("EMBER_REMOTE_CACHE_TIMEOUT must be above 0 and at most 60 seconds")
         return RemoteCache(factory(url, timeout), shown_url(url))
-    except (ValueError, ImportError, BackendUnavailable) as e:
+    except (ValueError, ImportError, BackendUnavailable, TeamKeyError) as e:
         log.warning("EMBER_REMOTE_CACHE=%s cannot be used (%s); not using a remote cache", shown_url(url), e)
         return None
 
