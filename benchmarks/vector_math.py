@@ -1,0 +1,231 @@
+"""Vector math on this CPU: glibc's libmvec against Sleef (inside torch's libtorch_cpu, what ATen's vectorized
+functions and so Inductor's kernels call) for the functions kernels spend their time in, on every vector ISA the CPU
+runs (AVX2 with 8 lanes, AVX-512 with 16), speed and accuracy side by side.
+
+One C++ program (built here with the system compiler, `-O3 -march=native`, linked to libmvec and to torch's
+libtorch_cpu) times each implementation over 64K float32 values in cache (best of many passes: nanoseconds per
+element, a single thread) and measures its largest error in units in the last place against the double-precision
+<cmath> result rounded to float, over 1M values spread over the function's whole float32 domain (every exponent,
+both signs; NaN and infinity excluded), where the exact result is at least 1e-6 in magnitude. gelu's error is not
+shown: x/2 (1+erf(x/sqrt 2)) cancels for x below about -4 whatever erf is (eager's formula too); erf's row says how
+good each erf is. sigmoid and gelu are built from exp and erf as ember's kernels build them.
+
+Usage: python benchmarks/vector_math.py [--write]   (`--write` replaces this machine's section of README.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from _harness import machine, write_section
+from ember_codegen_cpp import prelude
+from ember_codegen_cpp._build import vector_lanes
+
+# function → how its argument is drawn (`all`: the whole float range; `pos`: positive finite) and the double
+# reference in C++
+FUNCTIONS = {
+    "exp": ("all", "std::exp(x)"), "log": ("pos", "std::log(x)"), "sin": ("all", "std::sin(x)"),
+    "cos": ("all", "std::cos(x)"), "tanh": ("all", "std::tanh(x)"), "erf": ("all", "std::erf(x)"),
+    "sigmoid": ("all", "1.0 / (1.0 + std::exp(-x))"), "gelu": ("all", "0.5 * x * (1.0 + std::erf(x * M_SQRT1_2))"),
+}
+# composite → (the function it calls, its lanes expression with V the vector call)
+COMPOSITES = {"sigmoid": "exp", "gelu": "erf"}
+ISAS = {"avx2": ("__m256", 8, "d", "avx2"), "avx512": ("__m512", 16, "e", "avx512f")}
+IMPLS = ("libmvec", "sleef_u10", "ember")
+OWN = {"exp": "ember_vexpf", "sigmoid": "ember_vsigmoidf"}  # ember's own vector functions (its C++ prelude)
+
+PROGRAM = r"""
+#include <immintrin.h>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+extern "C" {
+%(decls)s
+}
+
+static float from_bits(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
+static int64_t ordered(float f) { int32_t i; std::memcpy(&i, &f, 4); return i < 0 ? (int64_t)INT32_MIN - i : i; }
+
+static double ulps(float got, double want) {
+  float w = (float)want;
+  if (std::isnan(w) || std::isnan(got)) return (std::isnan(w) && std::isnan(got)) ? 0 : 1e9;
+  if (std::isinf(w) || std::isinf(got)) return got == w ? 0 : 1e9;
+  return (double)std::llabs(ordered(got) - ordered(w));
+}
+
+template <class V, int L, class F> static double nanoseconds(F f, const std::vector<float>& x) {
+  std::vector<float> y(x.size());
+  double best = 1e30;
+  for (int rep = 0; rep < 60; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int pass = 0; pass < 8; ++pass)
+      for (size_t i = 0; i < x.size(); i += L) {
+        V v; std::memcpy(&v, &x[i], sizeof v);
+        V r = f(v);
+        std::memcpy(&y[i], &r, sizeof r);
+      }
+    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, ns / (8.0 * x.size()));
+  }
+  volatile float sink = y[x.size() / 2]; (void)sink;
+  return best;
+}
+
+template <class V, int L, class F, class R> static double worst(F f, R ref, bool positive) {
+  double w = 0;
+  const uint32_t n = 1u << 20;
+  for (uint32_t k = 0; k < n; k += L) {
+    float in[L], out[L];
+    for (int l = 0; l < L; ++l) {
+      uint32_t bits = (uint32_t)((uint64_t)(k + l) * (0x100000000ull / n)) + 12345u;
+      if (positive) bits &= 0x7fffffffu;
+      float v = from_bits(bits);
+      in[l] = std::isfinite(v) ? v : 1.0f;
+    }
+    V v; std::memcpy(&v, in, sizeof v);
+    V r = f(v);
+    std::memcpy(out, &r, sizeof r);
+    for (int l = 0; l < L; ++l) {
+      double want = ref((double)in[l]);
+      if (std::fabs(want) >= 1e-6 || !std::isfinite(want)) w = std::max(w, ulps(out[l], want));
+    }
+  }
+  return w;
+}
+
+int main() {
+  std::vector<float> x(1 << 16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((double)i / x.size() * 16.0 - 8.0);
+  std::vector<float> pos(x.size());
+  for (size_t i = 0; i < x.size(); ++i) pos[i] = std::fabs(x[i]) + 1e-3f;
+%(body)s
+  return 0;
+}
+"""
+
+
+def own_name(fn: str, lanes: int) -> str:
+    return f"ember_bench_{fn}{lanes}"
+
+
+def own_unit() -> str:
+    """ember's prelude and a called (not inlined) entry per own function and lane count, in a unit of its own: the
+    prelude declares its own basic types, which the standard headers would clash with. Out of line, as libmvec's and
+    Sleef's are (in a kernel ember's are inlined)."""
+    entries = [f'extern "C" ember_f32x{lanes} {own_name(fn, lanes)}(ember_f32x{lanes} x) {{ return {own}(x); }}'
+               for fn, own in OWN.items() for lanes in vector_lanes() if lanes in (8, 16)]
+    return prelude() + "\n" + "\n".join(entries) + "\n"
+
+
+def vector_call(impl: str, isa: str, fn: str) -> str:
+    _, lanes, letter, suffix = ISAS[isa]
+    if impl == "libmvec":
+        return f"_ZGV{letter}N{lanes}v_{fn}f"
+    return f"Sleef_{fn}f{lanes}_u10{suffix}"
+
+
+def lane_expr(fn: str, call: str, isa: str) -> str:
+    """The C++ lambda body computing `fn` over a vector `v` with `call` (its own function or the composite's)."""
+    vtype, lanes, _, _ = ISAS[isa]
+    ps = "_mm512" if lanes == 16 else "_mm256"
+    one, half = f"{ps}_set1_ps(1.0f)", f"{ps}_set1_ps(0.5f)"
+    if fn == "sigmoid":
+        neg = f"{ps}_sub_ps({ps}_setzero_ps(), v)"
+        return f"{ps}_div_ps({one}, {ps}_add_ps({one}, {call}({neg})))"
+    if fn == "gelu":
+        scaled = f"{ps}_mul_ps(v, {ps}_set1_ps(0.70710678118654752f))"
+        return f"{ps}_mul_ps({ps}_mul_ps(v, {half}), {ps}_add_ps({one}, {call}({scaled})))"
+    return f"{call}(v)"
+
+
+def program() -> str:
+    decls, body = set(), []
+    for isa, (vtype, lanes, _, _) in ISAS.items():
+        for fn, (domain, ref) in FUNCTIONS.items():
+            base = COMPOSITES.get(fn, fn)
+            for impl in IMPLS:
+                if impl == "ember":
+                    if fn not in OWN or lanes not in vector_lanes():
+                        continue
+                    call = own_name(fn, lanes)
+                    decls.add(f"{vtype} {call}({vtype});")
+                    lam = f"[](const {vtype}& v) {{ return {call}(v); }}"
+                else:
+                    call = vector_call(impl, isa, base)
+                    decls.add(f"{vtype} {call}({vtype});")
+                    lam = f"[](const {vtype}& v) {{ return {lane_expr(fn, call, isa)}; }}"
+                data = "pos" if domain == "pos" else "x"
+                positive = str(domain == "pos").lower()
+                accuracy = "-1.0" if fn == "gelu" else \
+                    f"worst<{vtype}, {lanes}>(f, [](double x) {{ return {ref}; }}, {positive})"
+                body.append(f"  {{ auto f = {lam}; double ns = nanoseconds<{vtype}, {lanes}>(f, {data}); "
+                            f'double u = {accuracy}; std::printf("{isa} {fn} {impl} %.4f %.1f\\n", ns, u); }}')
+    return PROGRAM % {"decls": "\n".join(sorted(decls)), "body": "\n".join(body)}
+
+
+def run() -> dict[tuple[str, str, str], tuple[float, float]]:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        sys.exit("vector_math.py: no C++ compiler (set CXX)")
+    lib = Path(torch.__file__).parent / "lib"
+    work = Path(tempfile.mkdtemp(prefix="ember-vector-math-"))
+    try:
+        (work / "bench.cpp").write_text(program())
+        (work / "own.cpp").write_text(own_unit())
+        cmd = [cxx, "-O3", "-march=native", "-fno-math-errno", "-fopenmp", str(work / "bench.cpp"),
+               str(work / "own.cpp"), "-o", str(work / "bench"),
+               f"-L{lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}", "-lmvec", "-lm"]
+        subprocess.run(cmd, check=True)
+        out = subprocess.run([str(work / "bench")], check=True, capture_output=True, text=True).stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results = {}
+    for line in out.splitlines():
+        isa, fn, impl, ns, ulp = line.split()
+        results[(isa, fn, impl)] = (float(ns), float(ulp))
+    return results
+
+
+def report(results: dict) -> str:
+    lines = [f"`python benchmarks/vector_math.py` on {machine()}, torch {torch.__version__} (its Sleef), glibc's "
+             "libmvec: nanoseconds per float32 element, one thread, 64K values in cache (best of 60); in "
+             "parentheses the largest error in ulp against <cmath> in double over 1M values across the float32 "
+             "domain where the result is at least 1e-6 in magnitude (gelu's: see the script). sigmoid = "
+             "1/(1+exp(-x)), gelu = x/2 (1+erf(x/sqrt 2)) built on each exp and erf.", "",
+             "| ISA | function | libmvec ns | Sleef u10 ns | ember's own ns | fastest (next / it) |",
+             "|---|---|---:|---:|---:|---|"]
+    names = {"libmvec": "libmvec", "sleef_u10": "Sleef", "ember": "ember"}
+    for isa in ISAS:
+        for fn in FUNCTIONS:
+            cells = {impl: results[(isa, fn, impl)] for impl in IMPLS if (isa, fn, impl) in results}
+            shown = [f"{cells[i][0]:.3f}" + (f" ({cells[i][1]:g})" if cells[i][1] >= 0 else "") if i in cells else "–"
+                     for i in IMPLS]
+            ranked = sorted(cells, key=lambda i: cells[i][0])
+            ratio = cells[ranked[1]][0] / cells[ranked[0]][0]
+            lines.append(f"| {isa} | {fn} | {' | '.join(shown)} | {names[ranked[0]]} ({ratio:.2f}x) |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    text = report(run())
+    print(text)
+    if args.write:
+        write_section(Path(__file__).with_name("README.md"), f"## Vector math on {machine()}", text)
+
+
+if __name__ == "__main__":
+    main()
