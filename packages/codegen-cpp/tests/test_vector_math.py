@@ -108,3 +108,24 @@ def test_ember_functions_agree_bit_for_bit_in_lanes_and_in_the_scalar_tail(name)
     in_lanes, in_tail = got[:, : lanes - 1], got[:, lanes:]
     same = (in_lanes.view(torch.int32) == in_tail.view(torch.int32)) | (in_lanes.isnan() & in_tail.isnan())
     assert bool(same.all()), f"{name}: lanes and tail differ at x={values[~same][:5].tolist()}"
+
+
+def test_sleef_serves_the_functions_it_was_measured_faster_at():
+    """Where torch's libtorch_cpu exports them and the CPU has 16-lane vectors, sin, cos and log call Sleef's 3.5-ulp
+    functions (`_sleef.CHOICES`; the accuracy above holds for them), and only a unit that calls one links to
+    libtorch_cpu."""
+    from ember_codegen_cpp import prelude
+    from ember_codegen_cpp._sleef import CHOICES, link_flags, sleef_functions
+
+    chosen = sleef_functions(16)
+    if 16 not in vector_lanes() or not chosen:
+        pytest.skip("no 16-lane vectors here, or this torch exports none of the chosen Sleef functions")
+    assert set(chosen) == set(CHOICES[16])
+    text = prelude()
+    for name, symbol in chosen.items():
+        assert f"{{ return {symbol}(a); }}" in text and f"_ZGVeN16v_{name}(" not in text
+    assert link_flags(text) == ()  # the prelude's definitions are not calls
+    assert "-ltorch_cpu" in link_flags(text + "t1_v = ember_vcos(t0_v);")
+    x = torch.linspace(-50, 50, 4099)
+    (out,) = compile_fn(torch.cos, x)([x])
+    torch.testing.assert_close(out, torch.cos(x))

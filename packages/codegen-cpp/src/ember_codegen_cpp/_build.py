@@ -33,6 +33,7 @@ from ember_core import cpu_lines, cpu_tag
 from ember_lowering.codegen import Build, BuildError, BuildPool
 
 from ._cache import CACHE
+from ._sleef import link_flags
 
 # -O3: -O2 builds only ~10% faster (0.61 s vs 0.70 s for a 1900-line training graph) and vectorizes less.
 # No -ffast-math: results must match torch's, NaN and inf included. -fno-math-errno lets sqrt and libm calls
@@ -107,7 +108,7 @@ def run_compiler(cxx: str, flags: tuple[str, ...], source: str, work: Path) -> P
     output."""
     src, out = work / "ember.cpp", work / "ember.so"
     src.write_text(source)
-    cmd = [cxx, *flags, str(src), "-o", str(out)]
+    cmd = [cxx, *flags, str(src), "-o", str(out), *link_flags(source)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.SubprocessError) as e:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import string
 
 from ._libm import LIBM, vector_libm
+from ._sleef import sleef_functions
 
 _VECTOR_TYPES = """
 typedef float ember_f32x$L __attribute__((vector_size(4 * $L)));
@@ -222,16 +223,20 @@ _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
 
 
 def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
-    """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 calls libmvec's variant of
-    that width by its vector-ABI name where glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp), any other
-    runs the scalar function lane by lane."""
+    """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 calls Sleef's function
+    where it was measured faster (`_sleef.py`), else libmvec's variant of that width by its vector-ABI name where
+    glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp); any other runs the scalar function lane by lane."""
     out = []
     for name, arity in LIBM.items():
         params = ", ".join(f"V {a}" for a in "ab"[:arity])
         for fname, ctype, vt in ((name + "f", "float", "ember_f32x$L"), (name, "double", "ember_f64x$L")):
             head = f"EMBER_INLINE {vt} ember_v{name}({params.replace('V ', vt + ' ')})"
             isa = _ISA_BY_LANES.get(lanes)
-            if fname in simd and ctype == "float" and isa:
+            sleef = sleef_functions(lanes).get(fname) if ctype == "float" else None
+            if sleef:
+                out.append(f'extern "C" {vt} {sleef}({", ".join([vt] * arity)});')
+                out.append(f"{head} {{ return {sleef}({', '.join('ab'[:arity])}); }}")
+            elif fname in simd and ctype == "float" and isa:
                 mangled = f"_ZGV{isa}N{lanes}{'v' * arity}_{fname}"
                 out.append(f'extern "C" {vt} {mangled}({", ".join([vt] * arity)});')
                 out.append(f"{head} {{ return {mangled}({', '.join('ab'[:arity])}); }}")
