@@ -1,6 +1,7 @@
 """Vector math on this CPU: glibc's libmvec against Sleef (inside torch's libtorch_cpu, what ATen's vectorized
-functions and so Inductor's kernels call) for the functions kernels spend their time in, on every vector ISA the CPU
-runs (AVX2 with 8 lanes, AVX-512 with 16), speed and accuracy side by side.
+functions and so Inductor's kernels call: u10, 1-ulp variants, but u35 for sin and cos; ATen's erf is its own)
+for the functions kernels spend their time in, on every vector ISA the CPU runs (AVX2 with 8 lanes, AVX-512 with
+16), speed and accuracy side by side.
 
 One C++ program (built here with the system compiler, `-O3 -march=native`, linked to libmvec and to torch's
 libtorch_cpu) times each implementation over 64K float32 values in cache (best of many passes: nanoseconds per
@@ -38,7 +39,8 @@ FUNCTIONS = {
 # composite → (the function it calls, its lanes expression with V the vector call)
 COMPOSITES = {"sigmoid": "exp", "gelu": "erf"}
 ISAS = {"avx2": ("__m256", 8, "d", "avx2"), "avx512": ("__m512", 16, "e", "avx512f")}
-IMPLS = ("libmvec", "sleef_u10", "ember")
+IMPLS = ("libmvec", "sleef_u10", "sleef_u35", "ember")
+U35 = {"sin", "cos", "log", "tanh"}  # Sleef's 3.5-ulp variants (ATen's sin and cos are these)
 OWN = {"exp": "ember_vexpf", "sigmoid": "ember_vsigmoidf"}  # ember's own vector functions (its C++ prelude)
 
 PROGRAM = r"""
@@ -132,7 +134,7 @@ def vector_call(impl: str, isa: str, fn: str) -> str:
     _, lanes, letter, suffix = ISAS[isa]
     if impl == "libmvec":
         return f"_ZGV{letter}N{lanes}v_{fn}f"
-    return f"Sleef_{fn}f{lanes}_u10{suffix}"
+    return f"Sleef_{fn}f{lanes}_{impl.split('_')[1]}{suffix}"
 
 
 def lane_expr(fn: str, call: str, isa: str) -> str:
@@ -155,6 +157,8 @@ def program() -> str:
         for fn, (domain, ref) in FUNCTIONS.items():
             base = COMPOSITES.get(fn, fn)
             for impl in IMPLS:
+                if impl == "sleef_u35" and fn not in U35:
+                    continue
                 if impl == "ember":
                     if fn not in OWN or lanes not in vector_lanes():
                         continue
@@ -203,9 +207,9 @@ def report(results: dict) -> str:
              "parentheses the largest error in ulp against <cmath> in double over 1M values across the float32 "
              "domain where the result is at least 1e-6 in magnitude (gelu's: see the script). sigmoid = "
              "1/(1+exp(-x)), gelu = x/2 (1+erf(x/sqrt 2)) built on each exp and erf.", "",
-             "| ISA | function | libmvec ns | Sleef u10 ns | ember's own ns | fastest (next / it) |",
-             "|---|---|---:|---:|---:|---|"]
-    names = {"libmvec": "libmvec", "sleef_u10": "Sleef", "ember": "ember"}
+             "| ISA | function | libmvec ns | Sleef u10 ns | Sleef u35 ns | ember's own ns | fastest (next / it) |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    names = {"libmvec": "libmvec", "sleef_u10": "Sleef u10", "sleef_u35": "Sleef u35", "ember": "ember"}
     for isa in ISAS:
         for fn in FUNCTIONS:
             cells = {impl: results[(isa, fn, impl)] for impl in IMPLS if (isa, fn, impl) in results}
