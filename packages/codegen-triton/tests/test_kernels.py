@@ -54,6 +54,28 @@ def test_reductions_max_min_with_nan_and_argmax():
     check(lambda x: (x.amax(1), x.amin(0), x.argmax(1), x.argmin(0), x.sum(), x.prod(1)), x)
 
 
+def test_var_mean_of_a_row_with_an_infinity_is_nan_as_eager_says():
+    """Triton's row moments took the mean as sum / n: inf for a row holding an infinity, where eager's Welford says
+    NaN (its running mean meets inf - inf). The corrected two-pass mean, m + sum(x - m) / n, says NaN too, and the
+    variance of a NaN row stays NaN (the clamp at 0 does not turn it into 0)."""
+    x = torch.randn(4, 8)
+    x[0, 3], x[1, 0], x[2, 5] = float("inf"), -float("inf"), float("nan")
+    (var, mean), want = CODEGEN.compile(trace(lambda x: torch.var_mean(x, 1), x), [x])([x]), torch.var_mean(x, 1)
+    torch.testing.assert_close(mean, want[1], equal_nan=True)
+    torch.testing.assert_close(var, want[0], equal_nan=True)
+    assert mean[:3].isnan().all() and var[:3].isnan().all() and mean[3].isfinite()
+
+
+def test_row_moments_of_offset_data_keep_the_variance():
+    """Values around 1e4 with unit spread: the corrected two-pass variance is within float32 of float64's."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 300) + 1e4
+    var, _ = CODEGEN.compile(trace(lambda x: torch.var_mean(x, 1), x), [x])([x])
+    exact = torch.var_mean(x.double(), 1)[0]
+    eager = torch.var_mean(x, 1)[0]
+    assert (var.double() - exact).abs().max() <= 4 * max((eager.double() - exact).abs().max().item(), 1e-7)
+
+
 def test_reduction_over_an_inner_dim_and_var_mean():
     check(lambda x: (x.sum(1), *torch.var_mean(x, dim=(0, 2))), torch.randn(4, 6, 5))
 

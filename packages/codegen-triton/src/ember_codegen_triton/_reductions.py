@@ -116,10 +116,17 @@ class TritonReduction:
         return lines
 
     def _moments_full(self) -> list[str]:
-        (mean, m2), v = self.i.outs, self.value()
-        return [f"{mean} = tl.sum(tl.where(xrmask, {v}, 0), 1)[:, None] / {self.p.rsize}",
-                f"{m2}_d = tl.where(xrmask, {v} - {mean}, 0)",
-                f"{m2} = tl.sum({m2}_d * {m2}_d, 1)[:, None]"]
+        """A row's mean and m2 by the corrected two-pass algorithm, as `split-moments` gives the C++ codegen: the
+        first pass's mean m, then the sums of d = x - m and of d * d; s1 = sum(d) takes m's rounding out of both
+        (mean = m + s1 / n, m2 = s2 - s1 * s1 / n, never below 0). A row with an infinity then has a NaN mean, as
+        eager's Welford gives (m is inf, so d holds -inf and NaN), where sum / n alone said inf."""
+        (mean, m2), v, n = self.i.outs, self.value(), self.p.rsize
+        return [f"{mean}_m = tl.sum(tl.where(xrmask, {v}, 0), 1)[:, None] / {n}",
+                f"{m2}_d = tl.where(xrmask, {v} - {mean}_m, 0)",
+                f"{m2}_s1 = tl.sum({m2}_d, 1)[:, None]",
+                f"{mean} = {mean}_m + {m2}_s1 / {n}",
+                f"{m2} = tl.sum({m2}_d * {m2}_d, 1)[:, None] - {m2}_s1 * ({m2}_s1 / {n})",
+                f"{m2} = tl.where({m2} < 0, 0.0, {m2})"]  # not tl.maximum: it would turn a NaN into 0
 
     # ------------------------------------------------------------------ the looped form
 
