@@ -44,6 +44,8 @@ CASES = {
     "integer_ops": (lambda a, b: (a // b, a % b, torch.fmod(a, b), (a > 0) & (b < 3)),
                     (torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))), "fake"),
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),
+    # a row's moments in float64: the corrected two-pass clamp must keep the values' dtype
+    "moments_float64": (lambda x: torch.var_mean(x, 1), (torch.randn(4, 40, dtype=torch.float64),), "fake"),
     "column_sums": (lambda g, x: ((g * g).sum(0), torch.var_mean(x, (0, 2, 3))),
                     (torch.randn(300, 70), torch.randn(2, 6, 10, 10).to(memory_format=torch.channels_last)), "fake"),
     "split_batch_norm": (lambda x: (F.batch_norm(x, None, None, W[:4], W[4:8], training=True), x.sum()),

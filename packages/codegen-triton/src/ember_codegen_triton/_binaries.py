@@ -24,13 +24,12 @@ import binascii
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ember_core.caches import write_atomic
 from triton.compiler import ASTSource, CompiledKernel, make_backend
 
 log = logging.getLogger("ember.kernels")
@@ -119,14 +118,7 @@ def restore(root: Path, record: dict, names: list[str]) -> str | None:
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
         for name, data in blobs.items():
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, folder / name)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            write_atomic(folder / name, data)
     except OSError as e:
         return f"cannot be written back ({e})"
     log.info("triton binaries: restored %s under %s from the manifest", ", ".join(names), folder)

@@ -12,6 +12,7 @@ from ._backends import BackendUnavailable, CacheBackend, LocalBackend
 from ._code_version import code_version
 from ._directory import forget_opened, private_cache_dir
 from ._disk_cache import CacheLookup, DiskCache, EntryFile
+from ._entry_files import write_atomic
 from ._machine import cpu_lines, cpu_tag, machine_facts
 from ._packed import PackedEntry
 from ._registry import disk_caches, recording, used_entries
@@ -30,4 +31,5 @@ __all__ = [
     "cpu_lines", "cpu_tag", "disk_caches", "forget_remote_caches", "machine_facts", "register_blob_store",
     "remote_cache", "TeamKey", "TeamKeyError", "team_key", "used_entries",
     "all_local_entries", "ArtifactError", "ArtifactReport", "load_artifact", "recording", "save_artifact",
+    "write_atomic",
 ]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .._errors import EmberError
 from .._regular_file import FileRefused, read_at_most, regular_file
+from ._backends import LocalBackend
 from ._disk_cache import DiskCache
 from ._entry_files import write_atomic
 from ._packed import PackedEntry, pack, unpack
@@ -35,6 +36,7 @@ from ._team_key import TeamKeyError, team_key
 from ._usage import entry_keys
 
 MAGIC = b"ember-artifact 1\n"
+LOCAL = LocalBackend()
 MAX_ENTRIES = 100_000
 MAX_FILE_BYTES = 8 << 30
 
@@ -72,7 +74,7 @@ def save_artifact(path: str | os.PathLike, entries: Iterable[tuple[str, str]] | 
     blobs = []
     for name, entry_key in dict.fromkeys(used_entries() if entries is None else entries):
         cache = caches.get(name)
-        entry = cache.entry(entry_key) if cache is not None else BadEntry(f"no cache named {name!r} here")
+        entry = LOCAL.get(cache, entry_key) if cache is not None else BadEntry(f"no cache named {name!r} here")
         if not isinstance(entry, PackedEntry):
             report.skipped.append((name, entry_key, str(entry) if entry else "not in the local cache any more"))
             continue
@@ -103,10 +105,8 @@ def load_artifact(path: str | os.PathLike) -> ArtifactReport:
         if reason:
             report.skipped.append((entry.cache, entry.key, reason))
             continue
-        cache = caches[entry.cache]
         try:
-            if not cache.lookup(entry.key, remote=False).hit:
-                cache.keep(entry.key, entry.files, entry.meta)
+            LOCAL.put(caches[entry.cache], entry)
         except OSError as e:
             report.skipped.append((entry.cache, entry.key, f"the local cache cannot take it: {e}"))
             continue

@@ -38,7 +38,8 @@ class CacheBackend(Protocol):
 
 
 class LocalBackend:
-    """The local disk cache seen through the backend interface: an entry is what `DiskCache.lookup` verified."""
+    """The local disk cache seen through the backend interface: an entry is what `DiskCache.lookup` verified.
+    Portable artifacts move entries between it and a file (`_artifacts`)."""
 
     where = "the local disk cache"
 
@@ -46,7 +47,7 @@ class LocalBackend:
         return cache.entry(key)
 
     def put(self, cache: DiskCache, entry: PackedEntry) -> None:
-        with cache.lock(entry.key, wait=False) as free:
-            if free:
-                cache.store(entry.key, entry.files, entry.meta, share=False)
+        """Keep `entry` here unless a verified one is here already (not shared on: it came from elsewhere)."""
+        if not cache.lookup(entry.key, remote=False).hit:
+            cache.keep(entry.key, entry.files, entry.meta)
 

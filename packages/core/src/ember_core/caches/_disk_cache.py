@@ -225,12 +225,13 @@ class DiskCache:
             got = remote.get(self, key)
         except BackendUnavailable:
             return CacheLookup(None, "not cached")
-        if not isinstance(got, PackedEntry) or any(got.meta.get(n) != v for n, v in expect.items()):
-            with registry_lock:  # asked once per process: the build that follows replaces it
+        usable = isinstance(got, PackedEntry) and all(got.meta.get(n) == v for n, v in expect.items())
+        if not usable:
+            with registry_lock:  # asked once per process: the build that follows replaces a bad one
                 remote_missed.add((self.name, key))
         if got is None:
             return CacheLookup(None, "not cached")
-        if not isinstance(got, PackedEntry) or any(got.meta.get(n) != v for n, v in expect.items()):
+        if not usable:
             reason = f"the remote cache's entry is bad ({got if isinstance(got, BadEntry) else 'another build'})"
             log.warning("cache %s: entry %s from %s is not used: %s; rebuilding it", self.name, key[:12],
                         remote.where, reason)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._entry_files import KEY, sha256_bytes
-from ._sidecar import MAX_DEPTH, SHA256, BadEntry, MetaValue, _check_meta, _depth, _no_constant, _shown
+from ._sidecar import SHA256, BadEntry, MetaValue, _check_meta, _shown, read_json
 from ._team_key import TeamKey
 
 MAGIC = b"ember-entry 1\n"
@@ -91,16 +91,7 @@ def _mac(header: Mapping[str, Any], secret: bytes) -> str:
 
 
 def _header(raw: bytes) -> dict[str, Any]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadEntry("entry's header is not UTF-8 text") from None
-    if _depth(text) > MAX_DEPTH:
-        raise BadEntry(f"entry's header nests deeper than {MAX_DEPTH}")
-    try:
-        header = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:
-        raise BadEntry(f"entry's header is not JSON ({str(e)[:100]})") from None
+    header = read_json(raw, "entry's header")
     if not isinstance(header, dict) or set(header) != _HEADER_FIELDS:
         raise BadEntry(f"entry's header has fields {_shown(sorted(header)) if isinstance(header, dict) else '?'}, "
                        f"not {sorted(_HEADER_FIELDS)}")

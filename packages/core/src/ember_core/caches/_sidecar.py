@@ -53,17 +53,22 @@ def parse(data: bytes, key: str, suffixes: tuple[str, ...], signing_key: bytes) 
     """The checked sidecar in `data` (a file's bytes) for entry `key` with files `suffixes`."""
     if len(data) > MAX_BYTES:
         raise BadEntry(f"sidecar is more than {MAX_BYTES} bytes")
+    return _check(read_json(data, "sidecar"), key, suffixes, signing_key)
+
+
+def read_json(data: bytes, what: str) -> Any:
+    """The JSON value in `data`, read as untrusted: UTF-8, nesting at most `MAX_DEPTH`, no NaN or Infinity; a
+    `BadEntry` naming `what` ("sidecar", "entry's header") otherwise."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadEntry("sidecar is not UTF-8 text") from None
+        raise BadEntry(f"{what} is not UTF-8 text") from None
     if _depth(text) > MAX_DEPTH:
-        raise BadEntry(f"sidecar nests deeper than {MAX_DEPTH}")
+        raise BadEntry(f"{what} nests deeper than {MAX_DEPTH}")
     try:
-        record = json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:
-        raise BadEntry(f"sidecar is not JSON ({_short(e)})") from None
-    return _check(record, key, suffixes, signing_key)
+        raise BadEntry(f"{what} is not JSON ({_short(e)})") from None
 
 
 def _mac(data: dict[str, Any], signing_key: bytes) -> str:
