@@ -38,7 +38,10 @@ FUNCTIONS = {
 }
 # composite → (the function it calls, its lanes expression with V the vector call)
 COMPOSITES = {"sigmoid": "exp", "gelu": "erf"}
-ISAS = {"avx2": ("__m256", 8, "d", "avx2"), "avx512": ("__m512", 16, "e", "avx512f")}
+# the vector ISAs this CPU runs: (vector type, lanes, libmvec's ISA letter, Sleef's suffix); AVX-512 where kernels
+# get 16 lanes (an AVX2-only CPU cannot run its code, nor compile it with -march=native)
+_ALL_ISAS = {"avx2": ("__m256", 8, "d", "avx2"), "avx512": ("__m512", 16, "e", "avx512f")}
+ISAS = {isa: spec for isa, spec in _ALL_ISAS.items() if spec[1] in vector_lanes()}
 IMPLS = ("libmvec", "sleef_u10", "sleef_u35", "ember")
 U35 = {"sin", "cos", "log", "tanh"}  # Sleef's 3.5-ulp variants (ATen's sin and cos are these)
 OWN = {"exp": "ember_vexpf", "sigmoid": "ember_vsigmoidf"}  # ember's own vector functions (its C++ prelude)

@@ -7,16 +7,19 @@ default, Inductor's freezing is opt-in and stays off) and for a training step (t
 forward, loss = mean of the squared output, backward; gradients set to None first, as an optimizer's zero_grad
 does).
 
-Each (model, inference or training, threads) is measured in `--processes` fresh processes with fresh compile
-caches (benchmarks/_harness.py, shared with cpu.py). In a process the three variants take turns inside every
-timing repeat; the table gives medians over processes of each process's median time. Every process also checks
-the compiled results against eager (outputs; the loss and every gradient for training) and times each compiler's
-cold compile (first call minus an eager call, after one tiny compile by each so that process start-up is not
-counted, and torch._dynamo.reset()). The compilers' order alternates between processes. A model that fails to
-compile or compiles to a wrong result is reported, not fatal.
+Each (model, inference or training, threads) is measured in `--processes` fresh processes with fresh compile caches
+(benchmarks/_harness.py, shared with cpu.py). In a process the three variants take turns inside every timing repeat;
+the table gives medians over processes of each process's median time. Every process also checks the compiled results
+against eager (outputs; the loss and every gradient for training; a result off eager's tolerance is then run in
+float64 and counts as wrong only if its error is over 3x eager's, the accuracy contract of ARCHITECTURE.md: eager is
+not exact either) and times each compiler's cold compile (first call minus an eager call, after one tiny compile by
+each so that process start-up is not counted, and torch._dynamo.reset()). The compilers' order alternates between
+processes. A model that fails to compile or compiles to a wrong result is reported, not fatal. `--dtype bfloat16`
+measures inference of the models converted to bf16 (`model.to(torch.bfloat16)`), where oneDNN takes its BF16/AMX
+paths on CPUs that have them.
 
 Usage: python benchmarks/zoo.py [--models a,b] [--threads 1,2] [--processes 2] [--repeats 10] [--quick]
-                                [--write] [--json PATH]
+                                [--dtype float32|bfloat16] [--write] [--json PATH]
 Needs timm and transformers (benchmarks/requirements.txt).
 """
 
@@ -42,6 +45,7 @@ if "--child" in sys.argv:  # fresh caches for cold compile times: set before tor
 
 import ember  # noqa: E402
 import torch  # noqa: E402
+from ember_core.testing import errors_against, too_far  # noqa: E402
 from models import Block, GeluMLP, pointwise_chain, transcendental_chain  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -135,7 +139,8 @@ MODELS = [
           lambda: (transcendental_chain, (torch.randn(2048, 2048), torch.randn(2048, 2048)), {})),
 ]
 BY_NAME = {m.name: m for m in MODELS}
-TOLERANCE = {"inference": 1e-3, "training": 1e-3}  # relative to the largest magnitude of the eager tensor
+# relative to the largest magnitude of the eager tensor; a miss is checked against float64 (`too_far_from_float64`)
+TOLERANCE = {torch.float32: {"inference": 1e-3, "training": 1e-3}, torch.bfloat16: {"inference": 2e-2}}
 
 
 # --- one process: one model, inference or training, one thread count ---
@@ -171,8 +176,12 @@ class Variant:
         return [loss.detach(), *(t.grad for t in leaves)]
 
 
-def variants(model: Model, training: bool) -> dict[str, Variant]:
+def variants(model: Model, training: bool, dtype: torch.dtype = torch.float32) -> dict[str, Variant]:
     fn, args, kwargs = model.build()
+    if dtype != torch.float32:  # inference in a low precision: the model and its floating-point inputs converted
+        fn = fn.to(dtype) if isinstance(fn, nn.Module) else fn
+        args = tuple(_floats_to(a, dtype) for a in args)
+        kwargs = {k: _floats_to(v, dtype) for k, v in kwargs.items()}
     if isinstance(fn, nn.Module):
         fn.train(training)
         fn.requires_grad_(training)
@@ -186,32 +195,70 @@ def variants(model: Model, training: bool) -> dict[str, Variant]:
     return made
 
 
+def _floats_to(x, dtype: torch.dtype):
+    return x.detach().to(dtype).requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and \
+        x.is_floating_point() else x
+
+
+def float64_step(eager: Variant) -> list[torch.Tensor | None]:
+    """The step run in float64 from eager's parameters and inputs: the reference that says who is off when a
+    compiler and eager disagree. (A training step leaves the parameters as they were; train-mode batch norms use
+    the batch's statistics, so the running ones it moved do not matter.)"""
+    model = copy.deepcopy(eager.model).double() if isinstance(eager.model, nn.Module) else eager.model
+    args = tuple(_floats_to(a, torch.float64) for a in eager.args)
+    kwargs = {k: _floats_to(v, torch.float64) for k, v in eager.kwargs.items()}
+    return Variant(model, args, kwargs, eager.training).step()
+
+
 def mismatch(got: list[torch.Tensor | None], want: list[torch.Tensor | None], tol: float) -> str | None:
     """None if every tensor is close to eager's, else which one differs and how. A tensor's absolute tolerance
     scales with its largest value, and at least with a thousandth of the largest value of them all: a gradient that
     is zero in exact arithmetic (a bias before a normalization) is rounding noise in both."""
-    pairs = [(g, w) for g, w in zip(got, want, strict=True) if g is not None or w is not None]
-    pairs = [(torch.zeros_like(w) if g is None else g, torch.zeros_like(g) if w is None else w) for g, w in pairs]
-    scale = max(float(w.abs().max()) for _, w in pairs)
-    for i, (g, w) in enumerate(pairs):
+    rows = present(got, want)
+    scale = max(float(w.abs().max()) for _, w in rows)
+    for i, (g, w) in enumerate(rows):
         try:
             torch.testing.assert_close(g, w, rtol=tol, atol=tol * max(float(w.abs().max()), 1e-3 * scale))
         except AssertionError as e:
-            what = "output" if len(pairs) == 1 else ("loss" if i == 0 else f"gradient {i - 1} of {len(pairs) - 1}")
-            return f"{what} {tuple(w.shape)}: " + " ".join(str(e).split("\n")[1:4])
+            return f"{_label(i, len(rows))} {tuple(w.shape)}: " + " ".join(str(e).split("\n")[1:4])
     return None
 
 
-def measure(name: str, training: bool, threads: int, repeats: int, order: list[str]) -> dict:
+def too_far_from_float64(got: list[torch.Tensor | None], want: list[torch.Tensor | None],
+                         reference: list[torch.Tensor | None]) -> str | None:
+    """The accuracy contract, for a result that missed eager's tolerance: None if every tensor's error against the
+    float64 run is at most 3x eager's (`ember_core.testing.too_far`), else the worst one."""
+    rows = present(got, want, reference)
+    names = [_label(i, len(rows)) for i in range(len(rows))]
+    compiled, eager, ref = zip(*rows)
+    bad = too_far(errors_against(names, ref, eager, compiled))
+    return str(max(bad, key=lambda e: e.ratio)) if bad else None
+
+
+def present(*columns: list[torch.Tensor | None]) -> list[tuple[torch.Tensor, ...]]:
+    """The rows of results (compiled, eager[, float64]) that any column has; a None among them (a gradient autograd
+    left out: BertModel's pooler) stands as zeros."""
+    rows = [row for row in zip(*columns, strict=True) if any(t is not None for t in row)]
+    return [tuple(torch.zeros_like(next(u for u in row if u is not None)) if t is None else t for t in row)
+            for row in rows]
+
+
+def _label(i: int, n: int) -> str:
+    return "output" if n == 1 else ("loss" if i == 0 else f"gradient {i - 1} of {n - 1}")
+
+
+def measure(name: str, training: bool, threads: int, repeats: int, order: list[str],
+            dtype: torch.dtype = torch.float32) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    made = variants(BY_NAME[name], training)
+    made = variants(BY_NAME[name], training, dtype)
     for compile_ in (lambda f: torch.compile(f, backend="inductor"), ember.compile):
         compile_(lambda t: t + 1)(torch.ones(8))  # one-time process start-up (imports, workers) is not the model's
     torch._dynamo.reset()
-    result: dict = {"cold": {}, "errors": {}, "wrong": {}}
+    result: dict = {"cold": {}, "errors": {}, "wrong": {}, "float64_checked": {}}
     with torch.enable_grad() if training else torch.no_grad():
         want = [None if t is None else t.detach().clone() for t in made["eager"].step()]
+        reference = None
         for c in order:
             start = time.perf_counter()
             try:
@@ -222,9 +269,11 @@ def measure(name: str, training: bool, threads: int, repeats: int, order: list[s
                 del made[c]
                 continue
             result["cold"][c] = time.perf_counter() - start
-            bad = mismatch(got, want, TOLERANCE["training" if training else "inference"])
-            if bad:
-                result["wrong"][c] = bad
+            bad = mismatch(got, want, TOLERANCE[dtype]["training" if training else "inference"])
+            if bad:  # off eager's: wrong only if further from float64 than the contract allows
+                reference = reference or float64_step(made["eager"])
+                far = too_far_from_float64(got, want, reference)
+                result["wrong" if far else "float64_checked"][c] = far or bad
         eager_s = first_call_s(made["eager"].step)
         result["cold"] = {c: s - eager_s for c, s in result["cold"].items()}
         result["times"] = timed({n: v.step for n, v in made.items()}, (), repeats)
@@ -259,12 +308,12 @@ class Cell:
         return [f"{self.median('eager') * 1e3:.2f}", speed["inductor"], speed["ember"], both]
 
 
-def run_cell(name: str, training: bool, threads: int, processes: int, repeats: int) -> Cell:
+def run_cell(name: str, training: bool, threads: int, processes: int, repeats: int, dtype: str) -> Cell:
     runs, failure = [], ""
     for p in range(processes):
         order = list(COMPILERS) if p % 2 == 0 else list(reversed(COMPILERS))
         args = [name, "--training" if training else "--inference", "--threads", str(threads),
-                "--repeats", str(repeats), "--order", ",".join(order)]
+                "--repeats", str(repeats), "--order", ",".join(order), "--dtype", dtype]
         try:
             runs.append(_harness.run_child(__file__, args, timeout_s=1800))
         except RuntimeError as e:
@@ -273,10 +322,10 @@ def run_cell(name: str, training: bool, threads: int, processes: int, repeats: i
     return Cell(runs, failure)
 
 
-def geomean_row(threads: int, cells: dict[tuple[str, str, int], Cell], names: list[str]) -> str:
+def geomean_row(threads: int, cells: dict[tuple[str, str, int], Cell], names: list[str], kinds: list[str]) -> str:
     """Geometric means over the models both compilers ran correctly."""
     cols = []
-    for kind in ("inference", "training"):
+    for kind in kinds:
         chosen = [c for c in (cells[(n, kind, threads)] for n in names) if all(map(c.ok, COMPILERS))]
         cols.append("")  # eager ms
         for a, b, form in (("eager", "inductor", "{:.2f}x"), ("eager", "ember", "{:.2f}x"),
@@ -285,12 +334,12 @@ def geomean_row(threads: int, cells: dict[tuple[str, str, int], Cell], names: li
     return f"| {threads} | geomean | " + " | ".join(cols) + " |"
 
 
-def cold_table(cells: dict[tuple[str, str, int], Cell], names: list[str]) -> list[str]:
-    lines = ["| model | inputs | inference: inductor s | ember s | ember / inductor | training: inductor s | ember s | "
-             "ember / inductor |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+def cold_table(cells: dict[tuple[str, str, int], Cell], names: list[str], kinds: list[str]) -> list[str]:
+    head = "".join(f" {k}: inductor s | ember s | ember / inductor |" for k in kinds)
+    lines = [f"| model | inputs |{head}", "|---|---|" + "---:|" * 3 * len(kinds)]
     for n in names:
         row = [f"| {n} | {BY_NAME[n].inputs} |"]
-        for kind in ("inference", "training"):
+        for kind in kinds:
             runs = [r for (m, k, _), c in cells.items() if m == n and k == kind for r in c.runs]
             cold = {c: [r["cold"][c] for r in runs if c in r["cold"]] for c in COMPILERS}
             med = {c: statistics.median(v) if v else None for c, v in cold.items()}
@@ -308,32 +357,43 @@ def failures(cells: dict[tuple[str, str, int], Cell]) -> list[str]:
             last = [x for x in cell.failure.splitlines() if x.strip()][-1]
             out.append(f"- {name}, {kind}, {threads} thread(s): no result: {last.strip()}")
         for c in COMPILERS:
-            for what in ("errors", "wrong"):
-                msgs = sorted({r[what][c] for r in cell.runs if c in r[what]})
-                label = "fails" if what == "errors" else "differs from eager"
+            for what, label in FAILURES.items():
+                msgs = sorted({r[what][c] for r in cell.runs if c in r.get(what, {})})
                 out += [f"- {c}, {name}, {kind}, {threads} thread(s) {label}: {m}" for m in msgs]
     return out
 
 
-def report(cells, names: list[str], threads: list[int], command: str) -> str:
+FAILURES = {"errors": "fails", "wrong": "is wrong (beyond eager's tolerance and over 3x eager's error against "
+            "float64)", "float64_checked": "is beyond eager's tolerance but within 3x eager's error against float64 "
+            "(not a failure)"}
+
+
+def report(cells, names: list[str], threads: list[int], command: str, dtype: str) -> str:
+    kinds = KINDS[dtype]
+    head = "".join(f" {k}: eager ms | inductor | ember | inductor / ember |" for k in kinds)
     lines = [
         f"`{command}` ({os.cpu_count()} cores, torch {torch.__version__}, ember {ember.__version__}, codegen "
         f"{_harness.cpu_codegen()}, {time.strftime('%Y-%m-%d')}): median time per call over fresh processes; "
         "speedups over eager; \"inductor / ember\" is the median of the per-process ratios of Inductor's time to "
-        "ember's (above 1: ember faster). Training: forward, loss, backward. Needs timm and transformers "
+        "ember's (above 1: ember faster). " + ("Training: forward, loss, backward. " if "training" in kinds else
+        f"Model and inputs in {dtype}. ") + "Needs timm and transformers "
         "(`pip install -r benchmarks/requirements.txt`; `nox -s bench -- benchmarks/zoo.py` installs them).", "",
-        "| threads | model | inference: eager ms | inductor | ember | inductor / ember | training: eager ms | "
-        "inductor | ember | inductor / ember |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        f"| threads | model |{head}", "|---|---|" + "---:|" * 4 * len(kinds)]
     for t in threads:
         for n in names:
-            cols = cells[(n, "inference", t)].columns() + cells[(n, "training", t)].columns()
+            cols = [col for k in kinds for col in cells[(n, k, t)].columns()]
             lines.append(f"| {t} | {n} | " + " | ".join(cols) + " |")
-        lines.append(geomean_row(t, cells, names))
+        lines.append(geomean_row(t, cells, names, kinds))
     lines += ["", "Cold compile, seconds (first call minus an eager call, fresh caches; median over processes and "
-              "thread counts):", "", *cold_table(cells, names)]
-    wrong = failures(cells)
-    lines += ["", "Failures:", "", *wrong] if wrong else ["", "Every compiled result matched eager."]
+              "thread counts):", "", *cold_table(cells, names, kinds)]
+    notes = failures(cells)
+    lines += ["", "Results off eager's tolerance:", "", *notes] if notes else \
+        ["", "Every compiled result matched eager."]
     return "\n".join(lines)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+KINDS = {"float32": ["inference", "training"], "bfloat16": ["inference"]}  # bf16: deployed inference only
 
 
 def main() -> None:
@@ -345,13 +405,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one process, 3 repeats: a smoke test")
     parser.add_argument("--write", action="store_true", help="put the table in benchmarks/README.md, 'Model zoo'")
     parser.add_argument("--json", default="", help="write every process's raw numbers to this file")
+    parser.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                        help="bfloat16: inference of the model converted to it (model.to(torch.bfloat16))")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--training", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--inference", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--order", default=",".join(COMPILERS), help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        print(json.dumps(measure(opts.child, opts.training, int(opts.threads), opts.repeats, opts.order.split(","))))
+        print(json.dumps(measure(opts.child, opts.training, int(opts.threads), opts.repeats, opts.order.split(","),
+                                 DTYPES[opts.dtype])))
         return
     if opts.quick:
         opts.processes, opts.repeats = 1, 3
@@ -363,11 +426,12 @@ def main() -> None:
     cells = {}
     for t in threads:
         for n in names:
-            for kind in ("inference", "training"):
-                cells[(n, kind, t)] = cell = run_cell(n, kind == "training", t, opts.processes, opts.repeats)
+            for kind in KINDS[opts.dtype]:
+                cells[(n, kind, t)] = cell = run_cell(n, kind == "training", t, opts.processes, opts.repeats,
+                                                      opts.dtype)
                 print(f"{t} thread(s) {n} {kind}: " + " | ".join(cell.columns()), flush=True)
     command = " ".join(["python benchmarks/zoo.py", *sys.argv[1:]])
-    text = report(cells, names, threads, command)
+    text = report(cells, names, threads, command, opts.dtype)
     print(text)
     if opts.json:
         raw = [{"model": n, "kind": k, "threads": t, "runs": c.runs, "failure": c.failure}
@@ -375,7 +439,8 @@ def main() -> None:
         Path(opts.json).write_text(json.dumps(raw, indent=1))
     if opts.write:
         # one section per machine measured: a write replaces this CPU's, never another's
-        _harness.write_section(Path(__file__).with_name("README.md"), f"## Model zoo on {_harness.machine()}", text)
+        what = "Model zoo" if opts.dtype == "float32" else f"Model zoo, {opts.dtype} inference,"
+        _harness.write_section(Path(__file__).with_name("README.md"), f"## {what} on {_harness.machine()}", text)
 
 
 if __name__ == "__main__":

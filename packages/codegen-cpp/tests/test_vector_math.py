@@ -1,6 +1,10 @@
 """The vector layer's functions against torch over the whole float32 range: a million values spread evenly over the
 bit patterns (every exponent, both signs, denormals), and ±0, ±inf, NaN, the extreme normals and denormals.
 
+Every vector width the build can take on this CPU is tested (`WIDTHS`): its native one, and on an AVX-512 CPU the
+8-lane (256-bit) kernels max-autotune may choose, which call the AVX2 variants of the vector functions (libmvec's
+`_ZGVdN8v_*`, ember's own exp at 8 lanes); an AVX2 CPU has only those, an SSE or NEON one 4 lanes.
+
 The stated accuracy (`ULPS`) is the largest distance in units in the last place from the exact result (torch's in
 float64, rounded to float32; torch's own float32 kernels differ from it too: sinh and cosh overflow to inf from
 88.72 where the exact value is finite up to 89.4): exp and sigmoid are ember's (`ember_vexpf`), the libm
@@ -11,8 +15,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ember_codegen_cpp import compiler
+from ember_codegen_cpp import CppCodegen, compiler
 from ember_codegen_cpp._build import vector_lanes
+from ember_codegen_cpp._kernel_printer import KernelPrinter
+from ember_codegen_cpp._variants import Variant
 from ember_core import record_events
 from helpers import compile_fn
 
@@ -28,6 +34,17 @@ ULPS = {
 # of float32's pi), and sigmoid below -88.7, which is 0 where the exact value is a denormal (as torch's float32).
 ABS = {"sigmoid": 1.2e-38, "sin": 1e-6, "cos": 1e-6, "tan": 1e-6, "erfc": 1e-37, "log": 1e-6, "log2": 1e-6,
        "log10": 1e-6}
+
+
+class NarrowVectors(CppCodegen):
+    """Every kernel printed as max-autotune's 256-bit variant: 8 lanes on an AVX-512 CPU."""
+
+    def print_kernel(self, kernel, layout, name):
+        return KernelPrinter(kernel, layout, name, Variant(vector_bits=256)).print()
+
+
+# lanes → the codegen printing kernels of that width
+WIDTHS = {vector_lanes()[0]: CppCodegen(), **({8: NarrowVectors()} if vector_lanes()[1:] == (8,) else {})}
 
 
 def whole_range(n: int = 1 << 20) -> torch.Tensor:
@@ -46,14 +63,15 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (ordered(a) - ordered(b)).abs()
 
 
+@pytest.mark.parametrize("lanes", sorted(WIDTHS, reverse=True), ids=lambda n: f"{n}lanes")
 @pytest.mark.parametrize("name", sorted(ULPS))
-def test_function_matches_torch_over_the_whole_float_range(name):
+def test_function_matches_torch_over_the_whole_float_range(name, lanes):
     x = whole_range()
     fn = getattr(torch, name)
     with record_events() as events:
-        got = compile_fn(lambda t: fn(t), x)([x])[0]
+        got = compile_fn(lambda t: fn(t), x, codegen=WIDTHS[lanes])([x])[0]
     simd = [s for e in events.events if e.kind == "kernels_generated" for s in e.data["simd"].values()]
-    assert simd == [f"explicit {vector_lanes()[0]} lanes"], simd
+    assert simd == [f"explicit {lanes} lanes"], simd
     want = fn(x.double()).float()
     nan = torch.isnan(want)
     assert torch.equal(torch.isnan(got), nan), f"{name}: NaN at {x[torch.isnan(got) != nan][:5].tolist()}"
@@ -91,12 +109,12 @@ def test_a_value_put_in_every_lane_keeps_minus_zero_and_nan():
     assert torch.equal(torch.signbit(got), torch.signbit(fn(x, ones)[0]))
 
 
+@pytest.mark.parametrize("lanes", sorted(WIDTHS, reverse=True), ids=lambda n: f"{n}lanes")
 @pytest.mark.parametrize("name", ["exp", "sigmoid"])
-def test_ember_functions_agree_bit_for_bit_in_lanes_and_in_the_scalar_tail(name):
+def test_ember_functions_agree_bit_for_bit_in_lanes_and_in_the_scalar_tail(name, lanes):
     # Rows of 2L-1 elements (a slice, so rows do not merge): the first L run in vector lanes, the last L-1 in the
     # scalar tail; the same values sit at both places. Denormal and infinite results included (the last step of
     # ember_vexpf differs by ISA).
-    lanes = vector_lanes()[0]
     values = torch.cat([whole_range(1 << 16), torch.linspace(-104.5, -85.0, 4099), torch.linspace(87.0, 89.5, 999)])
     values = values[: values.numel() // (lanes - 1) * (lanes - 1)].view(-1, lanes - 1)
     x = torch.zeros(values.shape[0], 2 * lanes)
@@ -104,7 +122,7 @@ def test_ember_functions_agree_bit_for_bit_in_lanes_and_in_the_scalar_tail(name)
     x[:, lanes: 2 * lanes - 1] = values
     view = x[:, : 2 * lanes - 1]
     fn = getattr(torch, name)
-    got = compile_fn(lambda t: fn(t), view)([view])[0]
+    got = compile_fn(lambda t: fn(t), view, codegen=WIDTHS[lanes])([view])[0]
     in_lanes, in_tail = got[:, : lanes - 1], got[:, lanes:]
     same = (in_lanes.view(torch.int32) == in_tail.view(torch.int32)) | (in_lanes.isnan() & in_tail.isnan())
     assert bool(same.all()), f"{name}: lanes and tail differ at x={values[~same][:5].tolist()}"

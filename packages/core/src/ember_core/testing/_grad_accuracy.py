@@ -3,7 +3,8 @@ next to how far eager float32's are.
 
 `gradient_errors(model, inputs, compile_fn)` trains three copies of `model` for a few SGD steps on the same inputs:
 one in float64 (the reference), one eager in float32, one compiled in float32, and returns each step's RMS error
-of every parameter's gradient against the reference, eager's and the compiled one's (`GradError`). `too_far`
+of every parameter's gradient against the reference, eager's and the compiled one's (`GradError`;
+`errors_against` measures any tensors so). `too_far`
 lists the gradients where the compiled one is more than `factor` times eager's error off, an error under the
 gradient's `floor` counting as the floor. Comparing with float64 says who is off when eager and compiled disagree,
 which a comparison with eager cannot.
@@ -117,7 +118,7 @@ def gradient_errors(model: torch.nn.Module, inputs: Sequence, compile_fn: Callab
                         run.load(reference.params)
                 ref = reference.step()
                 eager, compiled = (run.step() for run in runs)
-                errors += _step_errors(step, count, names, ref, eager, compiled)
+                errors += errors_against(names, ref, eager, compiled, step=step, threads=count)
     finally:
         torch.set_num_threads(before)
     return errors
@@ -150,8 +151,10 @@ def relative_error(errors: Sequence[float], scales: Sequence[float], sizes: Sequ
     return (sum(e * e * n for e, n in zip(errors, sizes)) / ref2) ** 0.5 if ref2 else 0.0
 
 
-def _step_errors(step: int, threads: int, names: Sequence[str], ref: Sequence[torch.Tensor],
-                 eager: Sequence[torch.Tensor], compiled: Sequence[torch.Tensor]) -> list[GradError]:
+def errors_against(names: Sequence[str], ref: Sequence[torch.Tensor], eager: Sequence[torch.Tensor],
+                   compiled: Sequence[torch.Tensor], step: int = 0, threads: int = 0) -> list[GradError]:
+    """Each tensor's RMS error against its float64 reference, eager's and the compiled one's, with its floor: one
+    training step's gradients, or any results a float64 run can check (a model's outputs, a loss, ...)."""
     scales = [rms(r) for r in ref]
     eager_errors = [rms(e.double() - r) for e, r in zip(eager, ref)]
     largest = max(scales, default=0.0)
