@@ -30,6 +30,10 @@ ULPS = {
     "asinh": 4, "acosh": 4, "atanh": 4, "sqrt": 0, "rsqrt": 1, "abs": 0, "floor": 0, "ceil": 0, "round": 0,
     "trunc": 0, "reciprocal": 0, "neg": 0,
 }
+# Every function is at least as accurate as eager's float32 kernel on the same values, but for these (ulps more):
+# libmvec's, 2 ulp where eager's are 1 (`ember_codegen_cpp._sleef`): erf, which GELU computes, 5.8x faster than
+# Sleef's; asinh, acosh and cosh, whose Sleef functions overflow early.
+WORSE_THAN_EAGER = {"erf": 1, "asinh": 1, "acosh": 1, "cosh": 1}
 # The result is within ULPS or within this absolute distance: near a zero of the function (sin near pi, a rounding
 # of float32's pi), and sigmoid below -88.7, which is 0 where the exact value is a denormal (as torch's float32).
 ABS = {"sigmoid": 1.2e-38, "sin": 1e-6, "cos": 1e-6, "tan": 1e-6, "erfc": 1e-37, "log": 1e-6, "log2": 1e-6,
@@ -85,6 +89,16 @@ def test_function_matches_torch_over_the_whole_float_range(name, lanes):
     assert not bool(bad.any()), (f"{name}: {int(bad.sum())} values beyond {ULPS[name]} ulp (worst {worst}), "
                                  f"e.g. x={x[finite][bad][:3].tolist()} got {got[finite][bad][:3].tolist()} "
                                  f"torch {want[finite][bad][:3].tolist()}")
+    eagers = worst_ulps(fn(x), want, ABS.get(name, 0))
+    assert worst <= eagers + WORSE_THAN_EAGER.get(name, 0), f"{name}: {worst} ulp where eager's worst is {eagers}"
+
+
+def worst_ulps(got: torch.Tensor, want: torch.Tensor, near: float) -> int:
+    """The largest distance in ulp from the exact results `want` where both are finite and further apart than
+    `near`."""
+    ok = torch.isfinite(got) & torch.isfinite(want)
+    far = (got[ok] - want[ok]).abs() > near
+    return int(ulp_distance(got[ok][far], want[ok][far]).max()) if bool(far.any()) else 0
 
 
 def test_kernels_of_pointwise_functions_are_explicit_vectors():
@@ -128,22 +142,24 @@ def test_ember_functions_agree_bit_for_bit_in_lanes_and_in_the_scalar_tail(name,
     assert bool(same.all()), f"{name}: lanes and tail differ at x={values[~same][:5].tolist()}"
 
 
-def test_sleef_serves_the_functions_it_was_measured_faster_at():
-    """Where torch's libtorch_cpu exports them and the CPU has 16-lane vectors, sin, cos and log call Sleef's 3.5-ulp
-    functions (`_sleef.CHOICES`; the accuracy above holds for them), and only a unit that calls one links to
-    libtorch_cpu."""
+def test_sleef_serves_the_functions_it_was_chosen_for():
+    """Where torch's libtorch_cpu exports them and kernels have 8 or 16 lanes, the functions `_sleef.CHOICES` names
+    call Sleef's (eager's own 1-ulp log, tan, inverse trigonometric ...; with 16 lanes its 3.5-ulp sin and cos; the
+    accuracy above holds for them), and only a unit that calls one links to libtorch_cpu."""
     from ember_codegen_cpp import prelude
     from ember_codegen_cpp._sleef import CHOICES, link_flags, sleef_functions
 
-    chosen = sleef_functions(16)
-    if 16 not in vector_lanes() or not chosen:
-        pytest.skip("no 16-lane vectors here, or this torch exports none of the chosen Sleef functions")
-    assert set(chosen) == set(CHOICES[16])
+    lanes = vector_lanes()[0]
+    chosen = sleef_functions(lanes)
+    if lanes not in CHOICES or not chosen:
+        pytest.skip("no 8- or 16-lane vectors here, or this torch exports none of the chosen Sleef functions")
+    assert set(chosen) == set(CHOICES[lanes])
     text = prelude()
     for name, symbol in chosen.items():
-        assert f"{{ return {symbol}(a); }}" in text and f"_ZGVeN16v_{name}(" not in text
+        assert f"{{ return {symbol}(a); }}" in text and f"N{lanes}v_{name}(" not in text
     assert link_flags(text) == ()  # the prelude's definitions are not calls
-    assert "-ltorch_cpu" in link_flags(text + "t1_v = ember_vcos(t0_v);")
-    x = torch.linspace(-50, 50, 4099)
-    (out,) = compile_fn(torch.cos, x)([x])
-    torch.testing.assert_close(out, torch.cos(x))
+    assert "-ltorch_cpu" in link_flags(text + "t1_v = ember_vlog(t0_v);")
+    assert link_flags(text + "t1_v = ember_vtanh(t0_v);") == ()  # libmvec's
+    x = torch.linspace(0.01, 50, 4099)
+    (out,) = compile_fn(torch.log, x)([x])
+    torch.testing.assert_close(out, torch.log(x))

@@ -1,10 +1,16 @@
-"""Sleef's vector functions, from torch's own libtorch_cpu (ATen's vectorized math is built on them), where they are
-faster than glibc's libmvec at an accuracy no worse than eager's.
+"""Sleef's vector functions, from torch's own libtorch_cpu (ATen's vectorized math is built on them), where libmvec
+is less accurate than eager or slower than Sleef at eager's accuracy.
 
-Chosen per function and vector width by measurement (`benchmarks/vector_math.py`, its table in benchmarks/README.md):
-on an AMD EPYC with AVX-512, Sleef's 3.5-ulp sin, cos and log with 16 lanes take 0.17, 0.18 and 0.14 ns an element
-where libmvec's take 0.21, 0.26 and 0.24 (2 ulp measured, against libmvec's 2, 2 and 4; eager's own sin and cos are
-these very Sleef functions); everywhere else libmvec (or ember's own exp) is faster, so it stays.
+Chosen per function and vector width by accuracy first, then speed (`benchmarks/vector_math.py`, its tables in
+benchmarks/README.md; `tests/test_vector_math.py` holds every function to eager's worst ulp):
+- Sleef's 1-ulp (u10) functions where glibc's libmvec is less accurate than eager: log (libmvec 4 ulp where the
+  result is small), tan (3), and acos, asin, atan, atanh, expm1 and log1p (2 against eager's 1);
+- with 16 lanes, Sleef's 3.5-ulp sin and cos, which are eager's own and faster than libmvec's (0.17 and 0.18 ns an
+  element against 0.21 and 0.26 on an AMD EPYC with AVX-512).
+Everywhere else libmvec (or ember's own exp and sigmoid) is as accurate as eager and faster: tanh (1 ulp), sin and
+cos with 8 lanes (2 ulp against eager's 3.5-ulp functions). Exceptions, 2 ulp against eager's 1: erf, because GELU
+computes its erf and Sleef's is 5.8x slower; asinh, acosh and cosh, whose Sleef functions overflow early (inf from
+1.8e19 and from 88.75, where the results are finite).
 
 A unit that calls one is linked to libtorch_cpu (its directory on the rpath, `--as-needed`); the process has torch
 loaded already, so the loader binds the library it has. Where torch's library does not export a chosen function
@@ -20,10 +26,14 @@ from pathlib import Path
 
 import torch
 
+# libm functions whose eager kernels are Sleef's 1-ulp ones and libmvec's are less accurate
+_EAGERS_U10 = ("log", "tan", "acos", "asin", "atan", "atanh", "expm1", "log1p")
+_ISA = {8: "avx2", 16: "avx512f"}
 # float32 lanes → libm name → Sleef's function of that width
 CHOICES: dict[int, dict[str, str]] = {
-    16: {"sinf": "Sleef_sinf16_u35avx512f", "cosf": "Sleef_cosf16_u35avx512f", "logf": "Sleef_logf16_u35avx512f"},
+    lanes: {f"{name}f": f"Sleef_{name}f{lanes}_u10{isa}" for name in _EAGERS_U10} for lanes, isa in _ISA.items()
 }
+CHOICES[16] |= {"sinf": "Sleef_sinf16_u35avx512f", "cosf": "Sleef_cosf16_u35avx512f"}
 
 
 @functools.cache

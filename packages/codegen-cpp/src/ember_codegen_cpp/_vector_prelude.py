@@ -224,8 +224,9 @@ _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
 
 def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
     """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 calls Sleef's function
-    where it was measured faster (`_sleef.py`), else libmvec's variant of that width by its vector-ABI name where
-    glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp); any other runs the scalar function lane by lane."""
+    where libmvec's is less accurate than eager's or slower (`_sleef.py`), else libmvec's variant of that width by
+    its vector-ABI name where glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp); any other runs the
+    scalar function lane by lane."""
     out = []
     for name, arity in LIBM.items():
         params = ", ".join(f"V {a}" for a in "ab"[:arity])
