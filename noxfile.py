@@ -130,7 +130,7 @@ def tests(session: nox.Session, package: str) -> None:
 def integration(session: nox.Session, torch: str) -> None:
     """The cross-package suite with every package and the example plugin installed."""
     install_siblings(session, [*(f"packages/{p}{EXTRAS.get(p, '')}" for p in PACKAGES), *EXAMPLES], torch)
-    pytest(session, "tests")
+    pytest(session, "tests", "--durations=20")  # the slowest tests, for keeping CI inside its time
     # The foundation suite again with the other partitioner (test_training.py covers both by itself).
     session.env["EMBER_OPTIONS"] = '{"partition": "default"}'
     pytest(session, "tests/test_models.py", "tests/test_semantics.py")

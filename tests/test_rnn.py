@@ -66,7 +66,7 @@ LSTM_CASES = [
                               for n, b, f, s in LSTM_CASES])
 def test_lstm_trains_like_eager(layers, bidirectional, batch_first, with_state, no_build_failures):
     model = nn.LSTM(8, 16, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first)
-    batch, steps = 3, 5
+    batch, steps = 3, 3  # the gates' batch reduction is what broke; more steps only unroll more cells
     x = torch.randn((batch, steps, 8) if batch_first else (steps, batch, 8))
     state = initial_state(layers, 1 + bidirectional, batch, 16, 2) if with_state else ()
     assert_rnn_trains_like_eager(model, x, state, no_build_failures)
