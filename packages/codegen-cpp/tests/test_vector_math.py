@@ -31,7 +31,7 @@ ULPS = {
     "trunc": 0, "reciprocal": 0, "neg": 0,
 }
 # Every function is at least as accurate as eager's float32 kernel on the same values, but for these (ulps more):
-# libmvec's, 2 ulp where eager's are 1 (`ember_codegen_cpp._sleef`): erf, which GELU computes, 5.8x faster than
+# libmvec's, 2 ulp where eager's are 1 (`ember_codegen_cpp._sleef`): erf, which GELU computes, 3.4-5.8x faster than
 # Sleef's; asinh, acosh and cosh, whose Sleef functions overflow early.
 WORSE_THAN_EAGER = {"erf": 1, "asinh": 1, "acosh": 1, "cosh": 1}
 # The result is within ULPS or within this absolute distance: near a zero of the function (sin near pi, a rounding

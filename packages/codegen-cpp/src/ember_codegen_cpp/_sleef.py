@@ -7,9 +7,9 @@ benchmarks/README.md; `tests/test_vector_math.py` holds every function to eager'
   result is small), tan (3), and acos, asin, atan, atanh, expm1 and log1p (2 against eager's 1);
 - with 16 lanes, Sleef's 3.5-ulp sin and cos, which are eager's own and faster than libmvec's (0.17 and 0.18 ns an
   element against 0.21 and 0.26 on an AMD EPYC with AVX-512).
-Everywhere else libmvec (or ember's own exp and sigmoid) is as accurate as eager and faster: tanh (1 ulp), sin and
+Everywhere else libmvec (or ember's own exp and sigmoid) is as accurate as eager and the fastest that is: tanh, sin and
 cos with 8 lanes (2 ulp against eager's 3.5-ulp functions). Exceptions, 2 ulp against eager's 1: erf, because GELU
-computes its erf and Sleef's is 5.8x slower; asinh, acosh and cosh, whose Sleef functions overflow early (inf from
+computes its erf and Sleef's is 3.4-5.8x slower; asinh, acosh and cosh, whose Sleef functions overflow early (inf from
 1.8e19 and from 88.75, where the results are finite).
 
 A unit that calls one is linked to libtorch_cpu (its directory on the rpath, `--as-needed`); the process has torch
