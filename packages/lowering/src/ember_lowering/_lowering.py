@@ -380,17 +380,28 @@ def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: 
     source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
     Codegens emit `kernels_generated` with their own source.
     """
+    return lower_with_text(graph, passes=passes, check=check, emit_event=emit_event, split=split,
+                           graph_passes=graph_passes)[0]
+
+
+def lower_with_text(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: bool = True,
+                    split: SplitPolicy | None = None,
+                    graph_passes: Sequence[str] | None = None) -> tuple[KernelPlan, str | None]:
+    """`lower`, and the plan's text where the event needed it (None otherwise): the plan cache stores that text
+    instead of printing the plan a second time."""
     with Stopwatch() as clock:
         decisions: list[Decision] = []
         plan = lower_graph(graph, split, decisions, graph_passes)
         plan = schedule(plan, passes=passes, check=check, decisions=decisions)
-    if emit_event:
-        emit(Event(kind="kernels_planned", stage="lowering",
-                   message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
-                           + "".join(f"\n  {d}" for d in decisions),
-                   source=str(plan), data={"graph": graph.name, "decisions": tuple(decisions),
-                                           "steps": plan_steps(plan), "seconds": clock.seconds}))
-    return plan
+    if not emit_event:
+        return plan, None
+    text = str(plan)
+    emit(Event(kind="kernels_planned", stage="lowering",
+               message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
+                       + "".join(f"\n  {d}" for d in decisions),
+               source=text, data={"graph": graph.name, "decisions": tuple(decisions),
+                                  "steps": plan_steps(plan), "seconds": clock.seconds}))
+    return plan, text
 
 
 def plan_steps(plan: KernelPlan) -> tuple[dict[str, Any], ...]:

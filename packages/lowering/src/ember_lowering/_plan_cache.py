@@ -22,7 +22,7 @@ from ember_core import Graph, ResultCache, code_version, fingerprint, get_plugin
 from ._capabilities import Capabilities, select_passes
 from ._errors import PlanError
 from ._loop_ir import KernelPlan
-from ._lowering import lower, plan_steps
+from ._lowering import lower_with_text, plan_steps
 from ._parser import parse_plan
 from ._printer import format_plan
 from ._scheduler import default_passes
@@ -41,19 +41,19 @@ def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities
     `graph_passes` names at `pre_lowering` (None: the registered defaults); all part of the entry's facts."""
     capabilities = capabilities or Capabilities()
 
-    def lowered() -> KernelPlan:
-        return lower(graph, passes=select_passes(default_passes(), capabilities), split=capabilities.split_reductions,
-                     graph_passes=graph_passes)
+    def lowered() -> tuple[KernelPlan, str | None]:
+        return lower_with_text(graph, passes=select_passes(default_passes(), capabilities),
+                               split=capabilities.split_reductions, graph_passes=graph_passes)
 
     if not cache:
-        return lowered()
+        return lowered()[0]
     default = capabilities.fact() == Capabilities().fact()
     facts = plan_facts(graph, graph_passes) | ({} if default else {"capabilities": capabilities.fact()})
     plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph), lambda plan: {"steps": plan_steps(plan)})
     if plan is not None:
         return plan
-    plan = lowered()
-    text = format_plan(plan)
+    plan, text = lowered()
+    text = text or format_plan(plan)  # printed once: `lower` printed it for its event
     if parse_plan(text) == plan:
         PLANS.store(facts, graph, text)
     else:  # a plan its text cannot hold exactly is lowered again by every process

@@ -165,7 +165,7 @@ def test_a_graph_that_cannot_lower_runs_in_the_interpreter_codegen_labelled_so(m
     def fail(graph, **how):
         raise RuntimeError("no lowering today")
 
-    monkeypatch.setattr(plans, "lower", fail)  # what the codegen layer's `lower_cached` calls on a miss
+    monkeypatch.setattr(plans, "lower_with_text", fail)  # what the codegen layer's `lower_cached` calls on a miss
     x = torch.randn(3, 4)
     with record_events() as ev, pytest.warns(FallbackWarning, match="lowering failed: RuntimeError: no lowering"):
         compiled = ToyCodegen().compile(trace(softmax, x))
