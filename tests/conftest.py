@@ -25,7 +25,7 @@ class RoundTripChecker:
     """Every graph any stage reports during the suite must survive JSON, its text and fx exactly, and verify.
     A graph is checked once per worker: stages report the same graph several times (captured, then compiled, then
     built; a cache miss), and tests compile the same graphs again (both frontends, each partitioner); checking each
-    report took a third of the suite's time."""
+    report made the suite's main run 983 s instead of 821 on 2 cores."""
 
     # digests of the graphs checked so far in this process: their JSON (constants' data inline) and their dataclass
     # repr, which keeps what a lossy encoding would merge (a tuple and a list, 1 and 1.0, a dtype and its name)

@@ -380,21 +380,18 @@ def lower(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: 
     source, the passes' `Decision`s as `data["decisions"]`) to `ember_event` observers.
     Codegens emit `kernels_generated` with their own source.
     """
-    return lower_with_text(graph, passes=passes, check=check, emit_event=emit_event, split=split,
-                           graph_passes=graph_passes)[0]
+    if emit_event:
+        return lower_with_text(graph, passes=passes, check=check, split=split, graph_passes=graph_passes)[0]
+    return _lower(graph, passes, check, split, graph_passes, [])
 
 
-def lower_with_text(graph: Graph, *, passes: Any = None, check: bool = False, emit_event: bool = True,
-                    split: SplitPolicy | None = None,
-                    graph_passes: Sequence[str] | None = None) -> tuple[KernelPlan, str | None]:
-    """`lower`, and the plan's text where the event needed it (None otherwise): the plan cache stores that text
-    instead of printing the plan a second time."""
+def lower_with_text(graph: Graph, *, passes: Any = None, check: bool = False, split: SplitPolicy | None = None,
+                    graph_passes: Sequence[str] | None = None) -> tuple[KernelPlan, str]:
+    """`lower` with its `kernels_planned` event, and the plan's text the event carried: the plan cache stores that
+    text instead of printing the plan a second time."""
+    decisions: list[Decision] = []
     with Stopwatch() as clock:
-        decisions: list[Decision] = []
-        plan = lower_graph(graph, split, decisions, graph_passes)
-        plan = schedule(plan, passes=passes, check=check, decisions=decisions)
-    if not emit_event:
-        return plan, None
+        plan = _lower(graph, passes, check, split, graph_passes, decisions)
     text = str(plan)
     emit(Event(kind="kernels_planned", stage="lowering",
                message=f"graph {graph.name!r}: {len(plan.kernels)} kernels, {len(plan.externs)} extern calls"
@@ -402,6 +399,12 @@ def lower_with_text(graph: Graph, *, passes: Any = None, check: bool = False, em
                source=text, data={"graph": graph.name, "decisions": tuple(decisions),
                                   "steps": plan_steps(plan), "seconds": clock.seconds}))
     return plan, text
+
+
+def _lower(graph: Graph, passes: Any, check: bool, split: SplitPolicy | None, graph_passes: Sequence[str] | None,
+           decisions: list[Decision]) -> KernelPlan:
+    plan = lower_graph(graph, split, decisions, graph_passes)
+    return schedule(plan, passes=passes, check=check, decisions=decisions)
 
 
 def plan_steps(plan: KernelPlan) -> tuple[dict[str, Any], ...]:

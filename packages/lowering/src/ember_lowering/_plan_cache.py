@@ -24,7 +24,6 @@ from ._errors import PlanError
 from ._loop_ir import KernelPlan
 from ._lowering import lower_with_text, plan_steps
 from ._parser import parse_plan
-from ._printer import format_plan
 from ._scheduler import default_passes
 from ._verify import verify_plan
 
@@ -41,7 +40,7 @@ def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities
     `graph_passes` names at `pre_lowering` (None: the registered defaults); all part of the entry's facts."""
     capabilities = capabilities or Capabilities()
 
-    def lowered() -> tuple[KernelPlan, str | None]:
+    def lowered() -> tuple[KernelPlan, str]:
         return lower_with_text(graph, passes=select_passes(default_passes(), capabilities),
                                split=capabilities.split_reductions, graph_passes=graph_passes)
 
@@ -52,8 +51,7 @@ def lower_cached(graph: Graph, *, cache: bool = True, capabilities: Capabilities
     plan = PLANS.load(facts, graph, lambda text: read_plan(text, graph), lambda plan: {"steps": plan_steps(plan)})
     if plan is not None:
         return plan
-    plan, text = lowered()
-    text = text or format_plan(plan)  # printed once: `lower` printed it for its event
+    plan, text = lowered()  # the text its event carried: printed once
     if parse_plan(text) == plan:
         PLANS.store(facts, graph, text)
     else:  # a plan its text cannot hold exactly is lowered again by every process
