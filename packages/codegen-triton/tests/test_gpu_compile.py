@@ -52,7 +52,8 @@ CASES = {
                          (torch.randn(8, 4, 32, 32),), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
-          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "compile_workers_fill_the_cache",
+          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "gemm_templates",
+          "compile_workers_fill_the_cache",
           "private_triton_cache", "warm_bind_skips_the_jit", "warm_bind_restores_missing_binaries"]
 
 
@@ -131,6 +132,8 @@ def main() -> None:
     print("compile_error_falls_back:ok", flush=True)
 
     lean_launches_match_tritons(OnSm90, built, StandInGPU.launches)
+
+    gemm_templates_compile(OnSm90, built, binaries)
 
     compile_workers_fill_the_cache(OnSm90, built)
 
@@ -302,6 +305,38 @@ def compile_workers_fill_the_cache(on_sm90, built) -> None:
         os.environ["TRITON_CACHE_DIR"] = old
         triton.knobs.cache.dir = old
     print("compile_workers_fill_the_cache:ok", flush=True)
+
+
+def gemm_templates_compile(on_sm90, built, binaries) -> None:
+    """Matmul templates (`_gemm.py`) under max-autotune, as a GPU gets them: bfloat16 tiles straight into `tl.dot`
+    (the interpreter gets them widened), float32 at torch's default precision, a batched one; every configuration
+    the tuner tries is compiled for sm_90 (each one's launch compiles it: the stand-in records launches)."""
+    from ember_codegen_triton._gemm import configs
+
+    w = torch.randn(256, 256).bfloat16()
+    cases = {
+        "bf16_linear_gelu": (lambda x, r: (F.gelu(x @ w).float() + r,),
+                             (torch.randn(256, 256).bfloat16(), torch.randn(256, 256))),
+        # the product also returned (saved for a backward): the template stores it as well
+        "f32_addmm_relu": (lambda x: ((y := F.linear(x, W32, B32)), torch.relu(y)), (torch.randn(64, 32),)),
+        "f16_bmm_scale": (lambda q, k: ((q @ k.transpose(-1, -2)) * 0.125,),
+                          (torch.randn(2, 64, 32).half(), torch.randn(2, 64, 32).half())),
+    }
+    options = {"mode": "max-autotune", "triton.gemm_templates": "always"}
+    for name, (fn, args) in cases.items():
+        compiled, fallbacks = built(on_sm90(), fn, args, "fake", options, cuda=False)
+        gemm = [g for n, g in compiled.fn.__globals__.items() if n.startswith("_gemm_")]
+        assert len(gemm) == 1 and not fallbacks, (name, fallbacks)
+        template = compiled.source[compiled.source.index(f"def {gemm[0].t.name}("):]
+        assert ".to(tl.float32)" not in template.split("acc += tl.dot")[0], name  # the interpreter's widening
+        assert gemm[0].t.stores_product == (name == "f32_addmm_relu"), name
+        compiled(list(args))  # the tuner launches each configuration: each compiles
+        built_for = binaries(gemm[0].t.name)
+        assert len(built_for) == len(configs(gemm[0].t.sizes)), (name, len(built_for))
+    print("gemm_templates:ok", flush=True)
+
+
+W32, B32 = torch.randn(48, 32), torch.randn(48)
 
 
 def without_hooks(calls: list[tuple]) -> list[tuple]:

@@ -4,6 +4,10 @@ On its first launch a `TunedKernel` asks the shared `Tuner` (ember_lowering.code
 (cache `triton_tune`, keyed by the kernel's source, the device's name, the configurations tried and Triton's
 version) is reused, else every configuration runs on the call's own arguments and the fastest is kept. A
 configuration is `(XBLOCK, num_warps)`.
+
+A matmul template (`_gemm.py`) is chosen the same way by its `TunedGemm`, against the extern call and the kernel
+it would replace: `(0, 0, 0, 0, 0)` stands for those two, every other choice is a tile configuration
+`(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import triton
 from ember_lowering.codegen import Tuner
 
 from ._caches import TUNING
+from ._gemm import GemmTemplate
 from ._kernel_printer import ROW_ELEMENTS, TritonKernel
 from ._wrapper import launch_debug
 
@@ -77,9 +82,69 @@ class TunedKernel:
 
 def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any], debug: bool = False,
                   sync: bool = True) -> dict[str, Callable]:
-    """`_tune_<name>` → its `TunedKernel`, for a wrapper's globals."""
+    """`_tune_<name>` → its `TunedKernel`, for a wrapper's globals (a matmul template's `TunedGemm` is
+    `_gemm_<name>`)."""
     out = {}
     for k in program_kernels:
         written = [j for j, r in enumerate(k.roots) if r in k.writes]
         out[f"_tune_{k.name}"] = TunedKernel(env, k, written, launch_debug(k, debug, sync))
     return out
+
+
+UNFUSED = (0, 0, 0, 0, 0)  # a TunedGemm's choice of the extern call and the kernel after it
+
+
+class TunedGemm:
+    """`gemm((batch, m, n), extern_args, *args) -> bool`: run template `t` with `args` (its roots, then the plan's
+    symbols) and say True, or say False where the extern call and its epilogue kernel are faster (the wrapper then
+    runs those). `extern(*extern_args)` is the extern call; the epilogue launches through `_tune_<epilogue>`."""
+
+    def __init__(self, env: dict[str, Any], t: GemmTemplate, epilogue: TritonKernel, extern: Callable,
+                 measure: bool = True):
+        self.env, self.t, self.epilogue, self.extern = env, t, epilogue, extern
+        self.candidates: list[tuple[int, ...]] = ([UNFUSED] if measure else []) + list(t.configs)
+        self.written = [j for j, r in enumerate(t.roots) if r in t.writes]
+        self.choice: tuple[int, ...] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, sizes: tuple[int, int, int], extern_args: Sequence[Any], *args: Any) -> bool:
+        if self.choice is None:
+            with self._lock:
+                if self.choice is None:
+                    self.choice = self._choose(sizes, extern_args, args)
+        if self.choice == UNFUSED:
+            return False
+        self._launch(self.choice, sizes, args)
+        return True
+
+    def _launch(self, config: tuple[int, ...], sizes: tuple[int, int, int], args: Sequence[Any]) -> None:
+        bm, bn, bk, warps, stages = config
+        batch, m, n = sizes
+        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), batch)
+        self.env[self.t.name][grid](*args, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+
+    def _unfused(self, sizes: tuple[int, int, int], extern_args: Sequence[Any], args: Sequence[Any]) -> None:
+        """The extern call and the epilogue kernel, as the wrapper runs them."""
+        product = self.extern(*extern_args)
+        given = dict(zip(self.t.roots, args))
+        tail = args[len(self.t.roots):]  # the plan's symbols
+        batch, m, n = sizes
+        roots = [product if r == self.t.product else given[r] for r in self.epilogue.roots]
+        self.env[f"_tune_{self.epilogue.name}"](batch * m * n, *roots, *tail)
+
+    def key(self, args: Sequence[Any]) -> str:
+        device = next((device_name(a) for a in args if isinstance(a, torch.Tensor)), "unknown")
+        text = "\0".join([self.t.text, self.epilogue.text, device, repr(self.candidates), triton.__version__])
+        return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+    def _choose(self, sizes, extern_args, args) -> tuple[int, ...]:
+        def launch(c: tuple[int, ...]) -> None:
+            if c == UNFUSED:
+                self._unfused(sizes, extern_args, args)
+            else:
+                self._launch(c, sizes, args)
+
+        if len(self.candidates) == 1:
+            return self.candidates[0]
+        return TUNER.choose(self.key(args), self.t.name, self.candidates, launch, [args[i] for i in self.written],
+                            args)

@@ -16,7 +16,7 @@ import os
 
 import torch
 import triton
-from ember_core import CacheLookup, Graph, graph_device
+from ember_core import CacheLookup, Graph, direct_call, graph_device, resolve_op
 from ember_lowering import Kernel
 from ember_lowering.codegen import (
     LazyBinding,
@@ -26,16 +26,18 @@ from ember_lowering.codegen import (
     Program,
     prints_by_trying,
     report_build,
+    tuning_mode,
 )
 from triton.runtime.driver import driver
 
-from ._autotune import tuned_kernels
+from ._autotune import TunedGemm, tuned_kernels
 from ._binaries import BadManifest
 from ._binaries import load as load_binaries
 from ._build import import_module, module_build
 from ._capabilities import TRITON_CAPABILITIES
 from ._compile_workers import start as start_compile_workers
 from ._dedup import module_text
+from ._gemm import find_templates
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
 from ._launcher import launch_signature, make_launcher, stream_reader
 from ._precompile import current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
@@ -69,9 +71,13 @@ class TritonCodegen(PlanCodegen):
         return TritonKernelPrinter(kernel, layout, kernel_name(kernel, name)).print()
 
     def unit_source(self, program: Program) -> str:
+        """The module: the prelude, the kernels, and under a max-autotune mode the matmul templates (`_gemm.py`)."""
         libdevice = INTERPRETER_LIBDEVICE if interpreting() else LIBDEVICE
+        if tuning_mode(program.options) and program.options.get("triton.gemm_templates", "measure") != "never":
+            program.fused_externs = find_templates(program, interpreting())
+        templates = "".join(f"\n\n\n{t.text}" for t in program.fused_externs.values())
         return PRELUDE.replace("import triton.language as tl\n", f"import triton.language as tl\n{libdevice}\n", 1) \
-            + "\n\n" + module_text(program.kernels) + "\n"
+            + "\n\n" + module_text(program.kernels) + templates + "\n"
 
     def lean_launch(self, program: Program) -> bool:
         """Do the program's kernels launch through lean launchers (`_launcher.py`)? On CUDA unless option
@@ -91,6 +97,11 @@ class TritonCodegen(PlanCodegen):
         writer.globals["_error_flag"] = _error_flag
         if writer.tuned:
             writer.globals.update(tuned_kernels(program.kernels, writer.globals, writer.debug, writer.sync_checks))
+            measure = program.options.get("triton.gemm_templates", "measure") == "measure"
+            kernels = {k.name: k for k in program.kernels}
+            for index, t in program.fused_externs.items():
+                extern = direct_call(resolve_op(program.steps[index].op))
+                writer.globals[f"_gemm_{t.name}"] = TunedGemm(writer.globals, t, kernels[t.epilogue], extern, measure)
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:
@@ -104,12 +115,14 @@ class TritonCodegen(PlanCodegen):
                                  f"{current_target()} debug={debug} sync={sync}")
         report_build(self.stage, graph, build, "module")
         kernels_by_name = {k.name: k for k in program.kernels}
+        templates = [t.name for t in program.fused_externs.values()]
         lean = writer.lean and not writer.tuned
-        names = [*kernels_by_name] + ([f"_launch_{k}" for k in kernels_by_name] + ["_lean_stream"] if lean else [])
+        names = [*kernels_by_name, *templates]
+        names += [f"_launch_{k}" for k in kernels_by_name] + ["_lean_stream"] if lean else []
 
         def bind(found: CacheLookup, env: dict) -> None:
             module = import_module(build.key, found)
-            for name in kernels_by_name:
+            for name in [*kernels_by_name, *templates]:
                 env[name] = getattr(module, name)
             if not lean:
                 return

@@ -107,9 +107,9 @@ class TritonKernelPrinter(KernelWalk):
         col = "[:, None]" if self.reduce else ""
         lines = [f"xindex = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK){col}",
                  f"xmask = xindex < {self.expr(self.numel)}",
-                 *_unflatten("xindex", outer, self.expr)]
+                 *unflatten("xindex", outer, self.expr)]
         row = ["rindex = tl.arange(0, RBLOCK)[None, :].to(tl.int64)" + (" + roff" if self.looped else ""),
-               f"rmask = rindex < {self.rnumel}", *_unflatten("rindex", rdims, self.expr), "xrmask = xmask & rmask"]
+               f"rmask = rindex < {self.rnumel}", *unflatten("rindex", rdims, self.expr), "xrmask = xmask & rmask"]
         if self.reduce and not self.looped:
             lines += row
         for stmt in self.k.body:
@@ -276,7 +276,7 @@ def _reads_columns(k: Kernel, outer: list, streamed: list) -> bool:
     return across > along
 
 
-def _unflatten(flat: str, dims, expr) -> list[str]:
+def unflatten(flat: str, dims, expr) -> list[str]:
     """`d = flat // (sizes after d) % size(d)` for each dim, row-major."""
     lines, after = [], sympy.Integer(1)
     for d in reversed(dims):

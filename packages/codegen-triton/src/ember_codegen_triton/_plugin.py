@@ -62,6 +62,11 @@ def ember_register(registry) -> None:
                         "how kernels launch on CUDA: 'lean' (a launcher made once per kernel calls its binary when the "
                         "call fits what it was compiled for, else Triton's path) or 'jit' (Triton's kernel[grid](...) "
                         "every time)", choices=("lean", "jit"))
+    registry.add_option("triton.gemm_templates", str, "measure",
+                        "under a max-autotune mode, an extern mm/addmm/bmm and the pointwise kernel after it may run "
+                        "as one Triton matmul template: 'measure' (kept where the first call measures it faster than "
+                        "the extern call plus the kernel), 'always' (taken wherever it applies), 'never'",
+                        choices=("measure", "always", "never"))
     registry.add_option("triton.sync_index_checks", bool, False,
                         "on CUDA, an index out of range in a gather raises torch's own IndexError (the wrapper waits "
                         "for each gather kernel to read its error flag) instead of a device-side assert")

@@ -26,6 +26,7 @@ A kernel with indirect indices (a gather) catches an index out of range one of t
 
 from __future__ import annotations
 
+from ember_lowering import Extern
 from ember_lowering.codegen import Segment, WrapperWriter, tuning_mode
 
 from ._kernel_printer import TritonKernel
@@ -33,9 +34,30 @@ from ._kernel_printer import TritonKernel
 
 class TritonWrapperWriter(WrapperWriter):
     """Under a max-autotune mode each launch goes through `_tune_<kernel>(n, args...)` (`_autotune.py`), which
-    picks the block size and warps; otherwise the heuristic's are written into the launch."""
+    picks the block size and warps; otherwise the heuristic's are written into the launch.
+
+    Under a max-autotune mode an extern GEMM with a matmul template (`_gemm.py`, the program's `fused_externs`)
+    first offers the template, which says whether it ran (the measured choice); if not, the extern call and the
+    kernel after it run as they would have:
+
+        _g2 = _gemm_ember_k3_add_pointwise_64x48_mm((1, 64, 48), (b_x, b_buf0), b_x, b_w, b_b, b_add_1)
+        if _g2:
+            b_mm = None
+        else:
+            b_mm = _op0(b_x, b_buf0)  # aten.mm.default
+            ...
+        if not _g2:
+            _n = 3072
+            if _n > 0:
+                _tune_ember_k3_add_pointwise_64x48(_n, b_mm, b_b, b_add_1)
+    """
 
     lean = False  # launch through the lean launchers (`_launcher.py`); the codegen sets it per program
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a template addresses the GEMM's operands itself: the wrapper checks their layouts as it does a kernel's
+        self.kernel_roots |= {r for t in self.templates.values() for r in t.roots}
 
     @property
     def tuned(self) -> bool:
@@ -50,6 +72,38 @@ class TritonWrapperWriter(WrapperWriter):
     def sync_checks(self) -> bool:
         """Do kernels with indirect indices raise an error flag that the wrapper reads (see above)?"""
         return sync_checks(self.p.plan.device, self.p.options)
+
+    @property
+    def templates(self) -> dict:
+        """Program step index of an extern GEMM → its matmul template (`_gemm.GemmTemplate`), when tuning."""
+        return self.p.fused_externs if self.tuned else {}
+
+    def call_extern(self, index: int, ext: Extern) -> None:
+        t = self.templates.get(index)
+        if t is None:
+            return super().call_extern(index, ext)
+        self._allocate(t.writes)
+        if t.stores_product:  # an extern's result: no kernel owns it, the template writes it here
+            b = self.layout.buffers[t.product]
+            self.emit(f"{self.layout.local[t.product]} = _empty_strided({self.tup(b.shape)}, {self.tup(b.stride)}, "
+                      f"dtype={self.dtype(b.dtype)}, device=_device)")
+            self.have.add(t.product)
+        sizes = f"({', '.join(self.py(s) for s in t.sizes[:3])})"
+        extern_args = ", ".join(self._arg(a) for a in ext.args) + ("," if len(ext.args) == 1 else "")
+        args = [self.tensor(r) for r in t.roots] + [self.layout.sym_local[s] for s in self.layout.symbols]
+        with self.ranged(t.name):
+            self.emit(f"_g{index} = _gemm_{t.name}({', '.join([sizes, f'({extern_args})', *args])})")
+        if t.stores_product:
+            self.emit(f"if not _g{index}:")
+        else:
+            self.emit(f"if _g{index}:")
+            self.emit(f"{self.layout.local[t.product]} = None", 3)
+            self.emit("else:")
+        self.indent += 1
+        try:
+            super().call_extern(index, ext)
+        finally:
+            self.indent -= 1
 
     def call_segment(self, seg: Segment) -> None:
         self._read_stream(seg)
@@ -68,8 +122,20 @@ class TritonWrapperWriter(WrapperWriter):
             self.emit("_stream = _lean_stream()")
 
     def launch(self, k: TritonKernel) -> None:
-        """Emit one kernel's launch (and its error flag's check)."""
+        """Emit one kernel's launch (and its error flag's check); a matmul template's epilogue only where the
+        template did not run."""
         assert isinstance(k, TritonKernel)
+        fused = next((j for j, t in self.templates.items() if t.epilogue == k.name), None)
+        if fused is None:
+            return self._launch(k)
+        self.emit(f"if not _g{fused}:")
+        self.indent += 1
+        try:
+            self._launch(k)
+        finally:
+            self.indent -= 1
+
+    def _launch(self, k: TritonKernel) -> None:
         syms = [self.layout.sym_local[s] for s in self.layout.symbols]
         flag = k.checks and self.sync_checks
         args = [self.tensor(r) for r in k.roots] + (["_err" if flag else "None"] if k.checks else []) + syms

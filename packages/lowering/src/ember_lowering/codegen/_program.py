@@ -90,6 +90,9 @@ class Program:
     variants: dict[str, list[tuple[tuple[int, ...], str]]] = field(default_factory=dict)
     # program step index → the name of an extern step (see the module's docstring)
     extern_names: dict[int, str] = field(default_factory=dict)
+    # program step index of an extern call → a kernel that computes it together with the first kernel after it
+    # (codegen-triton's matmul templates under a max-autotune mode), which the codegen may run in their place
+    fused_externs: dict[int, Any] = field(default_factory=dict)
 
     @property
     def segments(self) -> list[Segment]:

@@ -189,8 +189,7 @@ class WrapperWriter:
             elif isinstance(step, InterpretedKernel):
                 self._interpreted(step)
             else:
-                with self.ranged(self.p.extern_name(k)):
-                    self._extern(step)
+                self.call_extern(k, step)
             dead = sorted(n for n in self.have if last.get(n, -1) == k)
             if dead:  # free storage as soon as nothing reads it (ATen results keep what they alias alive)
                 self.emit(f"del {', '.join(self.layout.local[n] for n in dead)}")
@@ -309,6 +308,12 @@ class WrapperWriter:
         segment runs as one range named after it."""
         with self.ranged(seg.name):
             self.call_segment(seg)
+
+    def call_extern(self, index: int, ext: Extern) -> None:
+        """Emit the extern call at program step `index` (in its profiler range); a codegen may run something else
+        in its place first (codegen-triton's matmul templates)."""
+        with self.ranged(self.p.extern_name(index)):
+            self._extern(ext)
 
     def _interpreted(self, step: InterpretedKernel) -> None:
         touched = list(dict.fromkeys(i.buffer for i in step.kernel.instrs() if i.buffer))
