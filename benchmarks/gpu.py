@@ -13,11 +13,14 @@ per-call overhead on a tiny graph. The last line counts rows, failed rows and la
 
 Usage: python benchmarks/gpu.py [--repeats 10] [--only NAME,...] [--dtypes float32,bfloat16] [--write]
                                 [--variants eager,inductor,ember] [--timeout S] [--no-overhead]
+                                [--mode max-autotune-no-cudagraphs]
        nox -s bench -- benchmarks/gpu.py
        python benchmarks/gpu.py --smoke   (tiny sizes, no GPU needed: Triton's interpreter on the CPU; checks that
                                            the script runs, measures nothing worth reading; kernel time is n/a
                                            there: the interpreter runs kernels as Python, with no device to time)
-`--only` takes workload names, or their first words (`softmax` selects every softmax row). A workload whose child
+`--mode` compiles Inductor and ember both in that torch.compile mode: under max-autotune each measures its own
+Triton matmul templates against cuBLAS (the GEMM workloads: `--only gemm`). `--only` takes workload names, or their
+first words (`softmax` selects every softmax row). A workload whose child
 fails or runs past `--timeout` seconds gets a `failed` row and the script exits 1 after the others.
 """
 
@@ -107,10 +110,28 @@ def _reduction_workloads() -> list[Workload]:
     ]
 
 
+def _gemm_workloads() -> list[Workload]:
+    """A GEMM and its epilogue: what a matmul template fuses under max-autotune (`--mode`): a linear's bias and
+    GELU, an attention score's scale, a residual add after a projection."""
+    m, k, n = (16, 32, 48) if SMOKE else (8192, 1024, 4096)
+    b, t, d = (2, 16, 16) if SMOKE else (32, 512, 64)
+    return [
+        Workload(f"gemm linear gelu {m}x{k}x{n}", lambda dt: (lambda x, w, bias: F.gelu(F.linear(x, w, bias)),
+                                                             (_t(m, k, dtype=dt), _t(n, k, dtype=dt), _t(n, dtype=dt))),
+                 False),
+        Workload(f"gemm bmm scale {b}x{t}x{d}", lambda dt: (lambda q, kk: (q @ kk.transpose(-1, -2)) * 0.125,
+                                                           (_t(b, t, d, dtype=dt), _t(b, t, d, dtype=dt))), False),
+        Workload(f"gemm residual {m}x{n}x{k}", lambda dt: (lambda x, w, r: r + x @ w,
+                                                          (_t(m, n, dtype=dt), _t(n, k, dtype=dt), _t(m, k, dtype=dt))),
+                 False),
+    ]
+
+
 CHAIN = 1 << (12 if SMOKE else 26)
 WORKLOADS = [
     Workload("pointwise chain 64M", lambda dt: (pointwise_chain, (_t(CHAIN, dtype=dt), _t(CHAIN, dtype=dt))), True),
     *_norm_workloads(8192, 4096), *_norm_workloads(32768, 1024), *_reduction_workloads(), *_models(),
+    *_gemm_workloads(),
 ]
 
 
@@ -159,17 +180,17 @@ def kernel_seconds(fn: Callable, calls: int = KERNEL_CALLS) -> float | None:
     return _harness.cuda_kernel_seconds(fn, calls) if DEVICE == "cuda" else None
 
 
-def compilers(fn: Callable, variants: list[str]) -> dict[str, Callable]:
-    made = {"eager": lambda: fn, "inductor": lambda: torch.compile(fn, backend="inductor"),
-            "ember": lambda: ember.compile(fn, options=EMBER_OPTIONS)}
+def compilers(fn: Callable, variants: list[str], mode: str | None = None) -> dict[str, Callable]:
+    made = {"eager": lambda: fn, "inductor": lambda: torch.compile(fn, backend="inductor", mode=mode),
+            "ember": lambda: ember.compile(fn, mode=mode, options=EMBER_OPTIONS)}
     return {v: made[v]() for v in variants}
 
 
-def measure(name: str, dtype: str, repeats: int, variants: list[str]) -> dict:
+def measure(name: str, dtype: str, repeats: int, variants: list[str], mode: str | None = None) -> dict:
     w = next(w for w in WORKLOADS if w.name == name)
     dt = getattr(torch, dtype)
     fn, args = w.make(dt)
-    fns = {k: step(c, args, w.training) for k, c in compilers(fn, variants).items()}
+    fns = {k: step(c, args, w.training) for k, c in compilers(fn, variants, mode).items()}
     plain = step(fn, args, w.training)
     cold = {label: seconds_per_call(fns[label], 1) - seconds_per_call(plain, 1) for label in fns if label != "eager"}
     result: dict = {"cold": cold}
@@ -185,11 +206,11 @@ def measure(name: str, dtype: str, repeats: int, variants: list[str]) -> dict:
     return result
 
 
-def overhead(repeats: int, variants: list[str]) -> dict[str, float]:
+def overhead(repeats: int, variants: list[str], mode: str | None = None) -> dict[str, float]:
     """Seconds per call of a tiny graph (launch and wrapper costs, not kernels)."""
     x = torch.randn(8, device=DEVICE)
     fn = lambda t: (t + 1) * 2  # noqa: E731
-    fns = compilers(fn, variants)
+    fns = compilers(fn, variants, mode)
     for f in fns.values():
         f(x)
     return timed({n: (lambda f=f: f(x)) for n, f in fns.items()}, repeats)
@@ -255,11 +276,13 @@ def main() -> None:
     parser.add_argument("--child", nargs="*", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--write", action="store_true", help="replace the GPU section of benchmarks/README.md")
+    parser.add_argument("--mode", default=None, help="torch.compile mode for Inductor and ember both")
     opts = parser.parse_args()
     variants = [v for v in VARIANTS if v == "eager" or v in opts.variants.split(",")]
     if opts.child is not None:
         kind, *rest = opts.child
-        result = overhead(opts.repeats, variants) if kind == "overhead" else measure(*rest, opts.repeats, variants)
+        result = overhead(opts.repeats, variants, opts.mode) if kind == "overhead" else \
+            measure(*rest, opts.repeats, variants, opts.mode)
         print(json.dumps(result))
         return
     if not SMOKE and not torch.cuda.is_available():
@@ -267,7 +290,9 @@ def main() -> None:
     only = {s.strip() for s in opts.only.split(",") if s.strip()}
     device = "CPU (smoke: Triton interpreter; no kernel times)" if SMOKE else torch.cuda.get_device_name()
     child = ["--repeats", str(opts.repeats), "--variants", ",".join(variants)]
-    out = [f"`python benchmarks/gpu.py --repeats {opts.repeats}` on {device}, torch {torch.__version__}: median "
+    child += ["--mode", opts.mode] if opts.mode else []
+    mode = f" --mode {opts.mode}" if opts.mode else ""
+    out = [f"`python benchmarks/gpu.py --repeats {opts.repeats}{mode}` on {device}, torch {torch.__version__}: median "
            "wall time per call of back-to-back calls; \"inductor / ember\" above 1: ember faster; kernel µs: the "
            "GPU's kernel time per call (torch.profiler), eager / inductor / ember; launch-bound: wall time "
            f"{LAUNCH_BOUND}x the kernel time or more; cold compile seconds with fresh caches.", "",

@@ -219,3 +219,33 @@ print("entered", len(entered))
             for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-3000:]
     assert runs[1].stdout.split()[-1] == "0", (runs[0].stdout, runs[1].stdout)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "autocast"])
+def test_matmul_templates_under_max_autotune_match_eager(dtype):
+    """Under max-autotune a linear and its GELU, a linear and its residual add, run as Triton matmul templates
+    (`triton.gemm_templates="always"`: every tile configuration is launched while tuning), forward and backward,
+    in float32 and under bfloat16 autocast; then measured against the extern calls, as by default."""
+    torch.manual_seed(0)
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256)
+
+        def forward(self, x):
+            return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+    model = Mlp().cuda()
+    x = torch.randn(512, 256, device="cuda", requires_grad=True)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=2e-2, atol=2e-2)
+    for choice in ("always", "measure"):
+        compiled = ember.compile(model, mode="max-autotune-no-cudagraphs", options={"triton.gemm_templates": choice})
+        with ember.record_events() as rec, torch.autocast("cuda", torch.bfloat16, enabled=dtype == "autocast"):
+            assert_same_training_step(model, compiled, [x], **tol)
+        tuned = [e for e in rec.kinds("kernel_tuned") if e.get("kernel").endswith(("_mm", "_addmm"))]
+        assert tuned, "no matmul template was offered"
+        if choice == "always":
+            assert all(e.get("choice") != [0, 0, 0, 0, 0] for e in tuned)
+        assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+        torch._dynamo.reset()
