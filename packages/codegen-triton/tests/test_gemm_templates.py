@@ -136,6 +136,16 @@ def test_what_keeps_its_extern_call(case):
     assert not gemms(compiled) and "_gemm_" not in compiled.source
 
 
+def test_repeated_layers_share_one_template_function():
+    w2 = torch.randn(48, 48)
+    fn = lambda x: (torch.relu(torch.relu(torch.relu(x @ w2) @ w2) @ w2),)  # noqa: E731
+    compiled, _ = run(fn, (torch.randn(20, 48),), ALWAYS, atol=1e-4, rtol=1e-4)
+    names = [g.t.name for g in gemms(compiled).values()]
+    assert len(names) == 3
+    aliases = [line for line in compiled.source.splitlines() if line.endswith("# the same kernel")]
+    assert sum(line.split(" = ")[0] in names for line in aliases) == 2, aliases
+
+
 def test_without_max_autotune_or_when_switched_off_no_template_is_printed():
     fn, args = CASES["addmm_gelu"]
     for options in ({}, {"mode": "max-autotune", "triton.gemm_templates": "never"}, {"mode": "reduce-overhead"}):

@@ -75,9 +75,9 @@ class TritonCodegen(PlanCodegen):
         libdevice = INTERPRETER_LIBDEVICE if interpreting() else LIBDEVICE
         if tuning_mode(program.options) and program.options.get("triton.gemm_templates", "measure") != "never":
             program.fused_externs = find_templates(program, interpreting())
-        templates = "".join(f"\n\n\n{t.text}" for t in program.fused_externs.values())
+        functions = [*program.kernels, *program.fused_externs.values()]  # repeated layers share one function each
         return PRELUDE.replace("import triton.language as tl\n", f"import triton.language as tl\n{libdevice}\n", 1) \
-            + "\n\n" + module_text(program.kernels) + templates + "\n"
+            + "\n\n" + module_text(functions) + "\n"
 
     def lean_launch(self, program: Program) -> bool:
         """Do the program's kernels launch through lean launchers (`_launcher.py`)? On CUDA unless option

@@ -45,7 +45,8 @@ def groups(kernels: Sequence[TritonKernel]) -> dict[str, str]:
 
 
 def module_text(kernels: Sequence[TritonKernel]) -> str:
-    """The kernels' functions, each body once, then the other names bound to their group's function."""
+    """The kernels' functions, each body once, then the other names bound to their group's function. (Anything with
+    a `name` and a printed `text` groups the same way: matmul templates, `_gemm.GemmTemplate`, are passed too.)"""
     same = groups(kernels)
     defs = [k.text for k in kernels if same[k.name] == k.name]
     aliases = [f"{name} = {first}  # the same kernel" for name, first in same.items() if name != first]

@@ -133,6 +133,8 @@ def unfusable(program: Program, index: int) -> str:
     if sympy.expand(sympy.Mul(*[d.size for d in k.dims]) - sympy.Mul(*product.shape)) != 0:
         return f"kernel {epilogue.name} does not run over the product's elements"
     operands = {layout.root(a.name) for a in ext.args}
+    if not any(i.buffer in mine for i in k.instrs()):
+        return f"kernel {epilogue.name} does not read the product"
     for i in k.instrs():
         if i.buffer in mine:
             if i.op is not Op.LOAD or i.srcs:
