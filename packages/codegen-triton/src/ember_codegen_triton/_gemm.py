@@ -195,9 +195,10 @@ def _refs(args):
             yield from _refs(a)
 
 
-def configs(sizes, allowed: tuple[Config, ...] = CONFIGS) -> tuple[Config, ...]:
-    """The configurations worth trying for a problem of `sizes` (batch, M, N, K): blocks no larger than the next
-    power of two of their side (at least `MIN_BLOCK`), each once."""
+def configs(sizes, allowed: tuple[Config, ...] | None = None) -> tuple[Config, ...]:
+    """The configurations worth trying for a problem of `sizes` (batch, M, N, K): those `allowed` (default
+    `CONFIGS`) with blocks no larger than the next power of two of their side (at least `MIN_BLOCK`), each once."""
+    allowed = CONFIGS if allowed is None else allowed
     _, m, n, k = sizes
     caps = [_cap(s) for s in (m, n, k)]
     out = [(min(bm, caps[0]), min(bn, caps[1]), min(bk, caps[2]), w, st) for bm, bn, bk, w, st in allowed]
