@@ -4,6 +4,8 @@ verification, and its outputs and gradients (run on the CPU by ember-core's inte
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from ember_codegen_triton.graph_passes import ChannelsLast
@@ -114,3 +116,33 @@ def test_the_nhwc_graphs_kernels_match_eager_in_tritons_interpreter():
     for g, w in zip(got, small_cnn(*args)):
         assert g.stride() == w.stride()
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_the_layout_is_measured_once_and_kept_where_a_gpu_can_measure(monkeypatch, tmp_path):
+    """`measured` times the graph's convolutions in both layouts (here on the CPU, as it would on the GPU) and keeps
+    the faster; a second graph with the same convolutions reads the choice from disk. Without a GPU the rule
+    decides."""
+    from ember_codegen_triton.graph_passes import channels_last
+    from ember_lowering.codegen import Tuner
+
+    monkeypatch.setattr(channels_last, "TUNER", Tuner("channels_last_test", "test", repeats=1))
+    gpu = f"stand-in {tmp_path.name}"  # a name no earlier run has stored a choice under
+    seen = []
+    graph = on_cuda(trace(small_cnn, *cnn_args()))
+    ChannelsLast(decide=lambda convs: seen.extend(convs) or False).run(graph)
+    assert seen[0].x == (2, 4, 8, 8) and seen[0].w == (6, 4, 3, 3) and seen[0].padding == (1, 1)
+    assert channels_last.measured(seen) is worth_channels_last(seen) is True  # no GPU here: the rule
+    cpu = [dataclasses.replace(c, device="cpu") for c in seen]
+    timed = []
+
+    def fake_time(launch, choice, *rest):
+        launch(choice)  # the convolutions run, in that layout
+        timed.append(choice)
+        return 1.0 if choice == channels_last.NHWC else 0.5  # NCHW faster here
+
+    monkeypatch.setattr(channels_last.TUNER, "_time", fake_time)
+    assert channels_last.measure_layouts(cpu, torch.device("cpu"), gpu) is False
+    assert sorted(timed) == [channels_last.NCHW, channels_last.NHWC]
+    timed.clear()
+    assert channels_last.measure_layouts(cpu, torch.device("cpu"), gpu) is False and timed == []
+    assert channels_last.measure_layouts(cpu, torch.device("cpu"), gpu + " 2") is False and len(timed) == 2
