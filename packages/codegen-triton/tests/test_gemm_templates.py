@@ -52,6 +52,11 @@ CASES = {
     # attention scores: batched, an operand transposed (a view), scaled
     "bmm_scale_tanh": (lambda q, k: (torch.tanh(q @ k.transpose(-1, -2) * 0.125),),
                        (torch.randn(3, 20, 8), torch.randn(3, 24, 8))),
+    # operands that are views with offsets and row strides of their own: a slice of rows, a slice of columns
+    "sliced_operands": (lambda x: (torch.relu(x[1:, 3:35] @ W[:, 5:45]) + 1,), (torch.randn(21, 40),)),
+    # addmm with a bias of the product's shape, and one broadcast down the rows
+    "addmm_full_bias": (lambda x, c: (torch.addmm(c, x, W).tanh(),), (torch.randn(20, 32), torch.randn(20, 48))),
+    "addmm_row_bias": (lambda x, c: (torch.addmm(c, x, W) * 3,), (torch.randn(20, 32), torch.randn(20, 1))),
     # several outputs of the epilogue
     "mm_two_outputs": (lambda x: ((y := x @ W).relu(), y * 3 - 1), (torch.randn(17, 32),)),
 }
@@ -83,6 +88,13 @@ def test_bfloat16_operands_accumulate_in_float32_and_round_the_product_as_the_ex
 def test_a_symbolic_batch_of_rows():
     fn = lambda x: (torch.relu(x @ W + B),)  # noqa: E731
     compiled, _ = run(fn, (torch.randn(20, 32),), ALWAYS, mode="symbolic", others=[(torch.randn(37, 32),)])
+    assert len(gemms(compiled)) == 1
+
+
+def test_a_symbolic_batch_of_batched_products():
+    fn = lambda q, k: (torch.tanh(q @ k.transpose(-1, -2)),)  # noqa: E731
+    args = (torch.randn(3, 20, 8), torch.randn(3, 24, 8))
+    compiled, _ = run(fn, args, ALWAYS, mode="symbolic", others=[(torch.randn(5, 17, 8), torch.randn(5, 30, 8))])
     assert len(gemms(compiled)) == 1
 
 

@@ -50,3 +50,13 @@ def test_storage_size_and_strides():
 def test_nonnegativity_uses_symbol_lower_bounds():
     r = Ranges({}, {"s0": 2})
     assert is_nonneg(s0 - 2, r) and not is_nonneg(s0 - 3, r) and is_nonneg(s0 * s0 - 4, r)
+
+
+def test_a_flatten_of_an_unflatten_over_a_symbolic_row_is_the_identity():
+    """floor(i/s1)*s1*s3 + Mod(i, s1)*s3 + j is i*s3 + j: the coefficient s3 (a dynamic row length) is a symbol."""
+    from ember_lowering import Ranges, flat_index, sym
+
+    i, j, s1, s3 = (sym(n) for n in ("i0", "i1", "s1", "s3"))
+    index = (sympy.floor(i / s1), sympy.Mod(i, s1), j)
+    ranges = Ranges({"i0": 6 * s1, "i1": s3}, {"s1": 2, "s3": 2})
+    assert sympy.expand(flat_index(index, (s1 * s3, s3, 1), 0, ranges) - (i * s3 + j)) == 0

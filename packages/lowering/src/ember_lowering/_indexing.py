@@ -229,15 +229,18 @@ def _simplify_mod(expr: Expr, ranges: Ranges) -> Expr:
 
 
 def _merge_floor_mod(expr: Expr) -> Expr:
-    """c*floor(x/c)*k + Mod(x, c)*k → x*k, repeatedly (the row-major flatten of an unflatten)."""
+    """c*floor(x/c)*k + Mod(x, c)*k → x*k, repeatedly (the row-major flatten of an unflatten); k may be a symbol (a
+    dynamic row length) as well as a number."""
     terms = list(sympy.Add.make_args(expr))
     changed = True
     while changed:
         changed = False
         for i, t in enumerate(terms):
-            k, m = t.as_coeff_Mul()
-            if not isinstance(m, sympy.Mod):
+            mods = [f for f in sympy.Mul.make_args(t) if isinstance(f, sympy.Mod)]
+            if len(mods) != 1:
                 continue
+            m = mods[0]
+            k = sympy.Mul(*[f for f in sympy.Mul.make_args(t) if f is not m])
             x, c = m.args
             want = sympy.expand(k * c * _nested_floor(sympy.floor(x / c)))
             for j, u in enumerate(terms):
