@@ -52,7 +52,8 @@ CASES = {
                          (torch.randn(8, 4, 32, 32),), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
-          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "gemm_templates",
+          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",
+          "gemm_templates",
           "compile_workers_fill_the_cache",
           "private_triton_cache", "warm_bind_skips_the_jit", "warm_bind_restores_missing_binaries"]
 
@@ -132,6 +133,8 @@ def main() -> None:
     print("compile_error_falls_back:ok", flush=True)
 
     lean_launches_match_tritons(OnSm90, built, StandInGPU.launches)
+
+    tuned_launches_go_lean(OnSm90, built, StandInGPU.launches)
 
     gemm_templates_compile(OnSm90, built, binaries)
 
@@ -305,6 +308,50 @@ def compile_workers_fill_the_cache(on_sm90, built) -> None:
         os.environ["TRITON_CACHE_DIR"] = old
         triton.knobs.cache.dir = old
     print("compile_workers_fill_the_cache:ok", flush=True)
+
+
+def tuned_launches_go_lean(on_sm90, built, launches: list) -> None:
+    """Under max-autotune, once the first call has chosen each kernel's configuration (and a matmul template's),
+    every launch goes through a lean launcher of the chosen configuration: never through Triton's
+    `JITFunction.run`, and exactly the launches Triton's own path makes in those configurations (whose choices
+    come from the same disk cache)."""
+    import triton.runtime.jit as jit
+
+    class Lean(on_sm90):
+        def lean_launch(self, program) -> bool:
+            return program.options.get("triton.launch", "lean") == "lean"
+
+    entered = []
+    tritons_run = jit.JITFunction.run
+
+    def counted(self, *args, **kwargs):
+        entered.append(self.__name__)
+        return tritons_run(self, *args, **kwargs)
+
+    jit.JITFunction.run = counted
+    w = torch.randn(64, 64).bfloat16()
+    cases = {"softmax_tanh": CASES["softmax_tanh"][:2],
+             "template": (lambda x, q, k: (F.gelu(x @ w) * 2, (q @ k.transpose(-1, -2)).tanh()),
+                          (torch.randn(64, 64).bfloat16(), torch.randn(2, 32, 16), torch.randn(2, 48, 16)))}
+    tune = {"mode": "max-autotune-no-cudagraphs", "triton.gemm_templates": "always"}
+    try:
+        for name, (fn, args) in cases.items():
+            lean, fallbacks = built(Lean(), fn, args, "fake", tune, cuda=False)
+            jitted, more = built(Lean(), fn, args, "fake", {**tune, "triton.launch": "jit"}, cuda=False)
+            assert not fallbacks and not more, (fallbacks, more)
+            runs = []
+            for compiled in (lean, jitted, lean, jitted):  # the first two choose (the second reads the choices)
+                del launches[:], entered[:]
+                compiled(list(args))
+                runs.append((without_hooks(launches), list(entered)))
+            (ours, ours_entered), (tritons, _) = runs[2], runs[3]
+            assert ours and ours_entered == [], (name, ours_entered)
+            assert ours == tritons, (name, ours, tritons)
+            if name == "template":
+                assert sum(call[1][1] == 2 for call in ours) == 1, ours  # the batched template's 2-d grid
+    finally:
+        jit.JITFunction.run = tritons_run
+    print("tuned_launches_go_lean:ok", flush=True)
 
 
 def gemm_templates_compile(on_sm90, built, binaries) -> None:

@@ -12,6 +12,7 @@ it would replace: `(0, 0, 0, 0, 0)` stands for those two, every other choice is 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
@@ -47,20 +48,29 @@ def device_name(t: torch.Tensor) -> str:
 
 
 class TunedKernel:
-    """`tuned(n, *args)`: launch kernel `name` of `env` over `n` points with the best configuration."""
+    """`tuned(n, *args)`: launch kernel `name` of `env` over `n` points with the best configuration. With `lean`
+    (on CUDA: a configuration → its lean launcher, `_launcher.py`), launches after the choice go through the chosen
+    configuration's lean launcher, on the stream `env["_lean_stream"]()` reads."""
 
-    def __init__(self, env: dict[str, Any], k: TritonKernel, written: Sequence[int], debug: bool = False):
+    def __init__(self, env: dict[str, Any], k: TritonKernel, written: Sequence[int], debug: bool = False,
+                 lean: Callable[[Config], Callable] | None = None):
         self.env, self.k, self.written = env, k, tuple(written)  # written: positions of the roots it stores to
         self.debug = debug
         self.configs = configs(k)
         self.choice: Config | None = None
+        self.lean, self.launcher = lean, None
         self._lock = threading.Lock()
 
     def __call__(self, n: int, *args: Any) -> None:
         if self.choice is None:
             with self._lock:
                 if self.choice is None:
-                    self.choice = self._choose(n, args)
+                    choice = self._choose(n, args)
+                    self.launcher = self.lean(choice) if self.lean else None
+                    self.choice = choice
+        if self.launcher is not None:
+            self.launcher(triton.cdiv(n, self.choice[0]), self.env["_lean_stream"](), *args)
+            return
         self._launch(self.choice, n, args)
 
     def _launch(self, config: Config, n: int, args: Sequence[Any]) -> None:
@@ -81,13 +91,14 @@ class TunedKernel:
 
 
 def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any], debug: bool = False,
-                  sync: bool = True) -> dict[str, Callable]:
+                  sync: bool = True, lean: Callable[[TritonKernel], Callable] | None = None) -> dict[str, Callable]:
     """`_tune_<name>` → its `TunedKernel`, for a wrapper's globals (a matmul template's `TunedGemm` is
-    `_gemm_<name>`)."""
+    `_gemm_<name>`); `lean(kernel)`: the kernel printed with a configuration → its lean launcher, on CUDA."""
     out = {}
     for k in program_kernels:
         written = [j for j, r in enumerate(k.roots) if r in k.writes]
-        out[f"_tune_{k.name}"] = TunedKernel(env, k, written, launch_debug(k, debug, sync))
+        chosen = (lambda c, k=k: lean(dataclasses.replace(k, xblock=c[0], warps=c[1]))) if lean else None
+        out[f"_tune_{k.name}"] = TunedKernel(env, k, written, launch_debug(k, debug, sync), chosen)
     return out
 
 
@@ -100,11 +111,14 @@ class TunedGemm:
     runs those). `extern(*extern_args)` is the extern call; the epilogue launches through `_tune_<epilogue>`."""
 
     def __init__(self, env: dict[str, Any], t: GemmTemplate, epilogue: TritonKernel, extern: Callable,
-                 measure: bool = True):
+                 measure: bool = True, lean: Callable[[tuple[int, ...]], Callable] | None = None):
+        """`lean` (on CUDA): a configuration → the template's lean launcher in it (`launch(tiles, batch, stream,
+        *args)`), which launches after the choice."""
         self.env, self.t, self.epilogue, self.extern = env, t, epilogue, extern
         self.candidates: list[tuple[int, ...]] = ([UNFUSED] if measure else []) + list(t.configs)
         self.written = [j for j, r in enumerate(t.roots) if r in t.writes]
         self.choice: tuple[int, ...] | None = None
+        self.lean, self.launcher = lean, None
         self._lock = threading.Lock()
 
     def __call__(self, sizes: tuple[int, int, int], extern_args: Sequence[Any], *args: Any) -> bool:
@@ -113,9 +127,16 @@ class TunedGemm:
         if self.choice is None:
             with self._lock:
                 if self.choice is None:
-                    self.choice = self._choose(sizes, extern_args, args)
+                    choice = self._choose(sizes, extern_args, args)
+                    self.launcher = self.lean(choice) if self.lean and choice != UNFUSED else None
+                    self.choice = choice
         if self.choice == UNFUSED:
             return False
+        if self.launcher is not None:
+            batch, m, n = sizes
+            bm, bn = self.choice[:2]
+            self.launcher(triton.cdiv(m, bm) * triton.cdiv(n, bn), batch, self.env["_lean_stream"](), *args)
+            return True
         self._launch(self.choice, sizes, args)
         return True
 

@@ -16,7 +16,7 @@ import os
 
 import torch
 import triton
-from ember_core import CacheLookup, Graph, direct_call, graph_device, resolve_op
+from ember_core import CacheLookup, Graph, direct_call, graph_device, resolve_op, to_dtype
 from ember_lowering import Kernel
 from ember_lowering.codegen import (
     LazyBinding,
@@ -96,12 +96,15 @@ class TritonCodegen(PlanCodegen):
         writer.globals["_cdiv"] = triton.cdiv
         writer.globals["_error_flag"] = _error_flag
         if writer.tuned:
-            writer.globals.update(tuned_kernels(program.kernels, writer.globals, writer.debug, writer.sync_checks))
+            env, layout, debug, sync = writer.globals, program.layout, writer.debug, writer.sync_checks
+            lean = (lambda k: lean_launcher(bound(env, k.name), k, layout, debug, sync)) if writer.lean else None
+            writer.globals.update(tuned_kernels(program.kernels, env, debug, sync, lean))
             measure = program.options.get("triton.gemm_templates", "measure") == "measure"
             kernels = {k.name: k for k in program.kernels}
             for index, t in program.fused_externs.items():
                 extern = direct_call(resolve_op(program.steps[index].op))
-                writer.globals[f"_gemm_{t.name}"] = TunedGemm(writer.globals, t, kernels[t.epilogue], extern, measure)
+                chosen = (lambda c, t=t: template_launcher(bound(env, t.name), t, c, layout)) if writer.lean else None
+                env[f"_gemm_{t.name}"] = TunedGemm(env, t, kernels[t.epilogue], extern, measure, chosen)
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:
@@ -116,22 +119,22 @@ class TritonCodegen(PlanCodegen):
         report_build(self.stage, graph, build, "module")
         kernels_by_name = {k.name: k for k in program.kernels}
         templates = [t.name for t in program.fused_externs.values()]
-        lean = writer.lean and not writer.tuned
-        names = [*kernels_by_name, *templates]
-        names += [f"_launch_{k}" for k in kernels_by_name] + ["_lean_stream"] if lean else []
+        lean = writer.lean and not writer.tuned  # a tuned program makes the chosen configurations' launchers
+        names = [*kernels_by_name, *templates] + (["_lean_stream"] if writer.lean else [])
+        names += [f"_launch_{k}" for k in kernels_by_name] if lean else []
 
         def bind(found: CacheLookup, env: dict) -> None:
             module = import_module(build.key, found)
             for name in [*kernels_by_name, *templates]:
                 env[name] = getattr(module, name)
+            if writer.lean:
+                env["_lean_stream"] = stream_reader(driver.active.get_current_device(), driver.active,
+                                                    triton.knobs.runtime)
             if not lean:
                 return
             built = prebuilt(found, {name: env[name] for name in kernels_by_name}, graph)
             for name, k in kernels_by_name.items():
                 env[f"_launch_{name}"] = lean_launcher(env[name], k, layout, debug, sync, built.get(name))
-            if lean:
-                env["_lean_stream"] = stream_reader(driver.active.get_current_device(), driver.active,
-                                                    triton.knobs.runtime)
 
         lazy = KernelBinding(build, graph, names, env, bind, self.stage)
         lazy.install_stubs()
@@ -145,14 +148,28 @@ class KernelBinding(LazyBinding):
     def _stub(self, name: str):
         if name.startswith("_"):
             return super()._stub(name)
-        binding = self
+        return KernelStub(self, name)
 
-        class Stub:
-            def __getitem__(self, grid):
-                binding.load()
-                return binding.env[name][grid]
 
-        return Stub()
+class KernelStub:
+    """A kernel's name in the wrapper's globals until its binding loads: indexed with a grid, or asked for the
+    kernel (`bound`), it waits for the build and gives the kernel."""
+
+    def __init__(self, binding: LazyBinding, name: str):
+        self.binding, self.name = binding, name
+
+    def bound(self):
+        self.binding.load()
+        return self.binding.env[self.name]
+
+    def __getitem__(self, grid):
+        return self.bound()[grid]
+
+
+def bound(env: dict, name: str):
+    """The kernel `name` of a wrapper's globals, its binding loaded first if it has not been."""
+    fn = env[name]
+    return fn.bound() if isinstance(fn, KernelStub) else fn
 
 
 def lean_launch_supported() -> bool:
@@ -180,6 +197,19 @@ def lean_launcher(jit, k: TritonKernel, layout: PlanLayout, debug: bool, sync: b
         compiled = warm_up(jit, k, args, debug, sync)
     params = [(p.name, bool(p.is_constexpr)) for p in jit.params]
     return make_launcher(launch_signature(k.name, params, args, launch_meta(k, debug, sync)), compiled, jit)
+
+
+def template_launcher(jit, t, config: tuple[int, ...], layout: PlanLayout):
+    """Matmul template `t`'s lean launcher in tile configuration `config` (`_gemm.py`), on a 2-d grid (tiles,
+    batch), over the binary Triton's JIT compiles or finds for it."""
+    bm, bn, bk, warps, stages = config
+    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+    hints = {s.name: s.hint for s in layout.plan.symbols}
+    args = [to_dtype(layout.buffers[r].dtype) for r in t.roots] + [hints[s] for s in layout.symbols]
+    compiled = jit.warmup(*args, grid=(1, 1), **meta)
+    compiled = compiled.result() if hasattr(compiled, "result") else compiled  # Triton's asynchronous compile mode
+    params = [(p.name, bool(p.is_constexpr)) for p in jit.params]
+    return make_launcher(launch_signature(t.name, params, args, meta, grid_dims=2), compiled, jit)
 
 
 def _error_flag(device: torch.device) -> torch.Tensor:

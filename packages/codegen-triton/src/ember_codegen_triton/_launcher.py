@@ -87,10 +87,13 @@ class LaunchSignature:
     specs: tuple[ArgSpec, ...]
     constexprs: tuple[tuple[int, Any], ...]  # (parameter position, value), in order
     meta: tuple[tuple[str, Any], ...]  # what Triton's own launch takes as keywords (block sizes, num_warps, debug)
+    grid_dims: int = 1  # 2: `launch(grid, grid_y, stream, ...)` (a matmul template's tiles and batch)
 
     def source(self) -> str:
-        """The launcher's Python source: `launch(grid, stream, a0, ...)`, over the globals `run`, `function`,
-        `packed` (the compiled kernel's) and `jit` (the kernel, for Triton's own path)."""
+        """The launcher's Python source: `launch(grid, stream, a0, ...)` (`launch(grid, grid_y, stream, ...)` for a
+        2-d grid), over the globals `run`, `function`, `packed` (the compiled kernel's) and `jit` (the kernel, for
+        Triton's own path)."""
+        grid = ["grid", "grid_y"][:self.grid_dims]
         args = [f"a{j}" for j in range(len(self.specs))]
         tensors = [a for a, s in zip(args, self.specs) if s.kind == "tensor" and s.aligned]
         tests = ["stream is None"]
@@ -102,23 +105,26 @@ class LaunchSignature:
         for position, value in self.constexprs:
             every.insert(position, repr(value))
         keywords = [f"{k}={v!r}" for k, v in self.meta]
+        dims = ", ".join([*grid, "1", "1"][:3])
         return "\n".join([
-            f"def launch_{self.name}({', '.join(['grid', 'stream', *args])}):",
+            f"def launch_{self.name}({', '.join([*grid, 'stream', *args])}):",
             f"    if {' or '.join(tests)}:",
-            f"        return jit[(grid,)]({', '.join(args + keywords)})",
-            f"    run(grid, 1, 1, stream, function, packed, None, None, None, {', '.join(every)})",
+            f"        return jit[({', '.join(grid)},)]({', '.join(args + keywords)})",
+            f"    run({dims}, stream, function, packed, None, None, None, {', '.join(every)})",
         ]) + "\n"
 
 
 def launch_signature(name: str, params: Sequence[tuple[str, bool]], warmup: Sequence[Any],
-                     meta: dict[str, Any]) -> LaunchSignature:
+                     meta: dict[str, Any], grid_dims: int = 1) -> LaunchSignature:
     """The signature of kernel `name` with parameters `params` ((name, is_constexpr) in order), warmed up with the
-    runtime arguments `warmup` and launched with the keywords `meta` (constexpr values by name, num_warps ...)."""
+    runtime arguments `warmup` and launched with the keywords `meta` (constexpr values by name, num_warps ...)
+    on a grid of `grid_dims` dimensions."""
     runtime = [p for p, constexpr in params if not constexpr]
     if len(runtime) != len(warmup):
         raise ValueError(f"kernel {name} takes {len(runtime)} runtime arguments, the warm-up gave {len(warmup)}")
     constexprs = tuple((j, meta[p]) for j, (p, constexpr) in enumerate(params) if constexpr)
-    return LaunchSignature(name, tuple(spec_of(v) for v in warmup), constexprs, tuple(sorted(meta.items())))
+    return LaunchSignature(name, tuple(spec_of(v) for v in warmup), constexprs, tuple(sorted(meta.items())),
+                           grid_dims)
 
 
 def make_launcher(sig: LaunchSignature, compiled: Any, jit: Any) -> Callable[..., None]:
