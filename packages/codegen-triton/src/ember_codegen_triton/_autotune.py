@@ -53,10 +53,11 @@ class TunedKernel:
     configuration's lean launcher, on the stream `env["_lean_stream"]()` reads."""
 
     def __init__(self, env: dict[str, Any], k: TritonKernel, written: Sequence[int], debug: bool = False,
-                 lean: Callable[[Config], Callable] | None = None):
+                 lean: Callable[[Config], Callable] | None = None, tried: int | None = None):
+        """`tried`: how many of the configurations to try (None: all)."""
         self.env, self.k, self.written = env, k, tuple(written)  # written: positions of the roots it stores to
         self.debug = debug
-        self.configs = configs(k)
+        self.configs = configs(k)[:tried]
         self.choice: Config | None = None
         self.lean, self.launcher = lean, None
         self._lock = threading.Lock()
@@ -91,14 +92,16 @@ class TunedKernel:
 
 
 def tuned_kernels(program_kernels: Sequence[TritonKernel], env: dict[str, Any], debug: bool = False,
-                  sync: bool = True, lean: Callable[[TritonKernel], Callable] | None = None) -> dict[str, Callable]:
+                  sync: bool = True, lean: Callable[[TritonKernel], Callable] | None = None,
+                  tried: int | None = None) -> dict[str, Callable]:
     """`_tune_<name>` → its `TunedKernel`, for a wrapper's globals (a matmul template's `TunedGemm` is
-    `_gemm_<name>`); `lean(kernel)`: the kernel printed with a configuration → its lean launcher, on CUDA."""
+    `_gemm_<name>`); `lean(kernel)`: the kernel printed with a configuration → its lean launcher, on CUDA;
+    `tried`: how many configurations each kernel tries (None: all)."""
     out = {}
     for k in program_kernels:
         written = [j for j, r in enumerate(k.roots) if r in k.writes]
         chosen = (lambda c, k=k: lean(dataclasses.replace(k, xblock=c[0], warps=c[1]))) if lean else None
-        out[f"_tune_{k.name}"] = TunedKernel(env, k, written, launch_debug(k, debug, sync), chosen)
+        out[f"_tune_{k.name}"] = TunedKernel(env, k, written, launch_debug(k, debug, sync), chosen, tried)
     return out
 
 
@@ -111,11 +114,12 @@ class TunedGemm:
     runs those). `extern(*extern_args)` is the extern call; the epilogue launches through `_tune_<epilogue>`."""
 
     def __init__(self, env: dict[str, Any], t: GemmTemplate, epilogue: TritonKernel, extern: Callable,
-                 measure: bool = True, lean: Callable[[tuple[int, ...]], Callable] | None = None):
+                 measure: bool = True, lean: Callable[[tuple[int, ...]], Callable] | None = None,
+                 tried: int | None = None):
         """`lean` (on CUDA): a configuration → the template's lean launcher in it (`launch(tiles, batch, stream,
-        *args)`), which launches after the choice."""
+        *args)`), which launches after the choice; `tried`: how many tile configurations to try (None: all)."""
         self.env, self.t, self.epilogue, self.extern = env, t, epilogue, extern
-        self.candidates: list[tuple[int, ...]] = ([UNFUSED] if measure else []) + list(t.configs)
+        self.candidates: list[tuple[int, ...]] = ([UNFUSED] if measure else []) + list(t.configs[:tried])
         self.written = [j for j, r in enumerate(t.roots) if r in t.writes]
         self.choice: tuple[int, ...] | None = None
         self.lean, self.launcher = lean, None

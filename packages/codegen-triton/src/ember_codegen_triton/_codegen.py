@@ -45,6 +45,8 @@ from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE, expression
 from ._wrapper import TritonWrapperWriter, launch_meta
 
 log = logging.getLogger("ember.kernels")
+# configurations a tuned kernel or matmul template tries in Triton's interpreter, where timings say nothing of a GPU
+INTERPRETER_CONFIGS = 2
 
 
 def interpreting() -> bool:
@@ -98,13 +100,14 @@ class TritonCodegen(PlanCodegen):
         if writer.tuned:
             env, layout, debug, sync = writer.globals, program.layout, writer.debug, writer.sync_checks
             lean = (lambda k: lean_launcher(bound(env, k.name), k, layout, debug, sync)) if writer.lean else None
-            writer.globals.update(tuned_kernels(program.kernels, env, debug, sync, lean))
+            tried = INTERPRETER_CONFIGS if interpreting() else None
+            writer.globals.update(tuned_kernels(program.kernels, env, debug, sync, lean, tried))
             measure = program.options.get("triton.gemm_templates", "measure") == "measure"
             kernels = {k.name: k for k in program.kernels}
             for index, t in program.fused_externs.items():
                 extern = direct_call(resolve_op(program.steps[index].op))
                 chosen = (lambda c, t=t: template_launcher(bound(env, t.name), t, c, layout)) if writer.lean else None
-                env[f"_gemm_{t.name}"] = TunedGemm(env, t, kernels[t.epilogue], extern, measure, chosen)
+                env[f"_gemm_{t.name}"] = TunedGemm(env, t, kernels[t.epilogue], extern, measure, chosen, tried)
         return writer
 
     def start_build(self, graph: Graph, program: Program, writer, env: dict) -> LazyBinding:
