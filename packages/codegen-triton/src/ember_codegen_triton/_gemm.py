@@ -216,8 +216,9 @@ class TemplatePrinter(TritonKernelPrinter):
     `[BLOCK_M, BLOCK_N]` tiles, its loads of the product replaced by the accumulator.
 
     For Triton's interpreter (`interpreting`), bfloat16 tiles are widened to float32 before `tl.dot`: the
-    interpreter (Triton 3.6 to 3.9) multiplies bfloat16 tiles as if their bits were integers. The result is the
-    same: a product of two bfloat16 values is exact in float32, which a GPU's tensor cores accumulate in."""
+    interpreter keeps bfloat16 as 16-bit integers and multiplies the bits (values near 1e10; measured on Triton 3.6
+    and 3.9, triton-lang/triton#11584). The result is the same: a product of two bfloat16 values is exact in
+    float32, which a GPU's tensor cores accumulate in."""
 
     def __init__(self, epilogue: Kernel, layout: PlanLayout, name: str, ext: Extern, index: int, epilogue_name: str,
                  stores_product: bool = False, interpreting: bool = False):
