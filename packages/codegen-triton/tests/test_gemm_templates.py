@@ -207,3 +207,16 @@ def test_the_template_as_printed():
     wrapper = compiled.source[compiled.source.index("def graph_graph(inputs)"):]
     wrapper = wrapper[:wrapper.index("def graph_graph_profiled")]
     assert_golden(template + "\n" + wrapper, SNAPSHOTS / "gemm_template_addmm_gelu.txt")
+
+
+def test_on_a_cuda_graph_the_stored_product_is_allocated_on_the_graphs_device():
+    """What the interpreter (CPU tensors) cannot show: for a CUDA graph, the product a template stores is allocated
+    on the graph's device, and the extern path's result is still checked for its dtype (compiled only; no GPU)."""
+    from helpers import on_cuda
+
+    fn = lambda x: ((y := x @ W), y.relu())  # noqa: E731 - the product returned: the template stores it
+    options = {**ALWAYS, "mode": "max-autotune-no-cudagraphs"}  # the wrapper itself, not its CUDA-graph replay
+    compiled = TritonCodegen().compile(on_cuda(trace(fn, torch.randn(20, 32))), None, options)
+    assert compiled.fn.__globals__["_device"] == torch.device("cuda:0")
+    assert "b_mm = _empty_strided((20, 48), (48, 1), dtype=_dt0, device=_device)" in compiled.source
+    assert "_wrong_dtype(_name0, b_mm, _dt0)" in compiled.source  # the extern's result, where it runs

@@ -40,7 +40,7 @@ from ._dedup import module_text
 from ._gemm import find_templates
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
 from ._launcher import launch_signature, make_launcher, stream_reader
-from ._precompile import current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
+from ._precompile import compile_for, current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
 from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE, expression
 from ._wrapper import TritonWrapperWriter, launch_meta
 
@@ -209,8 +209,7 @@ def template_launcher(jit, t, config: tuple[int, ...], layout: PlanLayout):
     meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
     hints = {s.name: s.hint for s in layout.plan.symbols}
     args = [to_dtype(layout.buffers[r].dtype) for r in t.roots] + [hints[s] for s in layout.symbols]
-    compiled = jit.warmup(*args, grid=(1, 1), **meta)
-    compiled = compiled.result() if hasattr(compiled, "result") else compiled  # Triton's asynchronous compile mode
+    compiled = compile_for(jit, args, meta, grid=(1, 1))
     params = [(p.name, bool(p.is_constexpr)) for p in jit.params]
     return make_launcher(launch_signature(t.name, params, args, meta, grid_dims=2), compiled, jit)
 

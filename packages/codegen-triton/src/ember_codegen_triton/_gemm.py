@@ -126,7 +126,7 @@ def unfusable(program: Program, index: int) -> str:
         return "no printed kernel follows it"
     epilogue = follower.kernels[0]
     k = epilogue.ir
-    if k.reduce_dims or any(isinstance(s, Loop) for s in k.body) or getattr(epilogue, "checks", False):
+    if k.reduce_dims or any(isinstance(s, Loop) for s in k.body) or epilogue.checks:
         return f"kernel {epilogue.name} is not pointwise"
     mine = {b for b in layout.buffers if layout.root(b) == product.name}
     point = _row_major_point(k)
@@ -135,12 +135,12 @@ def unfusable(program: Program, index: int) -> str:
     operands = {layout.root(a.name) for a in ext.args}
     if not any(i.buffer in mine for i in k.instrs()):
         return f"kernel {epilogue.name} does not read the product"
+    ranges = Ranges({d.var: d.size for d in k.dims}, layout.lowers)
     for i in k.instrs():
         if i.buffer in mine:
             if i.op is not Op.LOAD or i.srcs:
                 return f"kernel {epilogue.name} stores to or masks its loads of the product"
             b = layout.buffers[i.buffer]
-            ranges = Ranges({d.var: d.size for d in k.dims}, layout.lowers)
             if sympy.expand(flat_index(i.index, b.stride, layout.rel_offset(i.buffer), ranges) - point) != 0:
                 return f"kernel {epilogue.name} reads the product other than element for element"
         elif i.op is Op.STORE and layout.root(i.buffer) in operands:

@@ -116,7 +116,13 @@ def _warm_up(fn, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool):
 
 
 def warm_up(fn, k: TritonKernel, args: list, debug: bool, sync: bool):
-    compiled = fn.warmup(*args, grid=(1,), **launch_meta(k, debug, sync))
+    return compile_for(fn, args, launch_meta(k, debug, sync))
+
+
+def compile_for(fn, args: list, meta: dict, grid: tuple[int, ...] = (1,)):
+    """`fn` compiled (or found in Triton's caches) for a launch with runtime arguments `args` (as types) and keywords
+    `meta` on a grid of `grid`'s rank; the compiled kernel."""
+    compiled = fn.warmup(*args, grid=grid, **meta)
     return compiled.result() if hasattr(compiled, "result") else compiled  # Triton's asynchronous compile mode
 
 

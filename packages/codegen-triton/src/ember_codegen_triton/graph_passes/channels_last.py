@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -109,15 +110,9 @@ def _shape_key(c: Conv) -> tuple:
 
 def _bytes(convs: Sequence[Conv]) -> int:
     distinct = {_shape_key(c): c for c in convs}.values()
-    size = sum(to_dtype(c.dtype).itemsize * (_numel(c.x) + _numel(c.w)) for c in distinct)
+    size = sum(to_dtype(c.dtype).itemsize * (math.prod(c.x) + math.prod(c.w)) for c in distinct)
     return 2 * size
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _convolutions(counts: collections.Counter, device: torch.device, layout: torch.memory_format) -> Callable:
