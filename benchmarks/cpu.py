@@ -52,6 +52,18 @@ class Workload:
     training: bool = False
 
 
+class CrossEntropy(nn.Module):
+    """Cross-entropy over logits with a learned bias: a training step's gradient is the softmax's backward and a
+    scatter of the targets' gradient (a select in ember), over the whole logits."""
+
+    def __init__(self, classes: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(classes))
+
+    def forward(self, logits, target):
+        return nn.functional.cross_entropy(logits + self.bias, target)
+
+
 WORKLOADS = [
     Workload("pointwise chain 4M", lambda: (pointwise_chain, (torch.randn(4 << 20), torch.randn(4 << 20))), True),
     Workload("softmax 4096x1024", lambda: (lambda x: torch.softmax(x, -1), (torch.randn(4096, 1024),)), True),
@@ -61,6 +73,8 @@ WORKLOADS = [
     Workload("transformer block 8x128x256", lambda: (Block(), (torch.randn(8, 128, 256),)), False),
     Workload("small cnn 16x3x32x32", lambda: (SmallCNN().eval(), (torch.randn(16, 3, 32, 32),)), False),
     Workload("mlp train step 256x512", lambda: (mlp_train_step_model(), (torch.randn(256, 512),)), False, True),
+    Workload("cross-entropy train step 2048x8000",
+             lambda: (CrossEntropy(8000), (torch.randn(2048, 8000), torch.randint(0, 8000, (2048,)))), True, True),
 ]
 
 

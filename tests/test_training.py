@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import ember
+import ember_core
 import pytest
 import torch
 import torch.nn.functional as F
@@ -196,3 +197,40 @@ def test_a_table_read_twice_gets_eagers_gradient(frontend, partition):
     model(a, b).pow(2).mean().backward()
     torch.testing.assert_close(twin.emb.weight.grad, model.emb.weight.grad, rtol=1e-4, atol=1e-5)
     assert not [e for e in rec.events if e.kind == "fallback"]
+
+
+def test_cross_entropy_gradient_is_one_select_kernel_not_a_scatter(frontend, partition):
+    """Autograd writes cross-entropy's gradient as `scatter_add(zeros, 1, target[:, None], g)`: ember lowers it as a
+    select fused with the zero fill and the softmax's backward, no ATen scatter over the whole logits; ignored
+    targets (-100) and label smoothing included."""
+    logits, target = torch.randn(16, 50, requires_grad=True), torch.randint(0, 50, (16,))
+    target[3] = -100
+
+    def loss(x, t):
+        return F.cross_entropy(x, t) + F.cross_entropy(x * 2, t, label_smoothing=0.1, reduction="sum")
+
+    compiled = ember.compile(loss, options={"frontend": frontend, "partition": partition})
+    with ember.record_events() as rec:
+        got = compiled(logits, target)
+        got.backward()
+    grad, logits.grad = logits.grad, None
+    loss(logits, target).backward()
+    torch.testing.assert_close(grad, logits.grad)
+    ops = [k.op for e in rec.kinds("kernels_generated") for k in ember_core.costs_of(e.get("range")).kernels
+           if k.kind == "extern"]
+    assert not [op for op in ops if "scatter" in op], ops
+    assert not rec.kinds("fallback")
+
+
+def test_a_scatter_index_out_of_range_raises_as_in_eager():
+    def fn(x, i):
+        return torch.zeros_like(x).scatter_add(1, i, x[:, :1]) * 2
+
+    compiled, x, good = ember.compile(fn), torch.randn(4, 5), torch.tensor([[0], [4], [2], [1]])
+    torch.testing.assert_close(compiled(x, good), fn(x, good))
+    for bad in (5, -1):
+        i = torch.tensor([[0], [bad], [2], [1]])
+        with pytest.raises(RuntimeError, match="out of bounds"):
+            fn(x, i)
+        with pytest.raises(RuntimeError, match="out of bounds"):
+            compiled(x, i)

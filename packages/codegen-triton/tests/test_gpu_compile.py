@@ -44,6 +44,9 @@ CASES = {
     "integer_ops": (lambda a, b: (a // b, a % b, torch.fmod(a, b), (a > 0) & (b < 3)),
                     (torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))), "fake"),
     "cross_entropy": (lambda x, y: (F.cross_entropy(x, y),), (torch.randn(6, 30), torch.randint(0, 30, (6,))), "fake"),
+    # cross-entropy's gradient: a scatter with one index per row, a select whose index is checked on the device
+    "scatter_select": (lambda x, i, g: (torch.zeros_like(x).scatter_add(1, i, g) - torch.softmax(x, -1),),
+                       (torch.randn(6, 30), torch.randint(0, 30, (6, 1)), torch.randn(6, 1)), "fake"),
     # a row's moments in float64: the corrected two-pass clamp must keep the values' dtype
     "moments_float64": (lambda x: torch.var_mean(x, 1), (torch.randn(4, 40, dtype=torch.float64),), "fake"),
     "column_sums": (lambda g, x: ((g * g).sum(0), torch.var_mean(x, (0, 2, 3))),

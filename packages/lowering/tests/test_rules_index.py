@@ -1,8 +1,10 @@
 """cat, padding, gathers, scatters and factories against the reference interpreter."""
 
+import pytest
 import torch
 import torch.nn.functional as F
-from lowering_checks import check
+from ember_lowering import lower, run_plan
+from lowering_checks import check, trace
 
 torch.manual_seed(0)
 X = torch.randn(5, 6)
@@ -64,3 +66,40 @@ def test_a_fresh_buffer_copied_into_is_no_extern_call():
     plan = check(lambda x: torch.ops.aten.copy.default(
         torch.ops.aten.new_empty_strided.default(x, [6, 5], [1, 6]), x.t() * 2), X)
     assert not plan.externs
+
+
+def test_a_scatter_with_one_index_per_line_is_a_select_in_one_kernel():
+    """scatter / scatter_add with one index along `dim` per line (how autograd writes cross-entropy's gradient:
+    `scatter_add(zeros, 1, target[:, None], g)`) is `where(position == index, ...)`: no ATen call, no zero fill,
+    and a sum over it fuses with it."""
+    idx, src = torch.randint(0, 6, (5, 1)), torch.randn(5, 3)
+    cols = torch.randint(0, 5, (1, 6))
+    plan = check(lambda x, idx, src, cols: (
+        torch.zeros_like(x).scatter_add(1, idx, src[:, :1]).sum(1, keepdim=True),
+        x.scatter_add(1, idx, src), x.scatter(1, idx, src), x.scatter(1, idx, -2.5),
+        x.scatter_add(0, cols, x * 3), x.int().scatter(0, cols, 7), x.half().scatter_add(1, idx, src.half())),
+        X, idx, src, cols)
+    assert not plan.externs
+    assert len(plan.kernels) <= 8
+
+
+def test_a_scatter_with_negative_zero_keeps_its_sign_as_aten_adds_it():
+    idx, src = torch.tensor([[2], [0]]), torch.tensor([[-0.0], [-0.0]])
+    check(lambda idx, src: (torch.zeros(2, 4).scatter_add(1, idx, src), torch.zeros(2, 4).scatter(1, idx, src)),
+          idx, src)
+
+
+def test_a_scatter_with_several_indices_per_line_stays_an_aten_call():
+    idx = torch.tensor([[0, 0, 2], [1, 5, 1], [3, 3, 3], [0, 1, 2], [5, 4, 3]])
+    plan = check(lambda x, idx: (x.scatter_add(1, idx, x * 2), x[:, :3].scatter(0, idx[:2] % 5, 1.0)), X, idx)
+    assert [e.op for e in plan.externs] == ["aten.scatter_add.default", "aten.scatter.value"]
+
+
+def test_a_scattered_index_out_of_range_is_an_error_not_a_missing_element():
+    graph = trace(lambda x, idx: (torch.zeros_like(x).scatter_add(1, idx, x[:, :1]).sum(1),), X,
+                  torch.zeros(5, 1, dtype=torch.int64))
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs
+    for bad in (6, -1):
+        with pytest.raises(IndexError):
+            run_plan(plan, [X, torch.full((5, 1), bad)], {})

@@ -136,6 +136,14 @@ def _reduce_last(op: Op, x: torch.Tensor, idx: torch.Tensor | None) -> tuple[tor
 # ---------------------------------------------------------------------------------------------- kernels
 
 
+def _no_negative(idx: list, i: Instr) -> None:
+    """torch's indexing wraps a negative index where the codegens raise their error flag (an index read from a
+    tensor, a gather's, can be anything): the interpreter raises too."""
+    for t in idx:
+        if isinstance(t, torch.Tensor) and t.numel() and bool((t < 0).any()):
+            raise IndexError(f"a negative index of buffer {i.buffer!r}: {int(t.min())}")
+
+
 class _KernelRun:
     """One kernel executed as tensors over its iteration space. A local buffer is a fresh tensor of the outer
     dims' sizes followed by its own shape: one row per outer iteration, addressed with the outer vars first."""
@@ -202,12 +210,14 @@ class _KernelRun:
     def load(self, i: Instr) -> torch.Tensor:
         buf, idx = self.address(i)
         if not i.srcs:
+            _no_negative(idx, i)
             return buf[tuple(idx)] if idx else buf[()]
         mask = self.value(i.srcs[0])
         other = torch.tensor(i.value, dtype=buf.dtype, device=buf.device)
         if buf.numel() == 0:
             return torch.broadcast_to(other, torch.broadcast_shapes(mask.shape, *(t.shape for t in idx)))
         safe = [torch.where(mask, t, 0) for t in idx]
+        _no_negative(safe, i)
         return torch.where(mask, buf[tuple(safe)] if safe else buf[()], other)
 
     def store(self, i: Instr) -> None:

@@ -1,6 +1,6 @@
 """Lowering rules of data movement and factories: cat, constant padding, gather / index_select / index /
-embedding (indirect loads: an index expression that uses a loaded value), slice_scatter / select_scatter,
-and full / zeros / ones / *_like / scalar_tensor / arange / iota.
+embedding (indirect loads: an index expression that uses a loaded value), slice_scatter / select_scatter, scatter
+and scatter_add with one index per line, and full / zeros / ones / *_like / scalar_tensor / arange / iota.
 
 cat and padding are one pointwise kernel each, reading their inputs through masked loads.
 """
@@ -17,7 +17,7 @@ from ._builder import KernelBuilder, Val
 from ._context import LoweringContext, TensorRef
 from ._errors import Unsupported
 from ._indexing import ZERO, sym, to_expr
-from ._loop_ir import FLOAT_DTYPES
+from ._loop_ir import FLOAT_DTYPES, opmath
 
 Expr = sympy.Expr
 
@@ -202,6 +202,43 @@ def _select_scatter(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     return _kernel(ctx, shape, dtype, fn)
 
 
+def _scatter(how: str) -> Callable:
+    """scatter.src / scatter.value / scatter_add with one index along `dim` per line of the result (the index's
+    size there is 1, its other sizes the result's): element p is `self[p]`, except where p's position along `dim`
+    is that line's index, which takes the source's element (added to `self[p]` by scatter_add). Autograd writes
+    cross-entropy's and gather's gradients so (`scatter_add(zeros, 1, target[:, None], g)`): as a select it fuses
+    with the zero fill and whatever reads it, instead of an ATen call writing the whole tensor. The index is read
+    through an indirect load of `arange(size)`, which the codegens check against its bounds as they check a
+    gather's, so an index out of range raises as it does in ATen, instead of leaving the line unwritten. Any other
+    scatter runs as an ATen call (several indices per line may repeat, and scatter_add would sum them)."""
+    def rule(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+        x, index = ctx.tensor(a["self"]), ctx.tensor(a["index"])
+        shape, dtype = _out(ctx, node)
+        if a.get("reduce") is not None or not x.rank or index.rank != x.rank:
+            raise Unsupported("a scatter with a reduce argument or of a 0-d tensor runs as an ATen call")
+        d = a["dim"] % x.rank
+        if index.shape[d] != 1 or any(index.shape[k] != x.shape[k] for k in range(x.rank) if k != d):
+            raise Unsupported("a scatter with more than one index per line runs as an ATen call")
+        if how == "add" and dtype == "bool":
+            raise Unsupported("scatter_add of booleans runs as an ATen call")
+        src = ctx.tensor(a["src"]) if how != "value" else None
+        if src is not None and src.rank != x.rank:
+            raise Unsupported("a scatter whose source has another rank runs as an ATen call")
+        positions = _iota(ctx, [x.shape[d]], "int64", 0, 1)
+
+        def fn(b: KernelBuilder, idx: list) -> Val:
+            line = [ZERO if k == d else e for k, e in enumerate(idx)]
+            target = ctx.load(b, positions, [_index_value(ctx, b, index, line, x.shape[d], wrap=False)])
+            hit = b.index(idx[d]).eq(target)
+            math = opmath(dtype)  # float16 and bfloat16 add in float32 and round once, as ATen does
+            old = b.cast(ctx.load(b, x, idx), math)
+            # the source's element of the line (its sizes are at least the index's): the same at every position
+            new = b.cast(b.lift(a["value"], dtype) if src is None else ctx.load(b, src, line), math)
+            return b.where(hit, old + new if how == "add" else new, old)
+        return _kernel(ctx, shape, dtype, fn)
+    return rule
+
+
 # ---------------------------------------------------------------------------------------------- factories
 
 
@@ -254,6 +291,8 @@ index_rules: dict[str, Callable] = {
     "aten.gather.default": _gather, "aten.index_select.default": _index_select,
     "aten.embedding.default": _embedding, "aten.index.Tensor": _index,
     "aten.slice_scatter.default": _slice_scatter, "aten.select_scatter.default": _select_scatter,
+    "aten.scatter.src": _scatter("src"), "aten.scatter.value": _scatter("value"),
+    "aten.scatter_add.default": _scatter("add"),
     "aten.full.default": _fill("fill_value"), "aten.full_like.default": _fill("fill_value"),
     "aten.fill.Scalar": _fill("value"), "aten.fill.Tensor": _fill("value"),
     "aten.scalar_tensor.default": _fill("s"),
