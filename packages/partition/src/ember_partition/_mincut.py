@@ -11,7 +11,8 @@ Bytes are scaled by `K` (one more than the number of tie-break units), so at bud
 bytes that free recomputation allows and, among those, recomputes the fewest ops.
 
 Before the cut, `renormalize` gives each layer / batch norm a pointwise way to produce its output again from its
-input and statistics, so the backward need not save a norm's output (the forward still computes it once).
+input and statistics, so the backward need not save a norm's output (the forward still computes it once), and
+`split_log_softmax` writes a log_softmax the backward reads as its row statistics and a pointwise tail.
 
 A budget b < 1 asks for at most B0 + b·(B1 - B0) bytes, where B1 is the budget-1 answer and B0 the fewest bytes
 reachable when reductions and unknown ops may run again too. The price `lam` of their FLOPs in bytes is searched
@@ -31,6 +32,7 @@ from ember_core import JointGraph, OptionError, Partition
 from ._assemble import assemble
 from ._cost_model import BANNED, op_class, recompute_flops
 from ._joint import JointInfo, analyze
+from ._log_softmax_stats import split_log_softmax
 from ._network import CutWeights, choose
 from ._renormalize import renormalize
 from ._sizes import hints, nbytes
@@ -53,7 +55,7 @@ class MinCutPartitioner:
         if budget is None:
             value = (options or {}).get(OPTION)
             budget = check_budget(1.0 if value is None else value)
-        expanded = renormalize(joint)
+        expanded = renormalize(split_log_softmax(joint))
         info = analyze(expanded.joint)
         saved, notes = Rematerializer(info).saved_for(budget)
         return assemble(info, saved, self.name, budget, notes, finish=expanded.collapse)

@@ -34,7 +34,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from ember_core import Graph, Node, Output, Ref, Value, fresh_name, graph_device, node_callable, to_dtype
+from ember_core import (
+    Graph,
+    Node,
+    Output,
+    Ref,
+    Value,
+    contiguous_stride,
+    fresh_name,
+    graph_device,
+    node_callable,
+    to_dtype,
+)
 from ember_lowering.codegen import Tuner
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -284,7 +295,7 @@ def _outputs_as_before(before: Graph, after: Graph, taken: set[str]) -> Graph:
             continue
         if out.kind != "user":
             raise LayoutRefused(f"output {out.name} ({out.kind}) would change its layout")
-        formats = {_contiguous(old.shape): torch.contiguous_format}
+        formats = {contiguous_stride(old.shape): torch.contiguous_format}
         if len(old.shape) == 4:
             formats[channels_last_strides(old.shape)] = torch.channels_last
         if old.stride not in formats:
@@ -296,13 +307,6 @@ def _outputs_as_before(before: Graph, after: Graph, taken: set[str]) -> Graph:
         outputs.append(Output(name, out.kind, out.input))
     return after.replace(nodes=tuple(nodes), values=values, outputs=tuple(outputs))
 
-
-def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _fake_device(device: str) -> torch.device:

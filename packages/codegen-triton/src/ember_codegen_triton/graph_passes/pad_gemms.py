@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from ember_core import Graph, Node, Ref, Value, fresh_name, graph_device, to_dtype
+from ember_core import Graph, Node, Ref, Value, contiguous_stride, fresh_name, graph_device, to_dtype
 from ember_lowering.codegen import Tuner
 
 log = logging.getLogger("ember.kernels")
@@ -154,8 +154,8 @@ def _gemm(graph: Graph, node: Node, device: str) -> Gemm | None:
             isinstance(a, Ref) and a.name in graph.values for a in operands):
         return None
     a, b, out = graph.values[operands[0].name], graph.values[operands[1].name], graph.values.get(node.outputs[0])
-    if not (_static(a) and _static(b) and _static(out)) or a.dtype not in PADDED_DTYPES or out.stride != _contiguous(
-            out.shape):
+    if not (_static(a) and _static(b) and _static(out)) or a.dtype not in PADDED_DTYPES or \
+            out.stride != contiguous_stride(out.shape):
         return None
     if node.op == "aten.addmm.default" and not _paddable_bias(graph, node.args[0], b.shape[-1]):
         return None
@@ -168,13 +168,6 @@ def _paddable_bias(graph: Graph, bias: object, n: int) -> bool:
     return _static(v) and len(v.shape) in (1, 2) and v.shape[-1] in (1, n)
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
 
 def _padded(graph: Graph, node: Node, g: Gemm, values: dict[str, Value], taken: set[str]) -> list[Node]:
     """The nodes that replace `node`: pads, the product on them, and (N padded) the copy of its first N columns
@@ -185,7 +178,7 @@ def _padded(graph: Graph, node: Node, g: Gemm, values: dict[str, Value], taken: 
 
     def add(base: str, op: str, args: tuple, shape: tuple[int, ...], like: Value, stride=None, of=None) -> Ref:
         name = fresh_name(graph, base, taken)
-        values[name] = like.replace(shape=shape, stride=stride or _contiguous(shape), base=of, storage_offset=0)
+        values[name] = like.replace(shape=shape, stride=stride or contiguous_stride(shape), base=of, storage_offset=0)
         new.append(Node((name,), op, args, {}, meta))
         return Ref(name)
 
@@ -209,6 +202,6 @@ def _padded(graph: Graph, node: Node, g: Gemm, values: dict[str, Value], taken: 
     wide = (*old.shape[:-1], g.np)
     product = add(f"{out}_padded", g.op, tuple(args), wide, old)
     cut = add(f"{out}_cut", "aten.slice.Tensor", (product, len(wide) - 1, 0, g.n), old.shape, old,
-              _contiguous(wide), of=product.name)
+              contiguous_stride(wide), of=product.name)
     new.append(Node((out,), "aten.clone.default", (cut,), {"memory_format": torch.contiguous_format}, meta))
     return new

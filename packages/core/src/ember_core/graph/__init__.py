@@ -37,20 +37,19 @@ from ._schema import (
     prune_values,
     rename_reads,
 )
-from ._sizes import layout_problem
+from ._sizes import contiguous_stride, layout_problem
 from ._symbol_names import canonical_symbols, rename_symbols
 from ._symbolic import evaluate as dim_value
 from ._verify import verify
 
 __all__ = [
-    "unsupported_tensor",
-    "arguments_problem", "as_sympy", "canonical", "canonical_symbols", "Constant", "CUSTOM_FUNCTION",
-    "custom_function_arguments", "decompositions", "dim_value", "dtype_name", "dumps", "ExprError", "fingerprint",
-    "format_graph", "format_node", "fresh_name", "from_fx", "Graph", "graph_device", "graph_from_json",
-    "graph_to_json", "Input", "IntExpr", "is_custom_function", "is_random", "is_source_identifier", "iter_refs",
-    "json_schema", "json_schema_path", "layout_problem", "LAYOUTS", "load", "load_text", "loads", "map_args",
-    "MEMORY_FORMATS", "Node", "node_refs", "Output", "parse_expr", "parse_graph", "parse_integer", "prune_values",
-    "Ref", "rename_reads", "rename_symbols", "resolve_op", "returns_new_storage", "save", "SCHEMA_VERSION",
-    "SHORT_DTYPE_NAMES", "source_identifier", "subgraph_scope", "Sym", "Symbol", "text_constants", "to_dtype",
-    "to_fx", "Value", "value_of", "verify",
+    "unsupported_tensor", "arguments_problem", "as_sympy", "canonical", "canonical_symbols", "Constant",
+    "CUSTOM_FUNCTION", "custom_function_arguments", "decompositions", "dim_value", "dtype_name", "dumps",
+    "ExprError", "fingerprint", "contiguous_stride", "format_graph", "format_node", "fresh_name", "from_fx",
+    "Graph", "graph_device", "graph_from_json", "graph_to_json", "Input", "IntExpr", "is_custom_function",
+    "is_random", "is_source_identifier", "iter_refs", "json_schema", "json_schema_path", "layout_problem",
+    "LAYOUTS", "load", "load_text", "loads", "map_args", "MEMORY_FORMATS", "Node", "node_refs", "Output",
+    "parse_expr", "parse_graph", "parse_integer", "prune_values", "Ref", "rename_reads", "rename_symbols",
+    "resolve_op", "returns_new_storage", "save", "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "source_identifier",
+    "subgraph_scope", "Sym", "Symbol", "text_constants", "to_dtype", "to_fx", "Value", "value_of", "verify",
 ]

@@ -21,6 +21,15 @@ INT64_MAX = (1 << 63) - 1
 Dim = int | str
 
 
+def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    """The row-major strides of a static shape, as torch gives a new tensor (a size 0 or 1 steps as 1)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def layout_problem(shape: Sequence[Dim], stride: Sequence[Dim], offset: Dim,
                    hints: Mapping[str, int]) -> tuple[str, str] | None:
     """(field, what is wrong) for the first number of the layout outside [0, 2**63) at the hints, or None."""
