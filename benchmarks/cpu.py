@@ -40,7 +40,15 @@ if "--child" in sys.argv:  # fresh caches for cold compile times: set before tor
 
 import ember  # noqa: E402
 import torch  # noqa: E402
-from models import Block, GeluMLP, SmallCNN, mlp_train_step_model, pointwise_chain, rmsnorm  # noqa: E402
+from models import (  # noqa: E402
+    Block,
+    CrossEntropy,
+    GeluMLP,
+    SmallCNN,
+    mlp_train_step_model,
+    pointwise_chain,
+    rmsnorm,
+)
 from torch import nn  # noqa: E402
 
 
@@ -50,18 +58,6 @@ class Workload:
     make: Callable[[], tuple[Callable, tuple]]  # → (function or module, inputs)
     memory_bound: bool
     training: bool = False
-
-
-class CrossEntropy(nn.Module):
-    """Cross-entropy over logits with a learned bias: a training step's gradient is the softmax's backward and a
-    scatter of the targets' gradient (a select in ember), over the whole logits."""
-
-    def __init__(self, classes: int):
-        super().__init__()
-        self.bias = nn.Parameter(torch.zeros(classes))
-
-    def forward(self, logits, target):
-        return nn.functional.cross_entropy(logits + self.bias, target)
 
 
 WORKLOADS = [

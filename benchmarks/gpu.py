@@ -47,7 +47,7 @@ if "--child" in sys.argv:  # fresh caches for cold compile times: set before tor
 import ember  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from models import Block, GeluMLP, SmallCNN, pointwise_chain, rmsnorm  # noqa: E402
+from models import Block, CrossEntropy, GeluMLP, SmallCNN, pointwise_chain, rmsnorm  # noqa: E402
 from torch import nn  # noqa: E402
 
 DEVICE = "cpu" if SMOKE else "cuda"
@@ -84,6 +84,16 @@ def _norm_workloads(n: int, d: int) -> list[Workload]:
         Workload(f"cross-entropy {size}", lambda dt: (lambda x: F.cross_entropy(x, labels), (_t(n, d, dtype=dt),)),
                  True),
     ]
+
+
+def _lm_head_loss() -> list[Workload]:
+    """Cross-entropy over GPT-2's vocabulary in training (4096 tokens, 50257 classes): the log-probabilities' row
+    statistics saved instead of the 0.8 GB of them, the targets' gradient a select fused into the softmax's
+    backward."""
+    n, v = (8, 50) if SMOKE else (4096, 50257)
+    labels = torch.randint(0, v, (n,), device=DEVICE)
+    return [Workload(f"cross-entropy train step {n}x{v}",
+                     lambda dt: (CrossEntropy(v).to(DEVICE, dt), (_t(n, v, dtype=dt), labels)), True, True)]
 
 
 def _models() -> list[Workload]:
@@ -130,7 +140,8 @@ def _gemm_workloads() -> list[Workload]:
 CHAIN = 1 << (12 if SMOKE else 26)
 WORKLOADS = [
     Workload("pointwise chain 64M", lambda dt: (pointwise_chain, (_t(CHAIN, dtype=dt), _t(CHAIN, dtype=dt))), True),
-    *_norm_workloads(8192, 4096), *_norm_workloads(32768, 1024), *_reduction_workloads(), *_models(),
+    *_norm_workloads(8192, 4096), *_norm_workloads(32768, 1024), *_lm_head_loss(), *_reduction_workloads(),
+    *_models(),
     *_gemm_workloads(),
 ]
 
