@@ -25,6 +25,15 @@ def test_cross_entropy_saves_row_statistics_not_the_log_probabilities(trace, che
     check(traced, part)
 
 
+def test_any_number_of_rows_is_split_too(trace, check):
+    """Dynamic shapes: a symbolic number of rows leaves the statistics' strides numbers, so the split holds."""
+    traced = trace(cross_entropy_with_bias, inputs(), mode="symbolic")
+    assert any(not isinstance(n, int) for v in traced.joint.graph.values.values() for n in v.shape)
+    part = MinCutPartitioner().partition(traced.joint)
+    assert not [n for n in part.forward.nodes if n.op == "aten._log_softmax.default"]
+    check(traced, part)
+
+
 def test_the_split_follows_atens_order_of_operations(trace):
     """(x - max) - log(sum(exp(x - max))), in the order ATen computes it (not x - logsumexp(x), which loses the
     small log-probabilities of large logits)."""

@@ -12,15 +12,18 @@ and the forward must write it though it reads only one element per row (the targ
 the min-cut saves `m` and `l` and takes `y` again in the backward from `x` (an input, or itself cheap to take
 again), and the lowering computes `y` in the forward only where something reads it. The order of operations is
 ATen's (not `x - logsumexp(x)`, which rounds the small log-probabilities of large logits away), so the numbers
-are those of the single op up to the order of the sum. Only float32 and float64 with static shapes: in float16 and
-bfloat16 ATen keeps the intermediate values in float32 and rounds once, which a chain of ops in that dtype would not.
+are those of the single op up to the order of the sum. Only float32 and float64 (in float16 and bfloat16 ATen keeps
+the intermediate values in float32 and rounds once, which a chain of ops in that dtype would not), the input laid
+out as the output, and symbolic sizes only where the statistics' strides stay numbers (any number of rows of a 2-d
+log_softmax over its last dim, as cross-entropy has).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from ember_core import JointGraph, Node, Ref, Value, contiguous_stride, fresh_name
+from ember_core import JointGraph, Node, Ref, Value, fresh_name
 
 from ._refs import node_reads
 
@@ -57,9 +60,20 @@ def _splittable(node: Node, values: dict[str, Value], backward_reads: set[str]) 
     vx, vo = values.get(x.name), values.get(out)
     if vx is None or vo is None or vx.dtype != vo.dtype or vx.dtype not in SPLIT_DTYPES or not vx.shape:
         return None
-    if not all(isinstance(n, int) for n in (*vx.shape, *vo.shape, *vo.stride)):
+    d = dim % len(vx.shape)
+    if vx.shape != vo.shape or vx.stride != vo.stride or _row_stride(vo.shape, d) is None:
         return None
-    return x.name, dim % len(vx.shape)
+    return x.name, d
+
+
+def _row_stride(shape: tuple, d: int) -> tuple[int, ...] | None:
+    """The contiguous strides of the statistics (`shape` with dim `d` made 1), or None where one would be a
+    symbolic product: sizes may be symbolic only where no stride multiplies them (a [rows, classes] log_softmax
+    over its classes with any number of rows)."""
+    row = tuple(1 if k == d else n for k, n in enumerate(shape))
+    if not all(isinstance(n, int) for n in row[1:]):
+        return None
+    return tuple(math.prod(row[k + 1:]) for k in range(len(row)))
 
 
 def _split(graph, node: Node, x: str, d: int, values: dict[str, Value], taken: set[str]) -> list[Node]:
@@ -67,8 +81,8 @@ def _split(graph, node: Node, x: str, d: int, values: dict[str, Value], taken: s
     out = node.outputs[0]
     like = values[out]
     row = tuple(1 if k == d else n for k, n in enumerate(like.shape))
-    stat = like.replace(shape=row, stride=contiguous_stride(row), base=None, storage_offset=0)
-    full = like.replace(stride=contiguous_stride(like.shape), base=None, storage_offset=0)
+    stat = like.replace(shape=row, stride=_row_stride(like.shape, d), base=None, storage_offset=0)
+    full = like.replace(base=None, storage_offset=0)  # laid out as x, as the output is (checked)
     meta = {**{k: v for k, v in node.meta.items() if k != "name"}, "splits": out}
     made: list[Node] = []
 
