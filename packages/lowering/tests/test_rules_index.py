@@ -95,6 +95,18 @@ def test_a_scatter_with_several_indices_per_line_stays_an_aten_call():
     assert [e.op for e in plan.externs] == ["aten.scatter_add.default", "aten.scatter.value"]
 
 
+def test_a_scatter_into_an_aten_result_or_a_reduction_stays_an_aten_call_done_in_place():
+    """A select reads and writes the whole tensor; ATen's scatter, made in place where its `self` dies, writes a
+    few elements. So the select is taken only where `self` is fused into it (a fill, a pointwise kernel) or would
+    be copied anyway (an input)."""
+    idx, src = torch.randint(0, 6, (5, 1)), torch.randn(5, 1)
+    plan = check(lambda x, w, idx, src: ((x @ w).scatter_add(1, idx, src), x.sum(1, True).scatter(1, idx * 0, 0.0),
+                                         (x * 2).scatter(1, idx, src), x.scatter(1, idx, src),
+                                         torch.softmax(x, 1).scatter(1, idx, 0.0)),  # its last step is pointwise
+                 X, torch.randn(6, 6), idx, src)
+    assert sorted(e.op for e in plan.externs) == ["aten.mm.default", "aten.scatter_.value", "aten.scatter_add_.default"]
+
+
 def test_a_scattered_index_out_of_range_is_an_error_not_a_missing_element():
     graph = trace(lambda x, idx: (torch.zeros_like(x).scatter_add(1, idx, x[:, :1]).sum(1),), X,
                   torch.zeros(5, 1, dtype=torch.int64))

@@ -16,8 +16,9 @@ from ember_core import Node
 from ._builder import KernelBuilder, Val
 from ._context import LoweringContext, TensorRef
 from ._errors import Unsupported
+from ._fusion import step_writes
 from ._indexing import ZERO, sym, to_expr
-from ._loop_ir import FLOAT_DTYPES, opmath
+from ._loop_ir import FLOAT_DTYPES, Kernel, opmath
 
 Expr = sympy.Expr
 
@@ -207,7 +208,8 @@ def _scatter(how: str) -> Callable:
     size there is 1, its other sizes the result's): element p is `self[p]`, except where p's position along `dim`
     is that line's index, which takes the source's element (added to `self[p]` by scatter_add). Autograd writes
     cross-entropy's and gather's gradients so (`scatter_add(zeros, 1, target[:, None], g)`): as a select it fuses
-    with the zero fill and whatever reads it, instead of an ATen call writing the whole tensor. The index is read
+    with the zero fill and whatever reads it, instead of an ATen call writing the whole tensor (into the result of
+    an ATen call or a reduction the ATen call stays: see `_select_pays`). The index is read
     through an indirect load of `arange(size)`, which the codegens check against its bounds as they check a
     gather's, so an index out of range raises as it does in ATen, instead of leaving the line unwritten. Any other
     scatter runs as an ATen call (several indices per line may repeat, and scatter_add would sum them)."""
@@ -224,6 +226,9 @@ def _scatter(how: str) -> Callable:
         src = ctx.tensor(a["src"]) if how != "value" else None
         if src is not None and src.rank != x.rank:
             raise Unsupported("a scatter whose source has another rank runs as an ATen call")
+        if not _select_pays(ctx, x):
+            raise Unsupported("a scatter into the result of an ATen call or a reduction runs as an ATen call (in "
+                              "place where that result dies: a few elements written, not the whole tensor)")
         positions = _iota(ctx, [x.shape[d]], "int64", 0, 1)
 
         def fn(b: KernelBuilder, idx: list) -> Val:
@@ -237,6 +242,17 @@ def _scatter(how: str) -> Callable:
             return b.where(hit, old + new if how == "add" else new, old)
         return _kernel(ctx, shape, dtype, fn)
     return rule
+
+
+def _select_pays(ctx: LoweringContext, x: TensorRef) -> bool:
+    """Is a select, which reads `self` whole and writes the whole result, no worse than ATen's scatter? Yes when
+    `self` is an input or a constant (ATen copies it too) or a pointwise kernel's result (fused into the select:
+    a zero fill, a scaled tensor). Not when an extern or a reduction wrote it: that stays a buffer, which
+    `extern-in-place` lets the ATen call scatter into where it dies."""
+    if ctx.buffers[x.buffer].kind in ("input", "constant"):
+        return True
+    writer = next((step for step in reversed(ctx.steps) if x.buffer in step_writes(step)), None)
+    return isinstance(writer, Kernel) and not writer.reduce_dims
 
 
 # ---------------------------------------------------------------------------------------------- factories
