@@ -118,12 +118,16 @@ def main() -> None:
         assert all(binaries(k) for k in names), (name, names)
         print(f"{name}:ok", flush=True)
 
-    fn, args, mode = CASES["gather_checked"]  # on CUDA a gather asserts on the device, and nothing waits for it
-    compiled, fallbacks = built(OnSm90(), fn, args, mode)
-    kernel = next(line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_"))
-    ptx = [p.with_suffix(".ptx").read_text() for p in binaries(kernel)]
-    assert not fallbacks and any("__assertfail" in text for text in ptx), fallbacks  # the assert, compiled in
-    assert "debug=True" in compiled.source and ".item()" not in compiled.source
+    # on CUDA an index read from a tensor (a gather's; a scatter's, lowered as a select) asserts on the device, and
+    # nothing waits for it; Triton's interpreter has no device asserts, so only the compiled PTX can show it
+    for name in ("gather_checked", "scatter_select"):
+        fn, args, mode = CASES[name]
+        compiled, fallbacks = built(OnSm90(), fn, args, mode)
+        kernels = [line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_")]
+        ptx = [p.with_suffix(".ptx").read_text() for k in kernels for p in binaries(k)]
+        assert not fallbacks and any("__assertfail" in text for text in ptx), (name, fallbacks)  # compiled in
+        assert "debug=True" in compiled.source and ".item()" not in compiled.source, name
+    fn, args, mode = CASES["gather_checked"]
     compiled, fallbacks = built(OnSm90(), fn, args, mode, {"triton.sync_index_checks": True})
     assert not fallbacks and "_err.item()" in compiled.source and "debug=True" not in compiled.source
     print("gather_asserts_on_cuda:ok", flush=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import sympy
 import torch
-from ember_core import Ref, Sym, dtype_name, resolve_op, to_dtype
+from ember_core import Ref, Sym, as_sympy, dtype_name, resolve_op, to_dtype
 
 from ._errors import PlanError
 from ._indexing import parse_expr, storage_size, to_expr
@@ -138,7 +138,8 @@ def _reduce_last(op: Op, x: torch.Tensor, idx: torch.Tensor | None) -> tuple[tor
 
 def _no_negative(idx: list, i: Instr) -> None:
     """torch's indexing wraps a negative index where the codegens raise their error flag (an index read from a
-    tensor, a gather's, can be anything): the interpreter raises too."""
+    tensor, a gather's, can be anything): the interpreter raises too. Called for indirect loads only, the ones the
+    codegens check (an index over loop variables alone is in bounds by construction)."""
     for t in idx:
         if isinstance(t, torch.Tensor) and t.numel() and bool((t < 0).any()):
             raise IndexError(f"a negative index of buffer {i.buffer!r}: {int(t.min())}")
@@ -151,6 +152,9 @@ class _KernelRun:
     def __init__(self, kernel: Kernel, buffers: dict[str, torch.Tensor], syms: dict[str, int],
                  device: torch.device | str = "cpu", locals_: Mapping[str, Buffer] | None = None):
         self.kernel, self.buffers, self.syms, self.device = kernel, buffers, syms, torch.device(device)
+        values = {o for i in kernel.instrs() for o in i.outs}
+        self.indirect = {id(i) for i in kernel.instrs() if i.op is Op.LOAD and any(
+            s.name in values for e in i.index for s in as_sympy(e).free_symbols)}  # an index read from a value
         used = {i.buffer for i in kernel.instrs()}
         self.locals = {n: b for n, b in (locals_ or {}).items() if n in used}
         self.sizes = [size_of(d.size, syms) for d in kernel.dims]
@@ -210,14 +214,16 @@ class _KernelRun:
     def load(self, i: Instr) -> torch.Tensor:
         buf, idx = self.address(i)
         if not i.srcs:
-            _no_negative(idx, i)
+            if id(i) in self.indirect:
+                _no_negative(idx, i)
             return buf[tuple(idx)] if idx else buf[()]
         mask = self.value(i.srcs[0])
         other = torch.tensor(i.value, dtype=buf.dtype, device=buf.device)
         if buf.numel() == 0:
             return torch.broadcast_to(other, torch.broadcast_shapes(mask.shape, *(t.shape for t in idx)))
         safe = [torch.where(mask, t, 0) for t in idx]
-        _no_negative(safe, i)
+        if id(i) in self.indirect:
+            _no_negative(safe, i)
         return torch.where(mask, buf[tuple(safe)] if safe else buf[()], other)
 
     def store(self, i: Instr) -> None:

@@ -209,10 +209,10 @@ def _scatter(how: str) -> Callable:
     is that line's index, which takes the source's element (added to `self[p]` by scatter_add). Autograd writes
     cross-entropy's and gather's gradients so (`scatter_add(zeros, 1, target[:, None], g)`): as a select it fuses
     with the zero fill and whatever reads it, instead of an ATen call writing the whole tensor (into the result of
-    an ATen call or a reduction the ATen call stays: see `_select_pays`). The index is read
-    through an indirect load of `arange(size)`, which the codegens check against its bounds as they check a
-    gather's, so an index out of range raises as it does in ATen, instead of leaving the line unwritten. Any other
-    scatter runs as an ATen call (several indices per line may repeat, and scatter_add would sum them)."""
+    an ATen call or a reduction the ATen call stays: see `_select_pays`). The index is read through an indirect
+    load of `arange(size)`, which the codegens check against its bounds as they check a gather's, so an index out
+    of range raises as it does in ATen, instead of leaving the line unwritten. Any other scatter runs as an ATen
+    call (several indices per line may repeat, and scatter_add would sum them)."""
     def rule(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
         x, index = ctx.tensor(a["self"]), ctx.tensor(a["index"])
         shape, dtype = _out(ctx, node)

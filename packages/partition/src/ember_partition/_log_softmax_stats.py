@@ -21,9 +21,8 @@ log_softmax over its last dim, as cross-entropy has).
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from ember_core import JointGraph, Node, Ref, Value, fresh_name
+from ember_core import JointGraph, Node, Ref, Value, contiguous_stride, fresh_name
 
 from ._refs import node_reads
 
@@ -73,7 +72,7 @@ def _row_stride(shape: tuple, d: int) -> tuple[int, ...] | None:
     row = tuple(1 if k == d else n for k, n in enumerate(shape))
     if not all(isinstance(n, int) for n in row[1:]):
         return None
-    return tuple(math.prod(row[k + 1:]) for k in range(len(row)))
+    return contiguous_stride((1, *row[1:]))  # the first size enters no stride
 
 
 def _split(graph, node: Node, x: str, d: int, values: dict[str, Value], taken: set[str]) -> list[Node]:
