@@ -238,3 +238,63 @@ def test_an_in_place_update_under_no_grad_keeps_eagers_gradient(frontend):
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(torch.autograd.grad(got.sum(), x), torch.autograd.grad(want.sum(), x))
         assert [e.data.get("cause") for e in rec.kinds("fallback")] == ["eager"]
+
+
+def _scale_no_grad_then_read(p, x):
+    with torch.no_grad():
+        p.mul_(2)
+    return (p * x).sum()
+
+
+def _intermediate_written_through_detach(p, x):
+    t = p * 3
+    t.detach().mul_(2)
+    return (t * x).sum() + p.sum()
+
+
+HIDDEN_WRITES = {
+    # eager differentiates through the written tensor as if the write were not there, reading its new value; the
+    # functional graph's new value is computed where grad is off, so the gradient would be cut (wrong, silently
+    # where another path still requires grad)
+    "input scaled under no_grad, then read": _scale_no_grad_then_read,
+    "input written through detach(), then read": lambda p, x: (p.detach().mul_(2), (p * x).sum() + p.sum())[1],
+    "input written through .data, then read": lambda p, x: (p.data.clamp_(-0.5, 0.5), (p * x).sum())[1],
+    "intermediate written through detach()": _intermediate_written_through_detach,
+}
+
+
+@pytest.mark.parametrize("case", list(HIDDEN_WRITES))
+def test_a_write_autograd_does_not_see_runs_eagerly_with_eagers_gradient(case, frontend):
+    fn = HIDDEN_WRITES[case]
+    p, x = torch.randn(4, 5), torch.randn(4, 5)
+    got_p, want_p = p.clone().requires_grad_(), p.clone().requires_grad_()
+    with ember.record_events() as rec:
+        got = ember.compile(fn, options={"frontend": frontend})(got_p, x)
+    want = fn(want_p, x)
+    torch.testing.assert_close(got, want)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got_p.grad, want_p.grad)
+    torch.testing.assert_close(got_p, want_p)
+    assert [e.data.get("cause") for e in rec.kinds("fallback")] == ["eager"]
+
+
+def test_an_input_updated_under_no_grad_after_its_last_read_is_not_refused(frontend):
+    """An optimizer-like update after the gradient's last read is an input mutation, not a hidden write."""
+    def fn(p, x):
+        y = (p * x).sum()
+        with torch.no_grad():
+            p.mul_(2)
+        return y
+
+    p, x = torch.randn(4, 5), torch.randn(4, 5)
+    got_p, want_p = p.clone().requires_grad_(), p.clone().requires_grad_()
+    with ember.record_events() as rec:
+        got = ember.compile(fn, options={"frontend": frontend})(got_p, x)
+    want = fn(want_p, x)
+    torch.testing.assert_close(got, want)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got_p.grad, want_p.grad)
+    torch.testing.assert_close(got_p, want_p)
+    assert "eager" not in [e.data.get("cause") for e in rec.kinds("fallback")]

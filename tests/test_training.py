@@ -123,6 +123,34 @@ def test_dropout_function_grads_match_eager_under_the_same_seed(frontend, partit
     torch.testing.assert_close(w.grad, w_ref.grad)
 
 
+DETACHED = {
+    # what distillation, EMA/BYOL targets and PPO ratios write: a target computed from the same input, detached
+    "kl to a detached target": lambda x, w: F.kl_div((x @ w).log_softmax(1), (x @ w * 0.5).softmax(1).detach(),
+                                                     reduction="batchmean"),
+    "stop-gradient factor": lambda x, w: ((x @ w).sin().detach() * (x @ w)).sum(),
+    "a view of a detached value": lambda x, w: ((x @ w).detach()[:, :4].exp() * w[:8, :4]).sum(),
+    "detach_ in place": lambda x, w: (lambda h: (h.tanh().detach_() * h).sum())(x @ w),
+    "a detached value as an output": lambda x, w: ((x @ w).detach() * 2, (x @ w).cos().sum()),
+}
+
+
+@pytest.mark.parametrize("case", list(DETACHED))
+def test_a_detached_value_stops_the_gradient(case, frontend, partition):
+    """`.detach()` decomposes to `aten.alias` in the core ATen table; the gradient must stop there as in eager."""
+    f = DETACHED[case]
+    x, w = torch.randn(8, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    with ember.record_events() as rec:
+        out = compile_for_training(f, frontend, partition)(x, w)
+    ref = f(xr, wr)
+    torch.testing.assert_close(out, ref)
+    sum(o.sum() for o in (out if isinstance(out, tuple) else (out,)) if o.requires_grad).backward()
+    sum(o.sum() for o in (ref if isinstance(ref, tuple) else (ref,)) if o.requires_grad).backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(w.grad, wr.grad)
+    assert not rec.kinds("fallback")
+
+
 def test_in_place_op_on_an_intermediate(frontend, partition):
     def f(x, w):
         h = x @ w

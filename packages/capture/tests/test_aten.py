@@ -152,6 +152,33 @@ def _ops(graph):
     return [n.op for n in graph.nodes]
 
 
+def test_an_explicit_detach_stops_the_gradient():
+    """The core ATen table decomposes `detach` to `aten.alias`, which says nothing about gradients; the graph must
+    keep the detach and give eager's gradient (before the fix it flowed through the detached factor)."""
+    graph, got, want = _graph_and_grads(lambda x: x.sin().detach() * x, torch.randn(4, requires_grad=True))
+    detach = next(n for n in graph.nodes if n.op == "aten.detach.default")
+    assert not graph.values[detach.outputs[0]].requires_grad
+    assert "aten.alias.default" not in _ops(graph)
+    torch.testing.assert_close(got, want)
+
+
+def test_detach_in_place_stops_the_gradient_of_later_reads_only():
+    def f(x):
+        t = x.tanh()
+        early = t + x  # read before detach_: the gradient flows through t here, as in eager (add saves nothing)
+        t.detach_()
+        return early + t * x
+
+    graph, got, want = _graph_and_grads(f, torch.randn(4, requires_grad=True))
+    assert _ops(graph).count("aten.detach.default") == 1
+    torch.testing.assert_close(got, want)
+
+
+def test_detach_in_place_of_an_input_that_requires_grad_is_refused():
+    with pytest.raises(CaptureError, match="detach_"):
+        capture_graph(lambda x: x.detach_() * 2, fakes(torch.randn(3, requires_grad=True)))
+
+
 def test_detach_pass_cuts_a_no_grad_region_of_user_code_as_eager_does():
     def f(x):
         with torch.no_grad():

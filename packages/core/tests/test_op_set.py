@@ -62,6 +62,14 @@ def test_ops_with_numerically_worse_decompositions_stay_whole():
     assert aten.special_log_ndtr.default not in decompositions()
 
 
+def test_detach_stays_detach():
+    """Decomposed to `aten.alias` it would no longer stop the gradient (capture reads it as a plain view)."""
+    from ember_core.graph._op_set import MEANING_KEPT
+
+    assert "aten.detach.default" in MEANING_KEPT
+    assert aten.detach.default not in decompositions()
+
+
 @pytest.mark.parametrize("ord", [2, 0.5, 0], ids=["p2", "p0.5", "p0"])
 def test_vector_norm_keeps_eager_gradient_at_zero(ord):
     """torch 2.14 decomposes linalg_vector_norm into pow(sum(|x|^p), 1/p) (sum(x != 0) for p = 0): its gradient is

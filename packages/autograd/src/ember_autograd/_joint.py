@@ -189,12 +189,15 @@ def _sources(names: set[str], producer: dict, metadata_stops: bool) -> set[str]:
     return seen
 
 
+_ALIASES = (torch.ops.aten.alias.default, torch.ops.aten.detach.default)
+
+
 def _drop_aliases(gm: fx.GraphModule) -> None:
-    """Read through `aten.alias` (what autograd's detached saved tensors and `detach` decompose to): in a graph
-    without mutation an alias reads the same data as its source. Aliases that are graph outputs stay, so that each
-    output keeps its own value and differentiability."""
+    """Read through `aten.alias` and `aten.detach` (autograd's detached saved tensors, the program's own detaches):
+    in a graph without mutation they read the same data as their source, and the joint's gradients are explicit
+    by now. Those that are graph outputs stay, so that each output keeps its own value and differentiability."""
     for node in list(gm.graph.nodes):
-        if node.target is torch.ops.aten.alias.default and all(u.op != "output" for u in node.users):
+        if node.target in _ALIASES and all(u.op != "output" for u in node.users):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
 

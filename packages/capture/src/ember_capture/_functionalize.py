@@ -8,6 +8,7 @@ value, returned as an extra output. While the wrappers still exist, it records i
 - eager autograd's view of each output and mutated input (`requires_grad`), which the ATen graph underneath
   cannot see (autograd sits above functionalization);
 - whether grad mode was on for each op that reached the graph (`GradModeRecorder`), so no_grad regions survive;
+  a tensor detached in place (`detach_`) is read through an explicit `detach` (`InPlaceDetaches`);
   for an op with an autograd formula of its own (a `torch.library.custom_op` with `register_autograd`), the grad
   mode where it was called (`CallSiteGradMode`), not the no_grad its formula runs its forward under.
 
@@ -27,6 +28,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ._errors import CaptureError
 
@@ -65,6 +67,38 @@ class CallSiteGradMode(TorchFunctionMode):
             stack.pop()
 
 
+class InPlaceDetaches(TorchFunctionMode):
+    """`t.detach_()` on a tensor autograd computed: every later read of `t` reads `aten.detach(t)`.
+
+    Below autograd `detach_` is a plain `detach` whose result nothing reads (functionalization has no value to
+    replace), so the graph would read `t` itself and its gradient would flow where eager's stops. Seen here, above
+    autograd, each later call gets `t.detach()` in its place: the graph holds the detach, and capture's grad facts
+    stop there. A view taken before the `detach_` keeps its gradient, as in eager. Detaching an input that requires
+    grad in place changes the caller's tensor, which a graph cannot do: CaptureError (the function runs eagerly)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.detached: dict[int, torch.Tensor] = {}  # id → the tensor detached in place (kept alive: ids stay unique)
+        self.inputs: set[int] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.detach_ and args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+            target = args[0]
+            if target.grad_fn is None or id(target) in self.inputs:
+                raise CaptureError("detach_() on an input that requires grad changes the caller's tensor; "
+                                   "detach a copy (`x = x.detach()`) instead")
+            result = func(*args, **kwargs)
+            self.detached[id(target)] = target
+            return result
+        if self.detached:
+            args, kwargs = tree_map(self._read, (args, kwargs))
+        return func(*args, **kwargs)
+
+    def _read(self, x: Any) -> Any:
+        return x.detach() if isinstance(x, torch.Tensor) and self.detached.get(id(x)) is x else x
+
+
 class GradModeRecorder(TorchDispatchMode):
     """Stamps every fx node made while an op runs with the grad mode it ran under (`meta["ember_grad"]`).
 
@@ -96,23 +130,60 @@ class GradModeRecorder(TorchDispatchMode):
         return out
 
 
-class _NoGradInplaceCheck(TorchDispatchMode):
-    """Refuses an in-place op under no_grad on a tensor autograd computed (`norm.clamp_min_(eps)` inside
-    `cosine_similarity`). Eager keeps that tensor's place in the autograd graph, so its gradient flows through the
-    op as if it were not there; in the functional graph the op is a new value made under no_grad, which the
-    detaches cut off: the gradient would be silently wrong. The function runs eagerly instead (CaptureError).
-    Updating a leaf (a parameter, an optimizer's state) under no_grad is fine: it is an input's mutation."""
+class _HiddenWriteCheck(TorchDispatchMode):
+    """Refuses what a functional graph would differentiate otherwise than eager: a write that autograd does not
+    see (under no_grad, or through a tensor that does not require grad: `t.detach().mul_(2)`, `p.data.clamp_()`)
+    into the storage of a tensor that requires grad.
 
-    inputs: set[int] = set()  # the function's inputs (and so their views) may be updated: input mutations
+    Eager keeps that tensor's place in the autograd graph: its later readers differentiate through it as if the
+    write were not there, and its new value is what they read. In the functional graph the new value is a fresh
+    value computed where grad is off, so detaches cut it off: a silently wrong gradient. Where the tensor is one
+    autograd computed (`norm.clamp_min_(eps)` inside `cosine_similarity`) the write itself is refused; where it is
+    an input (a parameter updated by an optimizer step), only a later read of it where grad is on is refused: an
+    update after the last such read is an input's mutation like any other. The function then runs eagerly
+    (CaptureError). Storages are what tensors share: a view, `detach()` and `.data` all write the same one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: set[int] = set()  # ids of the function's (functional) inputs
+        self._input_storages: set[StorageWeakRef] = set()
+        self._grad_storages: set[StorageWeakRef] = set()  # storages of tensors that require grad, seen so far
+        self._written: set[StorageWeakRef] = set()  # input storages written where autograd did not see it
+
+    def watch(self, inputs: Sequence[Any]) -> None:
+        tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
+        self.inputs = {id(a) for a in tensors}
+        self._input_storages = {_storage(a) for a in tensors}
+        self._grad_storages = {_storage(a) for a in tensors if a.requires_grad}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        target = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if target is not None and not torch.is_grad_enabled() and target.requires_grad and \
-                target.grad_fn is not None and id(target) not in self.inputs and \
-                id(getattr(target, "_base", None)) not in self.inputs and _writes_self(func):
-            raise CaptureError(f"{func} updates in place, under no_grad, a tensor that autograd computed (eager lets "
-                               "its gradient pass through the update; a graph cannot say that)")
-        return func(*args, **(kwargs or {}))
+        grad = torch.is_grad_enabled()
+        tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        target = args[0] if args and isinstance(args[0], torch.Tensor) and _writes_self(func) else None
+        if target is not None and (not grad or not target.requires_grad):
+            storage = _storage(target)
+            if target.requires_grad or storage in self._grad_storages:
+                if storage not in self._input_storages:
+                    raise CaptureError(f"{func} updates in place, where autograd does not see it (under no_grad or "
+                                       "through a detached alias), a tensor that autograd computed (eager lets its "
+                                       "gradient pass through the update; a graph cannot say that)")
+                self._written.add(storage)
+        if grad and self._written:
+            for a in tensors:
+                if a is not target and a.requires_grad and _storage(a) in self._written:
+                    raise CaptureError(f"{func} reads, where grad is on, an input that requires grad after it was "
+                                       "updated in place under no_grad or through a detached alias (eager's "
+                                       "gradient treats the new value as the input itself; a graph cannot say that)")
+        out = func(*args, **(kwargs or {}))
+        if grad and any(a.requires_grad for a in tensors):
+            self._grad_storages.update(_storage(a) for a in tensors if a.requires_grad)
+            self._grad_storages.update(_storage(o) for o in tree_leaves(out)
+                                       if isinstance(o, torch.Tensor) and o.is_floating_point())
+        return out
+
+
+def _storage(t: torch.Tensor) -> StorageWeakRef:
+    return StorageWeakRef(t.untyped_storage())
 
 
 def _writes_self(func: Any) -> bool:
@@ -147,11 +218,13 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
 
     def run(*args: Any) -> list:
         facts.grad_enabled = torch.is_grad_enabled()
-        check = _NoGradInplaceCheck()
+        check = _HiddenWriteCheck()
         call_site = CallSiteGradMode()
-        with call_site, GradModeRecorder(call_site), EffectfulFunctionalMode(), check:
+        detaches = InPlaceDetaches()
+        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check:
             f_args = [_to_functional(a) for a in args]
-            check.inputs = {id(a) for a in f_args if isinstance(a, torch.Tensor)}
+            check.watch(f_args)
+            detaches.inputs = check.inputs
             result = fn(*f_args)
             outs = [result] if isinstance(result, torch.Tensor) else list(result)
         storages: dict[StorageWeakRef, int] = {}

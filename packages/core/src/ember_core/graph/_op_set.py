@@ -8,7 +8,8 @@ the op it replaces, so the compiled graph would no longer match eager under the 
 
 Ops whose decomposition is numerically worse than eager's kernel and derivative stay one ATen call too
 (`NUMERICALLY_KEPT`, each with its reason): the graph then runs eager's kernel (an extern call, unless lowering
-has a rule as accurate), and the joint trace differentiates it with eager's formula.
+has a rule as accurate), and the joint trace differentiates it with eager's formula. `aten.detach` stays too
+(`MEANING_KEPT`): its decomposition, `aten.alias`, would let the gradient through.
 
 `index_put(..., accumulate=True)` in a 16-bit float type (what the gradient of `index_select`, `embedding` and
 advanced indexing becomes) accumulates in float32 and rounds once (`accurate_accumulation`): ATen's kernel adds
@@ -60,11 +61,22 @@ NUMERICALLY_KEPT: dict[str, str] = {
 }
 
 
+# op name → why its decomposition would change what the graph means.
+MEANING_KEPT: dict[str, str] = {
+    # the core table makes `detach` an `aten.alias`, which reads the same data and says nothing about gradients:
+    # capture then marks the result as requiring grad, and the joint trace sends the gradient through a value the
+    # program detached (a distillation or EMA target, a stop-gradient factor). Kept, it stops the replay's autograd
+    # as `.detach()` stops eager's; lowering and the partitioner treat it as the view it is
+    "aten.detach.default": "decomposed to `aten.alias` it no longer stops the gradient",
+}
+
+
 @functools.cache
 def decompositions() -> dict[Any, Callable]:
-    """torch's core ATen decompositions without those of random ops and those of `NUMERICALLY_KEPT`, and ember's
-    own of the pointwise `_foreach_*` ops (see `foreach_decompositions`). Cached; do not mutate."""
-    kept = {resolve_op(name) for name in NUMERICALLY_KEPT}
+    """torch's core ATen decompositions without those of random ops and those of `NUMERICALLY_KEPT` and
+    `MEANING_KEPT`, and ember's own of the pointwise `_foreach_*` ops (see `foreach_decompositions`). Cached; do
+    not mutate."""
+    kept = {resolve_op(name) for name in (*NUMERICALLY_KEPT, *MEANING_KEPT)}
     table = {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op) and op not in kept}
     return table | foreach_decompositions() | accurate_accumulation()
 
