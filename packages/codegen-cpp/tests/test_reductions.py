@@ -218,3 +218,14 @@ def test_float32_sums_over_an_outer_dim_are_as_accurate_as_eager(n):
     for got, eager, exact in zip(compiled([x]), (x.sum(0), (x * 3).sum(0)), (d.sum(0), (d * 3).sum(0))):
         ours, theirs = _ulps(got, exact).max().item(), _ulps(eager, exact).max().item()
         assert ours <= max(2.0, theirs + 1), (ours, theirs)
+
+
+@pytest.mark.parametrize("dim", [0, 1], ids=["outer", "row"])
+def test_a_reduction_result_read_as_an_index_after_its_loop(dim):
+    """An argmax read back as a gather's index in the same kernel (cumprod's backward scatters at one): the
+    index expression names the reduction's result, which the printer must know after the loop."""
+    def f(x):
+        at = x.argmax(dim, keepdim=True)
+        return x.gather(dim, at) * 2, torch.zeros(x.shape, dtype=torch.bool).scatter(dim, at, True)
+
+    check(f, torch.randn(6, 7))

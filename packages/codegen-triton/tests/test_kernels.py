@@ -205,3 +205,13 @@ def test_argmax_of_a_looped_row_compares_in_the_values_dtype(dtype):
     x[1, 7] -= 1
     compiled = check(lambda x: (x.argmax(1), x.argmin(1)), x)
     assert "tl.float32" not in compiled.source
+
+
+@pytest.mark.parametrize("dim", [0, 1], ids=["outer", "row"])
+def test_a_reduction_result_read_as_an_index_after_its_loop(dim):
+    """An argmax read back as a gather's index in the same kernel (cumprod's backward scatters at one)."""
+    def f(x):
+        at = x.argmax(dim, keepdim=True)
+        return x.gather(dim, at) * 2, torch.zeros(x.shape, dtype=torch.bool).scatter(dim, at, True)
+
+    check(f, torch.randn(6, 7))

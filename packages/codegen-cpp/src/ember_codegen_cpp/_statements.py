@@ -157,6 +157,7 @@ class StatementPrinter(KernelWalk):
         for a in accs:
             for o in a.i.outs:
                 self.dtypes[o] = a.i.dtype
+                self.names.setdefault(o, o)  # an index expression may read it (an indirect load by argmax)
             out += [pad[:-2] + line for line in a.merge()]
         return out
 
