@@ -262,3 +262,31 @@ def test_a_scatter_index_out_of_range_raises_as_in_eager():
             fn(x, i)
         with pytest.raises(RuntimeError, match="out of bounds"):
             compiled(x, i)
+
+
+_KINKS = torch.tensor([-4.0, -3.0, -1.0, 0.0, -0.0, 1.0, 3.0, 4.0, 6.0])
+AT_KINKS = {
+    # the value each op's gradient takes exactly at a kink or a 0/0 is eager's formula's, not the decomposition's
+    "hardswish": (lambda x: F.hardswish(x), (_KINKS,)),
+    "hardsigmoid": (lambda x: F.hardsigmoid(x), (_KINKS,)),
+    "xlogy at 0, 0": (torch.xlogy, (torch.tensor([0.0, 0.0, 1.0, 2.0]), torch.tensor([0.0, 2.0, 0.0, 3.0]))),
+    "relu6": (lambda x: F.relu6(x), (_KINKS,)),
+    "hardtanh": (lambda x: F.hardtanh(x, -3.0, 3.0), (_KINKS,)),
+    "clamp": (lambda x: x.clamp(-1.0, 1.0), (_KINKS,)),
+    "maximum at ties": (torch.maximum, (_KINKS, _KINKS.flip(0))),
+    "abs and sqrt at 0": (lambda x: x.abs() + x.abs().sqrt(), (_KINKS,)),
+}
+
+
+@pytest.mark.parametrize("case", list(AT_KINKS))
+def test_gradients_at_kinks_are_eagers(case, frontend):
+    fn, inputs = AT_KINKS[case]
+    got_in = [x.clone().requires_grad_() for x in inputs]
+    want_in = [x.clone().requires_grad_() for x in inputs]
+    got = ember.compile(fn, options={"frontend": frontend})(*got_in)
+    want = fn(*want_in)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    got.sum().backward()
+    want.sum().backward()
+    for g, w in zip(got_in, want_in):
+        torch.testing.assert_close(g.grad, w.grad, equal_nan=True)

@@ -9,15 +9,19 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from ember_core import Graph, Interpreter, from_fx, to_dtype
+from ember_core import Graph, Interpreter, from_fx, resolve_op, to_dtype
+from ember_core.graph._op_set import MEANING_KEPT, NUMERICALLY_KEPT
 from ember_lowering import Decision, KernelPlan, Op, SplitPolicy, lower, run_plan
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
 def decompositions() -> dict:
+    """torch's core table less what ember-core keeps whole (so lowering sees those ops as capture sends them)."""
     table = core_aten_decompositions()
     table.pop(torch.ops.aten.bernoulli.default, None)
+    for name in (*NUMERICALLY_KEPT, *MEANING_KEPT):
+        table.pop(resolve_op(name), None)
     return table
 
 

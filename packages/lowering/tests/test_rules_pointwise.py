@@ -117,3 +117,12 @@ def test_symbolic_sizes_serve_every_size():
 def test_copy_and_clone_produce_fresh_buffers():
     plan = check(lambda x: (x.clone(), torch.ops.aten.copy.default(torch.empty(6, 7), x.t().t())), X)
     assert all(b.kind != "view" for b in plan.buffers)
+
+
+def test_xlogy_takes_eagers_cases_in_eagers_order():
+    """Kept whole by ember-core (its decomposition's gradient is NaN at 0, 0): NaN y wins over x = 0, which wins
+    over log(0) and log(inf); integers promote to the default float."""
+    x = torch.tensor([[0.0, 0.0, 0.0, 2.0, 1.0, float("nan"), -1.0, 3.0]])
+    y = torch.tensor([[0.0, float("nan"), float("inf"), 0.0, -1.0, 2.0, 2.0, float("inf")]])
+    i = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
+    check(lambda x, y, i: (torch.xlogy(x, y), torch.xlogy(i, y), torch.xlogy(i, i + 1)), x, y, i)

@@ -177,6 +177,11 @@ def _hardswish(b: KernelBuilder, x: Val, a: dict) -> Val:
     return x * b.minimum(b.maximum(x + 3.0, 0.0), 6.0) / 6.0
 
 
+def _xlogy(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
+    """x * log(y), 0 where x is 0 (even for y = 0 or inf), NaN where y is NaN: eager's order of the cases."""
+    return b.where(b.isnan(y), math.nan, b.where(x.eq(0), 0.0, x * b.log(y)))
+
+
 def _mish(b: KernelBuilder, x: Val, a: dict) -> Val:
     return x * b.tanh(_softplus(b, x, {}))
 
@@ -281,6 +286,7 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
     add(["aten.hardsigmoid.default"], elementwise(("self",), _hardsigmoid))
     add(["aten.hardswish.default"], elementwise(("self",), _hardswish))
     add(["aten.mish.default"], elementwise(("self",), _mish))
+    add(["aten.xlogy.Tensor"], elementwise(("self", "other"), _xlogy))
     add(["aten.frac.default"], elementwise(("self",), lambda b, x, a: x - b.trunc(x)))
     add(["aten.square.default"], elementwise(("self",), lambda b, x, a: x * x))
     add(["aten.nan_to_num.default"], _with_out(_nan_to_num))

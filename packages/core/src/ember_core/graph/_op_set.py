@@ -58,6 +58,16 @@ NUMERICALLY_KEPT: dict[str, str] = {
     # longer requires grad at all; eager's norm_backward gives the subgradient 0 there, and a zero gradient for p = 0
     "aten.linalg_vector_norm.default": "its gradient through the decomposition is NaN at zero (0 in eager) and the "
                                        "p = 0 norm loses requires_grad",
+    # x * clamp(x + 3, 0, 6) / 6: clamp passes the gradient at its bounds, so the derivative at x = -3 is -0.5 and
+    # at x = 3 is 1.5 (the one-sided slopes of the middle piece); eager's hardswish_backward gives 0 and 1 there
+    # (values exactly ±3 are common in bfloat16). The joint then takes eager's formula, whose decomposition agrees
+    "aten.hardswish.default": "its gradient through the decomposition at x = ±3 differs from eager's (-0.5/1.5 "
+                              "against 0/1)",
+    # clamp(x + 3, 0, 6) / 6: 1/6 at x = ±3, where eager's hardsigmoid_backward gives 0 (an open interval)
+    "aten.hardsigmoid.default": "its gradient through the decomposition at x = ±3 is 1/6 (0 in eager)",
+    # where(isnan(y), nan, where(x == 0, 0, x * log(y))): at x = 0, y = 0 the unselected branch's derivative
+    # log(0) · 0 = NaN leaks through where's backward; eager's derivative xlogy(x != 0, y) is 0 there
+    "aten.xlogy.Tensor": "its gradient through the decomposition is NaN at x = y = 0 (0 in eager)",
 }
 
 
