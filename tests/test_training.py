@@ -275,6 +275,12 @@ AT_KINKS = {
     "clamp": (lambda x: x.clamp(-1.0, 1.0), (_KINKS,)),
     "maximum at ties": (torch.maximum, (_KINKS, _KINKS.flip(0))),
     "abs and sqrt at 0": (lambda x: x.abs() + x.abs().sqrt(), (_KINKS,)),
+    # an inf or 0/0 in the branch a decomposition's where does not take (NaN gradients), or the reverse
+    "celu, mish, softplus at large x": (lambda x: F.celu(x) + F.mish(x) + F.softplus(x, beta=3, threshold=0.2),
+                                        (torch.tensor([-1.0, 0.0, 20.0, 100.0, float("inf")]),)),
+    "sinc at 0": (torch.sinc, (_KINKS,)),
+    "entr at 0 and inf": (torch.special.entr, (torch.tensor([0.0, 0.5, 1.0, float("inf")]),)),
+    "logit outside [0, 1]": (torch.logit, (torch.tensor([-1.0, -0.5, 0.25, 0.5, 2.0]),)),
 }
 
 

@@ -126,3 +126,12 @@ def test_xlogy_takes_eagers_cases_in_eagers_order():
     y = torch.tensor([[0.0, float("nan"), float("inf"), 0.0, -1.0, 2.0, 2.0, float("inf")]])
     i = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
     check(lambda x, y, i: (torch.xlogy(x, y), torch.xlogy(i, y), torch.xlogy(i, i + 1)), x, y, i)
+
+
+def test_ops_kept_whole_for_their_gradients_match_eager_at_special_values():
+    """celu, mish, softplus, sinc, logit and entr reach lowering whole (ember-core keeps them for eager's
+    derivatives); their rules must give eager's values at the edges too."""
+    x = torch.tensor([[-float("inf"), -20.0, -1.0, -0.0, 0.0, 1e-30, 0.25, 0.5, 1.0, 20.0, 100.0, float("inf"),
+                       float("nan")]])
+    check(lambda x: (F.celu(x, 1.5), F.mish(x), F.softplus(x, beta=3, threshold=0.2), torch.sinc(x),
+                     torch.logit(x), torch.logit(x, eps=0.1), torch.special.entr(x)), x)

@@ -182,6 +182,27 @@ def _xlogy(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
     return b.where(b.isnan(y), math.nan, b.where(x.eq(0), 0.0, x * b.log(y)))
 
 
+def _celu(b: KernelBuilder, x: Val, a: dict) -> Val:
+    alpha = a.get("alpha", 1.0)
+    return b.where(x.gt(0), x, b.expm1(x / alpha) * alpha)
+
+
+def _sinc(b: KernelBuilder, x: Val, a: dict) -> Val:
+    px = x * math.pi
+    return b.where(px.eq(0), 1.0, b.sin(px) / px)
+
+
+def _entr(b: KernelBuilder, x: Val, a: dict) -> Val:
+    return b.where(b.isnan(x), x, b.where(x.gt(0), -x * b.log(x), b.where(x.eq(0), 0.0, b.lift(-math.inf, x.dtype))))
+
+
+def _logit(b: KernelBuilder, x: Val, a: dict) -> Val:
+    eps = a.get("eps")
+    lo, hi = (-1.0, 2.0) if eps is None else (eps, 1.0 - eps)  # without eps the clamp changes no result's NaN
+    x = b.where(x.lt(lo), lo, b.where(x.gt(hi), hi, x))
+    return b.log(x / (1.0 - x))
+
+
 def _mish(b: KernelBuilder, x: Val, a: dict) -> Val:
     return x * b.tanh(_softplus(b, x, {}))
 
@@ -287,6 +308,10 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
     add(["aten.hardswish.default"], elementwise(("self",), _hardswish))
     add(["aten.mish.default"], elementwise(("self",), _mish))
     add(["aten.xlogy.Tensor"], elementwise(("self", "other"), _xlogy))
+    add(["aten.celu.default"], elementwise(("self",), _celu))
+    add(["aten.sinc.default"], elementwise(("self",), _sinc))
+    add(["aten.special_entr.default"], elementwise(("self",), _entr))
+    add(["aten.logit.default"], elementwise(("self",), _logit))
     add(["aten.frac.default"], elementwise(("self",), lambda b, x, a: x - b.trunc(x)))
     add(["aten.square.default"], elementwise(("self",), lambda b, x, a: x * x))
     add(["aten.nan_to_num.default"], _with_out(_nan_to_num))
