@@ -260,6 +260,8 @@ HIDDEN_WRITES = {
     "input written through detach(), then read": lambda p, x: (p.detach().mul_(2), (p * x).sum() + p.sum())[1],
     "input written through .data, then read": lambda p, x: (p.data.clamp_(-0.5, 0.5), (p * x).sum())[1],
     "intermediate written through detach()": _intermediate_written_through_detach,
+    "intermediate written through .data": lambda p, x: (lambda t: (t.data.mul_(2), (t * x).sum() + p.sum())[1])(
+        p * 3),
 }
 
 

@@ -76,10 +76,11 @@ class InPlaceDetaches(TorchFunctionMode):
     stop there. A view taken before the `detach_` keeps its gradient, as in eager. Detaching an input that requires
     grad in place changes the caller's tensor, which a graph cannot do: CaptureError (the function runs eagerly)."""
 
-    def __init__(self) -> None:
+    def __init__(self, check: _HiddenWriteCheck | None = None) -> None:
         super().__init__()
         self.detached: dict[int, torch.Tensor] = {}  # id → the tensor detached in place (kept alive: ids stay unique)
         self.inputs: set[int] = set()
+        self.check = check  # told each call's outputs (which of them require grad is known only up here)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -93,7 +94,10 @@ class InPlaceDetaches(TorchFunctionMode):
             return result
         if self.detached:
             args, kwargs = tree_map(self._read, (args, kwargs))
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        if self.check is not None:
+            self.check.saw(result)
+        return result
 
     def _read(self, x: Any) -> Any:
         return x.detach() if isinstance(x, torch.Tensor) and self.detached.get(id(x)) is x else x
@@ -132,54 +136,58 @@ class GradModeRecorder(TorchDispatchMode):
 
 class _HiddenWriteCheck(TorchDispatchMode):
     """Refuses what a functional graph would differentiate otherwise than eager: a write that autograd does not
-    see (under no_grad, or through a tensor that does not require grad: `t.detach().mul_(2)`, `p.data.clamp_()`)
-    into the storage of a tensor that requires grad.
+    record (under no_grad, or with no operand that requires grad: `t.detach().mul_(2)`, `p.data.clamp_()`) into the
+    storage of a tensor that requires grad.
 
     Eager keeps that tensor's place in the autograd graph: its later readers differentiate through it as if the
     write were not there, and its new value is what they read. In the functional graph the new value is a fresh
-    value computed where grad is off, so detaches cut it off: a silently wrong gradient. Where the tensor is one
-    autograd computed (`norm.clamp_min_(eps)` inside `cosine_similarity`) the write itself is refused; where it is
-    an input (a parameter updated by an optimizer step), only a later read of it where grad is on is refused: an
-    update after the last such read is an input's mutation like any other. The function then runs eagerly
-    (CaptureError). Storages are what tensors share: a view, `detach()` and `.data` all write the same one."""
+    value computed where grad is off, so detaches cut it off: a silently wrong gradient. Where the tensor itself
+    is written under no_grad and autograd computed it (`norm.clamp_min_(eps)` inside `cosine_similarity`) the write
+    is refused; otherwise (an input such as a parameter updated by an optimizer step, a tensor written through a
+    detached alias) a later read of it where grad is on is: an update after the last such read is a mutation like
+    any other. The function then runs eagerly (CaptureError). Storages are what tensors share: a view, `detach()`
+    and `.data` all write the same one. A fresh tensor filled in place (a dropout mask, a padded copy) requires no
+    grad when written, so nothing is refused for it.
+
+    `grad_storages` holds the storages of the tensors that require grad: the inputs, then every output the
+    above-autograd mode (`InPlaceDetaches`) sees come back requiring grad."""
 
     def __init__(self) -> None:
         super().__init__()
         self.inputs: set[int] = set()  # ids of the function's (functional) inputs
         self._input_storages: set[StorageWeakRef] = set()
-        self._grad_storages: set[StorageWeakRef] = set()  # storages of tensors that require grad, seen so far
-        self._written: set[StorageWeakRef] = set()  # input storages written where autograd did not see it
+        self.grad_storages: set[StorageWeakRef] = set()
+        self._written: set[StorageWeakRef] = set()  # storages of grad tensors written where autograd did not see it
 
     def watch(self, inputs: Sequence[Any]) -> None:
         tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
         self.inputs = {id(a) for a in tensors}
         self._input_storages = {_storage(a) for a in tensors}
-        self._grad_storages = {_storage(a) for a in tensors if a.requires_grad}
+        self.grad_storages = {_storage(a) for a in tensors if a.requires_grad}
+
+    def saw(self, result: Any) -> None:
+        """Outputs of a call above autograd: those that require grad name their storage."""
+        self.grad_storages.update(_storage(t) for t in tree_leaves(result)
+                                  if isinstance(t, torch.Tensor) and t.requires_grad)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         grad = torch.is_grad_enabled()
         tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         target = args[0] if args and isinstance(args[0], torch.Tensor) and _writes_self(func) else None
-        if target is not None and (not grad or not target.requires_grad):
+        if target is not None and (not grad or not any(a.requires_grad for a in tensors)):
             storage = _storage(target)
-            if target.requires_grad or storage in self._grad_storages:
-                if storage not in self._input_storages:
-                    raise CaptureError(f"{func} updates in place, where autograd does not see it (under no_grad or "
-                                       "through a detached alias), a tensor that autograd computed (eager lets its "
-                                       "gradient pass through the update; a graph cannot say that)")
+            if target.requires_grad and not grad and storage not in self._input_storages:
+                raise CaptureError(f"{func} updates in place, under no_grad, a tensor that autograd computed (eager "
+                                   "lets its gradient pass through the update; a graph cannot say that)")
+            if target.requires_grad or storage in self.grad_storages:
                 self._written.add(storage)
         if grad and self._written:
             for a in tensors:
                 if a is not target and a.requires_grad and _storage(a) in self._written:
-                    raise CaptureError(f"{func} reads, where grad is on, an input that requires grad after it was "
+                    raise CaptureError(f"{func} reads, where grad is on, a tensor that requires grad after it was "
                                        "updated in place under no_grad or through a detached alias (eager's "
-                                       "gradient treats the new value as the input itself; a graph cannot say that)")
-        out = func(*args, **(kwargs or {}))
-        if grad and any(a.requires_grad for a in tensors):
-            self._grad_storages.update(_storage(a) for a in tensors if a.requires_grad)
-            self._grad_storages.update(_storage(o) for o in tree_leaves(out)
-                                       if isinstance(o, torch.Tensor) and o.is_floating_point())
-        return out
+                                       "gradient treats the new value as the tensor itself; a graph cannot say that)")
+        return func(*args, **(kwargs or {}))
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef:
@@ -220,7 +228,7 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
         facts.grad_enabled = torch.is_grad_enabled()
         check = _HiddenWriteCheck()
         call_site = CallSiteGradMode()
-        detaches = InPlaceDetaches()
+        detaches = InPlaceDetaches(check)
         with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check:
             f_args = [_to_functional(a) for a in args]
             check.watch(f_args)
