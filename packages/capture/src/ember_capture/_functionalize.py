@@ -169,6 +169,7 @@ class _HiddenWriteCheck(TorchDispatchMode):
         """Outputs of a call above autograd: those that require grad name their storage."""
         self.grad_storages.update(_storage(t) for t in tree_leaves(result)
                                   if isinstance(t, torch.Tensor) and t.requires_grad)
+        self.grad_storages.discard(None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         grad = torch.is_grad_enabled()
@@ -179,7 +180,7 @@ class _HiddenWriteCheck(TorchDispatchMode):
             if target.requires_grad and not grad and storage not in self._input_storages:
                 raise CaptureError(f"{func} updates in place, under no_grad, a tensor that autograd computed (eager "
                                    "lets its gradient pass through the update; a graph cannot say that)")
-            if target.requires_grad or storage in self.grad_storages:
+            if storage is not None and (target.requires_grad or storage in self.grad_storages):
                 self._written.add(storage)
         if grad and self._written:
             for a in tensors:
@@ -190,8 +191,12 @@ class _HiddenWriteCheck(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _storage(t: torch.Tensor) -> StorageWeakRef:
-    return StorageWeakRef(t.untyped_storage())
+def _storage(t: torch.Tensor) -> StorageWeakRef | None:
+    """The storage t shares with its views; None for a tensor without one (sparse, nested): not tracked."""
+    try:
+        return StorageWeakRef(t.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def _writes_self(func: Any) -> bool:
