@@ -9,9 +9,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from ember_codegen_cpp import CppCodegen
-from ember_core import CompiledGraph, Graph, Interpreter, from_fx, record_events
+from ember_core import CompiledGraph, Graph, Interpreter, decompositions, from_fx, record_events
 from ember_core.testing import RegionPartitioner, trace_joint, with_grad
-from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 CODEGEN = CppCodegen()
@@ -19,7 +18,7 @@ CODEGEN = CppCodegen()
 
 def trace(fn: Callable, *args: Any, mode: str = "fake", name: str = "graph") -> Graph:
     """The functional ATen graph of fn (outputs flattened into a tuple), decomposed like ember's capture."""
-    table = core_aten_decompositions()
+    table = decompositions()
     flat = lambda *a: tuple(pytree.tree_leaves(fn(*a)))  # noqa: E731
     gm = make_fx(flat, decomposition_table=table, tracing_mode=mode, _allow_non_fake_inputs=True)(*args)
     return from_fx(gm, name=name)

@@ -47,6 +47,13 @@ CASES = {
     # cross-entropy's gradient: a scatter with one index per row, a select whose index is checked on the device
     "scatter_select": (lambda x, i, g: (torch.zeros_like(x).scatter_add(1, i, g) - torch.softmax(x, -1),),
                        (torch.randn(6, 30), torch.randint(0, 30, (6, 1)), torch.randn(6, 1)), "fake"),
+    # ops ember-core keeps whole for eager's gradients, lowered by their own rules, in bfloat16 (computed in
+    # float32, one rounding at the store); and an argmax read back as an index after its loop in the same kernel
+    "kept_whole_bf16": (lambda x, y: (torch.xlogy(x, y) + F.celu(x) + torch.sinc(x) + torch.special.entr(y),
+                                      torch.logit(y, eps=0.01) * F.hardswish(x) + F.mish(x) + F.softplus(x)),
+                        (torch.randn(8, 32).bfloat16(), torch.rand(8, 32).bfloat16()), "fake"),
+    "index_after_reduction": (lambda x: (torch.zeros(x.shape, dtype=torch.bool).scatter(1, x.argmax(1, True), True),
+                                         x.gather(1, x.argmax(1, True)) * 2), (torch.randn(6, 40),), "fake"),
     # a row's moments in float64: the corrected two-pass clamp must keep the values' dtype
     "moments_float64": (lambda x: torch.var_mean(x, 1), (torch.randn(4, 40, dtype=torch.float64),), "fake"),
     "column_sums": (lambda g, x: ((g * g).sum(0), torch.var_mean(x, (0, 2, 3))),

@@ -7,22 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ember_core
 import torch
 import torch.utils._pytree as pytree
-from ember_core import Graph, Interpreter, from_fx, resolve_op, to_dtype
-from ember_core.graph._op_set import MEANING_KEPT, NUMERICALLY_KEPT
+from ember_core import Graph, Interpreter, from_fx, to_dtype
 from ember_lowering import Decision, KernelPlan, Op, SplitPolicy, lower, run_plan
-from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
 def decompositions() -> dict:
-    """torch's core table less what ember-core keeps whole (so lowering sees those ops as capture sends them)."""
-    table = core_aten_decompositions()
-    table.pop(torch.ops.aten.bernoulli.default, None)
-    for name in (*NUMERICALLY_KEPT, *MEANING_KEPT):
-        table.pop(resolve_op(name), None)
-    return table
+    """ember-core's op set, so lowering sees the ops as capture sends them (those kept whole included)."""
+    return ember_core.decompositions()
 
 
 def trace(fn: Callable, *args: Any, mode: str = "fake", name: str = "graph") -> Graph:

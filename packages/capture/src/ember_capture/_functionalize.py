@@ -76,17 +76,16 @@ class InPlaceDetaches(TorchFunctionMode):
     stop there. A view taken before the `detach_` keeps its gradient, as in eager. Detaching an input that requires
     grad in place changes the caller's tensor, which a graph cannot do: CaptureError (the function runs eagerly)."""
 
-    def __init__(self, check: _HiddenWriteCheck | None = None) -> None:
+    def __init__(self, check: _HiddenWriteCheck) -> None:
         super().__init__()
         self.detached: dict[int, torch.Tensor] = {}  # id → the tensor detached in place (kept alive: ids stay unique)
-        self.inputs: set[int] = set()
-        self.check = check  # told each call's outputs (which of them require grad is known only up here)
+        self.check = check  # knows the inputs; told each call's outputs (which require grad is known only up here)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.Tensor.detach_ and args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
             target = args[0]
-            if target.grad_fn is None or id(target) in self.inputs:
+            if target.grad_fn is None or id(target) in self.check.inputs:
                 raise CaptureError("detach_() on an input that requires grad changes the caller's tensor; "
                                    "detach a copy (`x = x.detach()`) instead")
             result = func(*args, **kwargs)
@@ -95,8 +94,7 @@ class InPlaceDetaches(TorchFunctionMode):
         if self.detached:
             args, kwargs = tree_map(self._read, (args, kwargs))
         result = func(*args, **kwargs)
-        if self.check is not None:
-            self.check.saw(result)
+        self.check.saw(result)
         return result
 
     def _read(self, x: Any) -> Any:
@@ -237,7 +235,6 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
         with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check:
             f_args = [_to_functional(a) for a in args]
             check.watch(f_args)
-            detaches.inputs = check.inputs
             result = fn(*f_args)
             outs = [result] if isinstance(result, torch.Tensor) else list(result)
         storages: dict[StorageWeakRef, int] = {}
