@@ -270,6 +270,11 @@ AT_KINKS = {
     "hardswish": (lambda x: F.hardswish(x), (_KINKS,)),
     "hardsigmoid": (lambda x: F.hardsigmoid(x), (_KINKS,)),
     "xlogy at 0, 0": (torch.xlogy, (torch.tensor([0.0, 0.0, 1.0, 2.0]), torch.tensor([0.0, 2.0, 0.0, 3.0]))),
+    "xlog1py at x = 0": (torch.special.xlog1py, (torch.tensor([0.0, -0.0, 0.0, 0.0, 1.0, 2.0]),
+                                                 torch.tensor([0.5, 2.0, -1.0, 0.0, -1.0, 3.0]))),
+    "xlogy, xlog1py of a number at x = 0": (lambda x: torch.xlogy(x, 2.0) + torch.special.xlog1py(x, 0.5)
+                                            + (x * 1).xlogy_(3.0) + torch.xlogy(0.0, x.abs()),
+                                            (torch.tensor([0.0, -0.0, 1.0, 2.0]),)),
     "relu6": (lambda x: F.relu6(x), (_KINKS,)),
     "hardtanh": (lambda x: F.hardtanh(x, -3.0, 3.0), (_KINKS,)),
     "clamp": (lambda x: x.clamp(-1.0, 1.0), (_KINKS,)),

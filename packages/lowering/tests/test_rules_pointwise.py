@@ -126,6 +126,15 @@ def test_xlogy_takes_eagers_cases_in_eagers_order():
     y = torch.tensor([[0.0, float("nan"), float("inf"), 0.0, -1.0, 2.0, 2.0, float("inf")]])
     i = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
     check(lambda x, y, i: (torch.xlogy(x, y), torch.xlogy(i, y), torch.xlogy(i, i + 1)), x, y, i)
+    check(lambda x, y: (torch.xlogy(x, 2.0), torch.xlogy(0.0, y), torch.xlogy(3, y)), x, y)
+
+
+def test_xlog1py_takes_xlogys_cases():
+    """Kept whole like xlogy (its decomposition's gradient for x at x = 0 is 0), every overload."""
+    x = torch.tensor([[0.0, 0.0, 0.0, 2.0, 1.0, float("nan"), -1.0, 3.0, 0.0]])
+    y = torch.tensor([[-1.0, float("nan"), float("inf"), -1.0, -2.0, 2.0, 2.0, float("inf"), -3.0]])
+    check(lambda x, y: (torch.special.xlog1py(x, y), torch.special.xlog1py(x, 0.5), torch.special.xlog1py(0.0, y),
+                        torch.special.xlog1py(x.int(), y)), x, y)
 
 
 def test_ops_kept_whole_for_their_gradients_match_eager_at_special_values():

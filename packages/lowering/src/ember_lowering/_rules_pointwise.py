@@ -182,6 +182,11 @@ def _xlogy(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
     return b.where(b.isnan(y), math.nan, b.where(x.eq(0), 0.0, x * b.log(y)))
 
 
+def _xlog1py(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
+    """x * log1p(y) in `_xlogy`'s order of the cases."""
+    return b.where(b.isnan(y), math.nan, b.where(x.eq(0), 0.0, x * b.log1p(y)))
+
+
 def _celu(b: KernelBuilder, x: Val, a: dict) -> Val:
     alpha = a.get("alpha", 1.0)
     return b.where(x.gt(0), x, b.expm1(x / alpha) * alpha)
@@ -307,7 +312,10 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
     add(["aten.hardsigmoid.default"], elementwise(("self",), _hardsigmoid))
     add(["aten.hardswish.default"], elementwise(("self",), _hardswish))
     add(["aten.mish.default"], elementwise(("self",), _mish))
-    add(["aten.xlogy.Tensor"], elementwise(("self", "other"), _xlogy))
+    add(["aten.xlogy.Tensor", "aten.xlogy.Scalar_Other", "aten.xlogy.Scalar_Self"],
+        elementwise(("self", "other"), _xlogy))
+    add(["aten.special_xlog1py.default", "aten.special_xlog1py.other_scalar", "aten.special_xlog1py.self_scalar"],
+        elementwise(("self", "other"), _xlog1py))
     add(["aten.celu.default"], elementwise(("self",), _celu))
     add(["aten.sinc.default"], elementwise(("self",), _sinc))
     add(["aten.special_entr.default"], elementwise(("self",), _entr))

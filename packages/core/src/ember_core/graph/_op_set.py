@@ -65,9 +65,20 @@ NUMERICALLY_KEPT: dict[str, str] = {
                               "against 0/1)",
     # clamp(x + 3, 0, 6) / 6: 1/6 at x = ±3, where eager's hardsigmoid_backward gives 0 (an open interval)
     "aten.hardsigmoid.default": "its gradient through the decomposition at x = ±3 is 1/6 (0 in eager)",
-    # where(isnan(y), nan, where(x == 0, 0, x * log(y))): at x = 0, y = 0 the unselected branch's derivative
-    # log(0) · 0 = NaN leaks through where's backward; eager's derivative xlogy(x != 0, y) is 0 there
-    "aten.xlogy.Tensor": "its gradient through the decomposition is NaN at x = y = 0 (0 in eager)",
+    # where(isnan(y), nan, where(x == 0, 0, x * log(y))): where's backward gives x the gradient 0 at x = 0, and
+    # at x = y = 0 the unselected branch's derivative for y, log(0) · 0 = NaN, leaks through it; eager's
+    # derivative for x is log(y) at x = 0 (0 only where y <= 0), its derivative for y 0 at x = y = 0. xlog1py is
+    # the same with log1p(y) (0 only where y <= -1). The overloads with a number x are kept with the others: one
+    # lowering rule covers the three
+    "aten.xlogy.Tensor": "its gradient through the decomposition is NaN at x = y = 0 and 0 for x at x = 0 (0 and "
+                         "log(y) in eager)",
+    "aten.xlogy.Scalar_Other": "its gradient through the decomposition for x at x = 0 is 0 (log(y) in eager)",
+    "aten.xlogy.Scalar_Self": "kept with the other overloads of xlogy (one lowering rule)",
+    "aten.special_xlog1py.default": "its gradient through the decomposition for x at x = 0 is 0 (log1p(y) in "
+                                    "eager)",
+    "aten.special_xlog1py.other_scalar": "its gradient through the decomposition for x at x = 0 is 0 (log1p(y) in "
+                                         "eager)",
+    "aten.special_xlog1py.self_scalar": "kept with the other overloads of xlog1py (one lowering rule)",
     # The same leak, of an inf or a 0/0 in the branch where does not take, at the points named: eager's own
     # derivative formulas are finite there (or NaN where the decomposition's is finite: logit outside [0, 1])
     "aten.celu.default": "its gradient through the decomposition is NaN for large x (exp overflows; 1 in eager)",
