@@ -286,6 +286,13 @@ AT_KINKS = {
     "sinc at 0": (torch.sinc, (_KINKS,)),
     "entr at 0 and inf": (torch.special.entr, (torch.tensor([0.0, 0.5, 1.0, float("inf")]),)),
     "logit outside [0, 1]": (torch.logit, (torch.tensor([-1.0, -0.5, 0.25, 0.5, 2.0]),)),
+    # a probability of exactly 0 or 1 (a saturated float32 sigmoid: sigmoid(17) == 1): eager clamps the log at
+    # -100 and the derivative's denominator at 1e-12, finite; the decomposition's derivative is 0 · inf = NaN
+    "binary_cross_entropy at 0 and 1": (lambda p, y: (F.binary_cross_entropy(p, y) + F.binary_cross_entropy(
+        p, y, torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0, 1.0]), reduction="sum") * 1e-12
+        + F.binary_cross_entropy(torch.sigmoid(p * 40 - 20), y)),
+                                        (torch.tensor([0.0, 1.0, 0.5, 1.0, 0.0, 0.25]),
+                                         torch.tensor([0.0, 1.0, 0.3, 0.0, 1.0, 0.5]))),
 }
 
 
