@@ -286,6 +286,26 @@ AT_KINKS = {
     "sinc at 0": (torch.sinc, (_KINKS,)),
     "entr at 0 and inf": (torch.special.entr, (torch.tensor([0.0, 0.5, 1.0, float("inf")]),)),
     "logit outside [0, 1]": (torch.logit, (torch.tensor([-1.0, -0.5, 0.25, 0.5, 2.0]),)),
+    # a margin met exactly (z = margin - x[y] + x[i] = 0): eager's backward counts only z > 0; torch's Autograd
+    # kernel for the trace (a decomposition through clamp_min) counts z = 0 too
+    "multi_margin_loss at its margin": (lambda x: F.multi_margin_loss(x, torch.tensor([1, 0, 3]))
+                                        + F.multi_margin_loss(x, torch.tensor([2, 2, 0]), p=2, margin=0.5),
+                                        (torch.tensor([[0.0, 1.0, 0.0, 0.5], [1.0, 0.0, 1.0, 1.5],
+                                                       [0.0, 0.5, 1.0, 1.0]]),)),
+    "multilabel_margin_loss at its margin": (lambda x: F.multilabel_margin_loss(
+        x, torch.tensor([[1, 3, -1, 0], [0, -1, 2, 2], [3, 2, 1, 0]])), (torch.tensor(
+            [[0.0, 1.0, 0.0, 0.5], [1.0, 0.0, 1.0, 1.5], [0.0, 0.5, 1.0, 1.0]]),)),
+    # eager's kernels add a margin term only where it is > 0, so a NaN score drops out of the loss
+    "margin losses skip a NaN score": (lambda x: F.multi_margin_loss(x, torch.tensor([1, 0, 3]), reduction="none")
+                                       + F.multilabel_margin_loss(x, torch.tensor([[1, -1, 0, 0], [0, 2, -1, 1],
+                                                                                   [3, -1, 1, 0]]), reduction="none"),
+                                       (torch.tensor([[0.0, 1.0, float("nan"), 0.5], [1.0, 0.0, 1.0, 1.5],
+                                                      [0.0, 0.5, 1.0, 1.0]]),)),
+    # a vector's unreduced multilabel loss is 0-d (torch's trace decomposition made it shape [1])
+    "multilabel_margin_loss of a vector, unreduced": (lambda x: F.multilabel_margin_loss(
+        x, torch.tensor([1, 3, -1, 0]), reduction="none"), (torch.tensor([0.0, 1.0, 0.0, 0.5]),)),
+    "softshrink at NaN": (lambda x: F.softshrink(x, 0.5),
+                          (torch.tensor([float("nan"), -0.5, 0.5, 0.0, 1.0, -float("inf")]),)),
     # a probability of exactly 0 or 1 (a saturated float32 sigmoid: sigmoid(17) == 1): eager clamps the log at
     # -100 and the derivative's denominator at 1e-12, finite; the decomposition's derivative is 0 · inf = NaN
     "binary_cross_entropy at 0 and 1": (lambda p, y: (F.binary_cross_entropy(p, y) + F.binary_cross_entropy(

@@ -9,19 +9,15 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from ember_codegen_cpp import CppCodegen
-from ember_core import CompiledGraph, Graph, Interpreter, decompositions, from_fx, record_events
-from ember_core.testing import RegionPartitioner, trace_joint, with_grad
-from torch.fx.experimental.proxy_tensor import make_fx
+from ember_core import CompiledGraph, Graph, Interpreter, record_events
+from ember_core.testing import RegionPartitioner, trace_aten, trace_joint, with_grad
 
 CODEGEN = CppCodegen()
 
 
 def trace(fn: Callable, *args: Any, mode: str = "fake", name: str = "graph") -> Graph:
     """The functional ATen graph of fn (outputs flattened into a tuple), decomposed like ember's capture."""
-    table = decompositions()
-    flat = lambda *a: tuple(pytree.tree_leaves(fn(*a)))  # noqa: E731
-    gm = make_fx(flat, decomposition_table=table, tracing_mode=mode, _allow_non_fake_inputs=True)(*args)
-    return from_fx(gm, name=name)
+    return trace_aten(fn, *args, mode=mode, name=name)
 
 
 def compile_fn(fn: Callable, *args: Any, mode: str = "fake", codegen: CppCodegen = CODEGEN) -> CompiledGraph:

@@ -10,17 +10,14 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from ember_codegen_triton import TritonCodegen
-from ember_core import CompiledGraph, Graph, canonical_symbols, decompositions, from_fx, record_events
-from torch.fx.experimental.proxy_tensor import make_fx
+from ember_core import CompiledGraph, Graph, canonical_symbols, record_events
+from ember_core.testing import trace_aten
 
 CODEGEN = TritonCodegen()
 
 
 def trace(fn: Callable, *args: Any, mode: str = "fake") -> Graph:
-    flat = lambda *a: tuple(pytree.tree_leaves(fn(*a)))  # noqa: E731
-    gm = make_fx(flat, decomposition_table=decompositions(), tracing_mode=mode,
-                 _allow_non_fake_inputs=True)(*args)
-    return canonical_symbols(from_fx(gm, name="graph"))  # s0, s1 ... whatever torch named them
+    return canonical_symbols(trace_aten(fn, *args, mode=mode))  # s0, s1 ... whatever torch named them
 
 
 def check(fn: Callable, *args: Any, mode: str = "fake", others=(), fallbacks: int = 0, **tol) -> CompiledGraph:

@@ -51,7 +51,7 @@ CASES = {
     # float32, one rounding at the store); and an argmax read back as an index after its loop in the same kernel
     "kept_whole_bf16": (lambda x, y: (torch.xlogy(x, y) + F.celu(x) + torch.sinc(x) + torch.special.entr(y),
                                       torch.logit(y, eps=0.01) * F.hardswish(x) + F.mish(x) + F.softplus(x)
-                                      + torch.special.xlog1py(x, 0.5)),
+                                      + torch.special.xlog1py(x, 0.5) + F.softshrink(x)),
                         (torch.randn(8, 32).bfloat16(), torch.rand(8, 32).bfloat16()), "fake"),
     "index_after_reduction": (lambda x: (torch.zeros(x.shape, dtype=torch.bool).scatter(1, x.argmax(1, True), True),
                                          x.gather(1, x.argmax(1, True)) * 2), (torch.randn(6, 40),), "fake"),

@@ -7,23 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ember_core
 import torch
-import torch.utils._pytree as pytree
-from ember_core import Graph, Interpreter, from_fx, to_dtype
+from ember_core import Graph, Interpreter, to_dtype
+from ember_core.testing import trace_aten
 from ember_lowering import Decision, KernelPlan, Op, SplitPolicy, lower, run_plan
-from torch.fx.experimental.proxy_tensor import make_fx
-
-
-def decompositions() -> dict:
-    """ember-core's op set, so lowering sees the ops as capture sends them (those kept whole included)."""
-    return ember_core.decompositions()
 
 
 def trace(fn: Callable, *args: Any, mode: str = "fake", name: str = "graph") -> Graph:
-    """The functional ATen graph of fn (outputs flattened into a tuple)."""
-    flat = lambda *a: tuple(pytree.tree_leaves(fn(*a)))  # noqa: E731
-    return from_fx(make_fx(flat, decomposition_table=decompositions(), tracing_mode=mode)(*args), name=name)
+    """The functional ATen graph of fn (outputs flattened into a tuple), as capture sends it to lowering (the ops
+    ember-core keeps whole included)."""
+    return trace_aten(fn, *args, mode=mode, name=name)
 
 
 def plan_of(fn: Callable, *args: Any, mode: str = "fake", passes=None) -> KernelPlan:

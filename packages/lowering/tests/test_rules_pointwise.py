@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from lowering_checks import check
+from lowering_checks import check, trace
 
 torch.manual_seed(0)
 X = torch.randn(6, 7)
@@ -138,9 +138,11 @@ def test_xlog1py_takes_xlogys_cases():
 
 
 def test_ops_kept_whole_for_their_gradients_match_eager_at_special_values():
-    """celu, mish, softplus, sinc, logit and entr reach lowering whole (ember-core keeps them for eager's
-    derivatives); their rules must give eager's values at the edges too."""
+    """celu, mish, softplus, sinc, logit, entr and softshrink reach lowering whole (ember-core keeps them for
+    eager's derivatives); their rules must give eager's values at the edges too."""
     x = torch.tensor([[-float("inf"), -20.0, -1.0, -0.0, 0.0, 1e-30, 0.25, 0.5, 1.0, 20.0, 100.0, float("inf"),
                        float("nan")]])
     check(lambda x: (F.celu(x, 1.5), F.mish(x), F.softplus(x, beta=3, threshold=0.2), torch.sinc(x),
-                     torch.logit(x), torch.logit(x, eps=0.1), torch.special.entr(x)), x)
+                     torch.logit(x), torch.logit(x, eps=0.1), torch.special.entr(x), F.softshrink(x),
+                     F.softshrink(x, 1.0)), x)
+    assert "aten.softshrink.default" in {n.op for n in trace(F.softshrink, x).nodes}

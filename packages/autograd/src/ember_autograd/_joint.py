@@ -31,6 +31,7 @@ from ember_core import (
     JointGraph,
     Output,
     decompositions,
+    eager_derivatives,
     from_fx,
     grad_rules,
     node_refs,
@@ -53,7 +54,7 @@ _REGION = "ember_region"  # fx meta key: set on every node recorded while the fo
 def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
     """The joint forward+backward graph of a functional ATen graph (layout in this module's docstring)."""
     grads = requires_grad(graph, example_inputs)
-    with tracing_lock():  # make_fx's state is process-wide
+    with tracing_lock(), eager_derivatives():  # make_fx's state is process-wide
         trace = JointTrace(insert_grad_boundaries(graph), FakePrimals(graph, example_inputs, grads))
         try:
             gm = trace.run()

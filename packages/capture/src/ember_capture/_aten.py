@@ -26,6 +26,7 @@ from ember_core import (
     Output,
     custom_function_arguments,
     decompositions,
+    eager_derivatives,
     is_custom_function,
     iter_refs,
     tracing_lock,
@@ -267,7 +268,7 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     custom = CustomFunctions(fake_mode, producer, capture_graph)
     # make_fx's state is process-wide; a backward the traced function runs (a training step under the trace
     # frontend) is traced here, not handed to compiled autograd
-    with tracing_lock(), torch._dynamo.compiled_autograd._disable():
+    with tracing_lock(), eager_derivatives(), torch._dynamo.compiled_autograd._disable():
         gm = _trace(fn, fake_inputs, fake_mode, facts, custom)
     _one_placeholder_per_symbol(gm)
     gm.graph.eliminate_dead_code()

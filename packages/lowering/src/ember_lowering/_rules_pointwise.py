@@ -187,6 +187,12 @@ def _xlog1py(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
     return b.where(b.isnan(y), math.nan, b.where(x.eq(0), 0.0, x * b.log1p(y)))
 
 
+def _softshrink(b: KernelBuilder, x: Val, a: dict) -> Val:
+    """x ∓ lambd outside [-lambd, lambd], else x · 0 (-0 for a negative x, NaN for NaN), as eager's kernel."""
+    lambd = a.get("lambd", 0.5)
+    return b.where(x.gt(lambd), x - lambd, b.where(x.lt(-lambd), x + lambd, x * 0.0))
+
+
 def _celu(b: KernelBuilder, x: Val, a: dict) -> Val:
     alpha = a.get("alpha", 1.0)
     return b.where(x.gt(0), x, b.expm1(x / alpha) * alpha)
@@ -317,6 +323,7 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
     add(["aten.special_xlog1py.default", "aten.special_xlog1py.other_scalar", "aten.special_xlog1py.self_scalar"],
         elementwise(("self", "other"), _xlog1py))
     add(["aten.celu.default"], elementwise(("self",), _celu))
+    add(["aten.softshrink.default"], elementwise(("self",), _softshrink))
     add(["aten.sinc.default"], elementwise(("self",), _sinc))
     add(["aten.special_entr.default"], elementwise(("self",), _entr))
     add(["aten.logit.default"], elementwise(("self",), _logit))

@@ -12,11 +12,11 @@ from ._grad_rules import grad_rules
 from ._interpreter import Interpreter, interpret, node_callable
 from ._profiling import GraphCosts, KernelCost, costs_of, profile_range, profiler_active, register_costs
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
-from ._tracing import tracing_lock
+from ._tracing import eager_derivatives, tracing_lock
 
 __all__ = [
     "autocast_disabled", "autocast_on", "autocast_state", "costs_of", "cuda_graphed", "CudaBackend", "CudaGraphed",
     "direct_call", "EffectfulFunctionalMode", "grad_rules", "GraphCosts", "has_effect", "interpret", "Interpreter",
     "KernelCost", "keyword_name", "load_function", "node_callable", "profile_range", "profiler_active",
-    "register_costs", "returns_sequence", "tracing_lock", "without_autocast",
+    "eager_derivatives", "register_costs", "returns_sequence", "tracing_lock", "without_autocast",
 ]

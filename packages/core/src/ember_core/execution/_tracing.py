@@ -4,15 +4,67 @@ make_fx, fake tensor modes and the patches that tracing installs live in process
 patcher, the proxy mode's tensor tracker), so two threads that trace at once corrupt each other's trace. Every
 stage that traces takes `tracing_lock()` around it. It is re-entrant: a frontend that holds it while it traces may
 call a stage that takes it again (the runtime tracing the joint graph inside a frontend's compile).
+
+`eager_derivatives()` holds it too, while it swaps the Python kernels torch registers at the Autograd key of a few
+ops, which the Python dispatcher a trace enables runs before autograd (they decompose the op, and autograd
+differentiates the pieces): those of the ops ember keeps whole for their derivatives (`NUMERICALLY_KEPT`) are set
+aside, so autograd takes eager's formula; those of the margin losses are replaced by ember's (`_trace_kernels.py`),
+whose pieces have eager's values and derivative.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ..graph._op_set import NUMERICALLY_KEPT
+from ..graph._ops import resolve_op
+from ._trace_kernels import TRACE_KERNELS
 
 _LOCK = threading.RLock()
+_AUTOGRAD = torch._C.DispatchKey.Autograd
+_swapped: list[tuple[Any, Callable]] = []  # (op, torch's kernel) while swapped
+_depth = 0  # nested `eager_derivatives` blocks (one thread: they hold the lock)
 
 
 def tracing_lock() -> threading.RLock:
     """The lock every trace holds (make_fx and anything else that installs process-wide tracing state)."""
     return _LOCK
+
+
+@contextlib.contextmanager
+def eager_derivatives() -> Iterator[None]:
+    """Holding the tracing lock: the kept ops that torch decomposes above autograd for traces (softshrink) reach
+    autograd whole, and the margin losses decompose into ember's pieces (`TRACE_KERNELS`), so that autograd
+    differentiates as eager does. The outermost block swaps torch's kernels and puts them back when it ends."""
+    global _depth
+    with _LOCK:
+        if _depth == 0:
+            _swap_in()
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+            if _depth == 0:
+                for op, kernel in _swapped:
+                    op.py_kernels[_AUTOGRAD] = kernel
+                    op._dispatch_cache.clear()
+                _swapped.clear()
+
+
+def _swap_in() -> None:
+    ours: dict[str, Callable | None] = {name: None for name in NUMERICALLY_KEPT} | TRACE_KERNELS
+    for name, kernel in ours.items():
+        op = resolve_op(name)
+        kernels = getattr(op, "py_kernels", {})
+        if _AUTOGRAD not in kernels:  # torch (this version) decomposes it nowhere above autograd
+            continue
+        _swapped.append((op, kernels.pop(_AUTOGRAD)))
+        if kernel is not None:
+            kernels[_AUTOGRAD] = kernel
+        op._dispatch_cache.clear()

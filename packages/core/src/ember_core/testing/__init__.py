@@ -27,7 +27,7 @@ _EXPORTS = {
     "assert_same_results": "._partition_kit", "partition_case": "._partition_kit",
     "DeviceAudit": "._devices", "graph_to_device": "._devices", "inputs_to_device": "._devices",
     "assert_golden": "._golden", "accepting": "._golden",
-    "random_inputs": "._inputs",
+    "random_inputs": "._inputs", "trace_aten": "._aten_trace",
     "Gate": "._custom_function", "gate_graph": "._custom_function",
     "in_threads": "._threads",
     "GradError": "._grad_accuracy", "errors_against": "._grad_accuracy", "gradient_errors": "._grad_accuracy",
