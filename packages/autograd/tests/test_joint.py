@@ -406,6 +406,24 @@ def test_a_backward_that_branches_on_a_number_read_from_a_tensor_is_refused_with
         joint(graph, [torch.randn(4, requires_grad=True), torch.tensor(2)])
 
 
+def test_an_op_fake_tensors_cannot_run_is_refused_with_a_reason(monkeypatch):
+    # FakeTensor refuses an ATen op without a Meta kernel (UnsupportedOperatorException). Escaping the backend, Dynamo
+    # turns that into a graph break that runs the graph eagerly, without ember's fallback event; as a GraphError the
+    # runtime runs the graph under eager autograd and reports it. Here multi_margin_loss reaches ATen's autograd
+    # (ember's trace kernel withheld), whose formula calls multi_margin_loss_backward, which has no Meta kernel
+    import ember_core.execution._tracing as tracing
+    from ember_core import GraphError
+
+    monkeypatch.setattr(tracing, "TRACE_KERNELS", {"aten.multi_margin_loss.default": None})
+    graph = parse_graph("# ember graph v1.1\n"
+                        "# symbols: s0=3 in [2, inf]\n"  # a symbolic size: no real-kernel fallback on zeros
+                        "def g(x: f32[s0, 4] requires_grad, t: i64[s0], s0: sym:i64):\n"
+                        "  y: f32[] requires_grad = aten.multi_margin_loss.default(x, t)\n"
+                        "  return (y)\n")
+    with pytest.raises(GraphError, match="fake tensors cannot run aten.multi_margin_loss_backward"):
+        joint(graph, [torch.randn(3, 4, requires_grad=True), torch.tensor([0, 2, 1]), 3])
+
+
 def test_prims_convert_element_type_is_differentiated_as_a_cast():
     # torch's bfloat16 decompositions (renorm's) leave prims.convert_element_type, which has no autograd formula
     import torch._prims  # noqa: F401 - registers the prims namespace

@@ -39,6 +39,11 @@ from ember_core import (
     verify,
 )
 from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    UnsupportedOperatorException,
+)
 from torch._subclasses.functional_tensor import dispatch_functionalize
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
@@ -60,8 +65,17 @@ def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
             gm = trace.run()
         except GuardOnDataDependentSymNode as e:
             raise GraphError(_data_dependent(graph, e)) from e
+        except _FAKE_REFUSALS as e:
+            raise GraphError(f"graph {graph.name!r}: the joint trace's fake tensors cannot run "
+                             f"{getattr(e, 'func', None) or type(e).__name__} ({type(e).__name__}: an op without a "
+                             f"Meta kernel, or a result whose shape or value depends on the data)") from e
     joint_graph = _to_graph(graph, gm, trace, grads)
     return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
+
+
+# FakeTensor's refusals of an op it cannot run without data; escaping the backend, Dynamo would turn them into a
+# graph break that runs the graph eagerly with no ember event
+_FAKE_REFUSALS = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException)
 
 
 def _data_dependent(graph: Graph, e: GuardOnDataDependentSymNode) -> str:
