@@ -56,6 +56,11 @@ PRODUCER = "ember-autograd 0.1.0"
 _REGION = "ember_region"  # fx meta key: set on every node recorded while the forward ran
 
 
+# FakeTensor's refusals of an op it cannot run without data; escaping the backend, Dynamo would turn them into a
+# graph break that runs the graph eagerly with no ember event
+_FAKE_REFUSALS = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException)
+
+
 def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
     """The joint forward+backward graph of a functional ATen graph (layout in this module's docstring)."""
     grads = requires_grad(graph, example_inputs)
@@ -71,11 +76,6 @@ def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
                              f"Meta kernel, or a result whose shape or value depends on the data)") from e
     joint_graph = _to_graph(graph, gm, trace, grads)
     return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
-
-
-# FakeTensor's refusals of an op it cannot run without data; escaping the backend, Dynamo would turn them into a
-# graph break that runs the graph eagerly with no ember event
-_FAKE_REFUSALS = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException)
 
 
 def _data_dependent(graph: Graph, e: GuardOnDataDependentSymNode) -> str:

@@ -11,9 +11,8 @@ Ops whose decomposition is numerically worse than eager's kernel and derivative 
 has a rule as accurate), and the joint trace differentiates it with eager's formula. A few of them torch also
 decomposes above autograd, by a Python kernel at the Autograd key that the Python dispatcher of a trace runs
 (softshrink): capture and the joint trace set those kernels aside (`eager_derivatives` in execution/_tracing.py)
-so that
-eager's formula is the one differentiated there too. `aten.detach` stays too
-(`MEANING_KEPT`): its decomposition, `aten.alias`, would let the gradient through.
+so that eager's formula is the one differentiated there too. `aten.detach` stays too (`MEANING_KEPT`): its
+decomposition, `aten.alias`, would let the gradient through.
 
 `index_put(..., accumulate=True)` in a 16-bit float type (what the gradient of `index_select`, `embedding` and
 advanced indexing becomes) accumulates in float32 and rounds once (`accurate_accumulation`): ATen's kernel adds
@@ -91,11 +90,11 @@ NUMERICALLY_KEPT: dict[str, str] = {
     "aten.sinc.default": "its gradient through the decomposition is NaN at 0 (0 in eager)",
     "aten.special_entr.default": "its gradient through the decomposition is NaN at 0 and inf (inf, -inf in eager)",
     "aten.logit.default": "its gradient through the decomposition is finite outside [0, 1] (NaN in eager)",
-    # (y - 1) · max(log1p(-p), -100) - y · max(log(p), -100): at p = 0 or 1 (a float32 sigmoid saturates at 1
-    # from 17 up) the clamped log's derivative is 0 · inf = NaN; eager's (p - y) / max(p(1 - p), 1e-12) is finite
     # decomposed above autograd for traces (a Python Autograd kernel, set aside by `eager_derivatives`): its
     # where(x > l, x - l, where(x < -l, x + l, 0)) gives a NaN x the gradient 0, eager's passes the gradient on
     "aten.softshrink.default": "its gradient through the decomposition at NaN is 0 (passed through in eager)",
+    # (y - 1) · max(log1p(-p), -100) - y · max(log(p), -100): at p = 0 or 1 (a float32 sigmoid saturates at 1
+    # from 17 up) the clamped log's derivative is 0 · inf = NaN; eager's (p - y) / max(p(1 - p), 1e-12) is finite
     "aten.binary_cross_entropy.default": "its gradient through the decomposition is NaN at p = 0 and 1 (finite in "
                                          "eager)",
 }
