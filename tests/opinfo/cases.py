@@ -60,6 +60,7 @@ WIDER = {"bfloat16": torch.float32, "float32": torch.float64}  # the reference's
 # Where samples are made and run: `cpu` (the sweep, CI's subset), or `cuda` (`run --device cuda`, on a GPU machine:
 # `./dev gpu`). Set once per process, before any case runs; tolerance overrides are the OpInfo's for this device type.
 DEVICE = "cpu"
+GRID = 0.0  # `run --grid STEP`: float inputs rounded to multiples of STEP (`on_grid`); 0 leaves them as made
 
 
 @dataclasses.dataclass
@@ -139,7 +140,20 @@ def wants_backward(op: Any, dtype: str) -> bool:
 
 def samples(op: Any, dtype: str, requires_grad: bool, count: int = SAMPLES) -> list[Any]:
     torch.manual_seed(SEED)
-    return list(itertools.islice(op.sample_inputs(DEVICE, DTYPES[dtype], requires_grad=requires_grad), count))
+    chosen = list(itertools.islice(op.sample_inputs(DEVICE, DTYPES[dtype], requires_grad=requires_grad), count))
+    return [on_grid(s, GRID) for s in chosen] if GRID else chosen
+
+
+def on_grid(sample: Any, step: float) -> Any:
+    """The sample with each floating tensor rounded to a multiple of `step`: margins met exactly, ties, zeros and
+    probabilities of exactly 0 or 1 become common (as in quantized or integer-valued data), where a gradient
+    differentiated through a decomposition can differ from eager's formula."""
+    def snap(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            return t
+        return (t.detach() / step).round().mul(step).to(t.dtype).requires_grad_(t.requires_grad)
+
+    return sample.transform(snap)
 
 
 def tolerances(op: Any, dtype: str) -> tuple[float, float]:

@@ -59,6 +59,7 @@ class Job:
     samples: int
     skip: int = -1
     device: str = "cpu"
+    grid: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------------------- worker side
@@ -67,7 +68,7 @@ class Job:
 def worker_main(job_text: str) -> int:
     """Run a Job given as JSON; protocol lines go to the real stdout, everything else printed goes to stderr."""
     job = Job(**json.loads(job_text))
-    cases.DEVICE = job.device
+    cases.DEVICE, cases.GRID = job.device, job.grid
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -138,14 +139,14 @@ def run_job(job: Job, timeout: float, log: IO[str]) -> Iterator[cases.CaseResult
 
 
 def run_shard(keys: Sequence[str], dtype: str, phases: Sequence[str], compiler: str, samples: int, jobs: int,
-              timeout: float, results: Path, log_path: Path, device: str = "cpu", chunk: int = CHUNK
-              ) -> list[cases.CaseResult]:
+              timeout: float, results: Path, log_path: Path, device: str = "cpu", chunk: int = CHUNK,
+              grid: float = 0.0) -> list[cases.CaseResult]:
     """Run the ops in chunks on `jobs` workers at once; results are appended to `results` (JSON lines) as they come.
-    `device`: where the workers make and run the samples (cases.DEVICE)."""
+    `device`: where the workers make and run the samples (cases.DEVICE); `grid`: cases.GRID."""
     chunks = [list(keys[i:i + chunk]) for i in range(0, len(keys), max(1, chunk))]
     pending: queue.Queue = queue.Queue()
     for chunk in chunks:
-        pending.put(Job(chunk, dtype, list(phases), compiler, samples, device=device))
+        pending.put(Job(chunk, dtype, list(phases), compiler, samples, device=device, grid=grid))
     lock = threading.Lock()
     collected: list[cases.CaseResult] = []
     failures: list[BaseException] = []
