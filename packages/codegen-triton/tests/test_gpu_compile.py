@@ -64,7 +64,7 @@ CASES = {
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",
-          "gemm_templates",
+          "gemm_templates", "graph_passes_bf16",
           "compile_workers_fill_the_cache",
           "private_triton_cache", "warm_bind_skips_the_jit", "warm_bind_restores_missing_binaries"]
 
@@ -152,6 +152,8 @@ def main() -> None:
     tuned_launches_go_lean(OnSm90, built, StandInGPU.launches)
 
     gemm_templates_compile(OnSm90, built, binaries)
+
+    graph_passes_compile(OnSm90, binaries)
 
     compile_workers_fill_the_cache(OnSm90, built)
 
@@ -406,6 +408,45 @@ def gemm_templates_compile(on_sm90, built, binaries) -> None:
 
 
 W32, B32 = torch.randn(48, 32), torch.randn(48)
+
+
+def graph_passes_compile(on_sm90, binaries) -> None:
+    """CUDA graphs after the GPU's graph passes, in bfloat16 (what autocast gives a GPU), compiled for sm_90: a CNN
+    relaid NHWC by `channels-last` (its kernels read and write channels-last strides, the clones at its edges) and a
+    head whose product `pad-gemms` pads in K and N (the pads, the copy of the first N columns fused after it). The
+    interpreter runs these graphs on the CPU in the passes' own tests; here Triton compiles them as a GPU would."""
+    from ember_codegen_triton.graph_passes import ChannelsLast, PadGemms
+    from ember_core import record_events, verify
+
+    def cnn(x, w1, w2, scale, wl):
+        y = F.relu(F.conv2d(x, w1, padding=1) * scale[None, :, None, None])
+        y = F.max_pool2d(F.conv2d(y, w2, padding=1) + y, 2)
+        return (F.linear(y.flatten(1), wl).float().softmax(-1), y)
+
+    def head(b, x, w):
+        return (torch.addmm(b, x, w).relu() * 2,)
+
+    bf16 = torch.bfloat16
+    cases = {
+        "channels-last": (ChannelsLast(decide=lambda convs: True), cnn,
+                          (torch.randn(2, 4, 8, 8, dtype=bf16), torch.randn(6, 4, 3, 3, dtype=bf16),
+                           torch.randn(6, 6, 3, 3, dtype=bf16), torch.randn(6, dtype=bf16),
+                           torch.randn(5, 6 * 4 * 4, dtype=bf16))),
+        "pad-gemms": (PadGemms(decide=lambda gemm: True), head,
+                      (torch.randn(10, dtype=bf16), torch.randn(4, 12, dtype=bf16), torch.randn(12, 10, dtype=bf16))),
+    }
+    for name, (graph_pass, fn, args) in cases.items():
+        graph = on_cuda(trace(fn, *args))
+        after = graph_pass.run(graph)
+        assert after is not graph, name  # the pass rewrote it
+        verify(after)
+        with record_events() as rec:
+            compiled = on_sm90().compile_many([after])[0]
+        fallbacks = [e.data["reason"] for e in rec.kinds("fallback")]
+        kernels = [line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_")]
+        assert kernels and not fallbacks, (name, fallbacks)
+        assert all(binaries(k) for k in kernels), (name, kernels)
+    print("graph_passes_bf16:ok", flush=True)
 
 
 def without_hooks(calls: list[tuple]) -> list[tuple]:
