@@ -64,6 +64,35 @@ def test_op_on_a_grid_matches_eagers_gradient(key, monkeypatch):
     assert_cases_pass(key, "float32", ("backward",), count=4)
 
 
+# every input in other memory (`python -m tests.opinfo run --layout L`: the whole backward sweep found no mismatch in
+# either layout): kernels that index by strides and storage offsets, scans and products over the strided dims
+IN_OTHER_LAYOUTS = ["index_add", "cumsum", "nn.functional.conv2d", "addmm"]
+
+
+@pytest.mark.parametrize("layout", cases.LAYOUTS)
+@pytest.mark.parametrize("key", IN_OTHER_LAYOUTS)
+def test_op_on_inputs_in_other_layouts_matches_eager(key, layout, monkeypatch):
+    monkeypatch.setattr(cases, "LAYOUT", layout)
+    assert_cases_pass(key, "float32", ("backward",), count=1)
+
+
+@pytest.mark.parametrize("layout", cases.LAYOUTS)
+def test_relaid_inputs_keep_their_values_in_other_memory(layout):
+    t = torch.arange(24.0).reshape(2, 3, 4)
+    moved = cases.relaid(t, layout)
+    assert torch.equal(moved, t) and not moved.is_contiguous()
+    if layout == "noncontiguous":  # strides doubled, from offset 1, NaN between the elements
+        assert moved.stride() == (24, 8, 2) and moved.storage_offset() == 1
+        assert torch.isnan(moved.as_strided((24,), (2,), 0)).all()
+    else:
+        assert moved.stride() == (12, 1, 3)
+    assert cases.relaid(torch.ones(3), "transposed").is_contiguous()  # a vector has no two dims to swap
+    sparse = torch.eye(3).to_sparse()
+    assert cases.relaid(sparse, layout) is sparse
+    with pytest.raises(ValueError, match="unknown layout"):
+        cases.relaid(t, "diagonal")
+
+
 def test_chunked_linear_cross_entropy_gradient_matches_eager_in_bfloat16():
     """Its bfloat16 gradient lost the last chunk's rows (6 of 24 elements off, no error): gcc miscompiled the
     kernel that scatters them (codegen-cpp's GCC_FLAGS)."""

@@ -61,6 +61,10 @@ WIDER = {"bfloat16": torch.float32, "float32": torch.float64}  # the reference's
 # `./dev gpu`). Set once per process, before any case runs; tolerance overrides are the OpInfo's for this device type.
 DEVICE = "cpu"
 GRID = 0.0  # `run --grid STEP`: float inputs rounded to multiples of STEP (`on_grid`); 0 leaves them as made
+# `run --layout L`: every copy of a sample's tensors gets layout L, the same values in other memory (`relaid`);
+# "" leaves them as torch's samples make them (mostly contiguous)
+LAYOUTS = ("noncontiguous", "transposed")
+LAYOUT = ""
 
 
 @dataclasses.dataclass
@@ -156,6 +160,25 @@ def on_grid(sample: Any, step: float) -> Any:
     return sample.transform(snap)
 
 
+def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """`t`'s values in the memory of `layout`: `noncontiguous`, every element one slot apart in a storage twice the
+    size, from offset 1, the gaps NaN (torch's `noncontiguous_like`: every stride doubled, a storage offset); or
+    `transposed`, a tensor of two or more dims stored column-major (its last two dims swapped in memory). Eager and
+    the compiled run both get such copies, so a kernel that assumes contiguous memory, or forgets the offset, reads
+    the gaps or the wrong elements. Sparse tensors keep their layout."""
+    if t.layout != torch.strided:
+        return t
+    if layout == "noncontiguous" and t.numel():
+        from torch.testing._internal.common_utils import noncontiguous_like
+
+        return noncontiguous_like(t)
+    if layout == "transposed" and t.dim() >= 2:
+        return t.mT.contiguous().mT
+    if layout not in ("", *LAYOUTS):
+        raise ValueError(f"unknown layout {layout!r}; one of {LAYOUTS}")
+    return t
+
+
 def tolerances(op: Any, dtype: str) -> tuple[float, float]:
     """(atol, rtol): torch's defaults for the dtype, loosened by any override the OpInfo declares for it on the
     sweep's device type."""
@@ -200,7 +223,7 @@ def copy_inputs(tree: Any, grad: bool, upcast: str | None = None) -> Any:
         c = t.detach().clone()
         if upcast and c.dtype == DTYPES[upcast]:
             c = c.to(WIDER[upcast])
-        return c.requires_grad_(grad and t.requires_grad)
+        return relaid(c, LAYOUT).requires_grad_(grad and t.requires_grad)
 
     return tree_map(copy, tree)
 
