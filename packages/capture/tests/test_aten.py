@@ -228,6 +228,20 @@ def test_metadata_mutation_of_an_input_is_refused():
         capture_graph(lambda x: x.t_(), fakes(torch.randn(2, 3)))
 
 
+@pytest.mark.parametrize("fn", [lambda x: x[:, 1:].normal_(), lambda x: x.t().bernoulli_(0.5),
+                                lambda x: torch.empty(4, 6)[:, ::2].uniform_() + x[:, :3]])
+def test_an_in_place_draw_into_a_tensor_that_is_not_contiguous_is_refused(fn):
+    """ATen draws such a tensor in its memory order, the functional graph into a fresh contiguous one: other
+    numbers from the same seed."""
+    with pytest.raises(CaptureError, match="draws in place into a tensor that is not contiguous"):
+        capture_graph(fn, fakes(torch.randn(4, 6)))
+
+
+def test_an_in_place_draw_into_a_contiguous_tensor_is_captured():
+    graph = capture_graph(lambda x: (x[1:].normal_(), torch.empty(3).bernoulli_(0.5)), fakes(torch.randn(4, 6)))
+    assert {"aten.normal_functional.default", "aten.bernoulli.p"} <= set(_ops(graph))
+
+
 def test_an_effectful_op_is_captured_as_a_plain_node_dead_code_elimination_keeps():
     graph = capture_graph(lambda x: torch.linalg.cholesky(x), fakes(torch.randn(3, 3)), input_names=["x"])
     ops = [n.op for n in graph.nodes]

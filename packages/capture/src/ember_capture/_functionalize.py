@@ -11,6 +11,8 @@ value, returned as an extra output. While the wrappers still exist, it records i
   a tensor detached in place (`detach_`) is read through an explicit `detach` (`InPlaceDetaches`);
   for an op with an autograd formula of its own (a `torch.library.custom_op` with `register_autograd`), the grad
   mode where it was called (`CallSiteGradMode`), not the no_grad its formula runs its forward under.
+It refuses what the functional graph would compute otherwise than eager: writes autograd does not see into tensors
+that require grad (`_HiddenWriteCheck`), in-place random ops on tensors that are not contiguous (`_InPlaceDrawCheck`).
 
 Effectful ops reach the graph as themselves, not threaded through effect tokens (`ember_core.EffectfulFunctionalMode`).
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ember_core import EffectfulFunctionalMode, is_custom_function
+from ember_core import EffectfulFunctionalMode, is_custom_function, is_random
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -189,6 +191,26 @@ class _HiddenWriteCheck(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _InPlaceDrawCheck(TorchDispatchMode):
+    """Refuses an in-place random op (`normal_`, `bernoulli_`, `uniform_` ...) on a tensor that is not contiguous.
+
+    Random ops are kept whole so that a seeded run draws eager's numbers. ATen's kernels choose how to draw by
+    the tensor's layout: `normal_` fills a contiguous tensor in vectorized blocks and any other one element by
+    element in memory order. Functionalization draws into a fresh tensor instead (a contiguous copy of a view
+    with gaps; `bernoulli.p`'s result is always contiguous), so on a tensor that is not contiguous the graph would
+    draw other numbers than eager from the same seed (`w[:, 1:].normal_()`, `x.t().bernoulli_(p)`). The function
+    then runs eagerly (CaptureError). A contiguous tensor, an input's or a fresh one's, draws alike in both."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if target is not None and _writes_self(func) and is_random(func) and not target.is_contiguous():
+            raise CaptureError(f"{func} draws in place into a tensor that is not contiguous (shape "
+                               f"{tuple(target.shape)}, strides {tuple(target.stride())}); eager draws its numbers "
+                               "in that layout's order, a functional graph into a fresh tensor: other numbers from "
+                               "the same seed")
+        return func(*args, **(kwargs or {}))
+
+
 def _storage(t: torch.Tensor) -> StorageWeakRef | None:
     """The storage t shares with its views; None for a tensor without one (sparse, nested): not tracked."""
     try:
@@ -232,7 +254,7 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
         check = _HiddenWriteCheck()
         call_site = CallSiteGradMode()
         detaches = InPlaceDetaches(check)
-        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check:
+        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check, _InPlaceDrawCheck():
             f_args = [_to_functional(a) for a in args]
             check.watch(f_args)
             result = fn(*f_args)
