@@ -128,6 +128,9 @@ DRAWS_IN_PLACE = {
     "uniform_ of every other column": (lambda x: x[:, ::2].uniform_(-1, 1) + x[:, 1::2], True),
     "bernoulli_ of a transpose": (lambda x: x.t().bernoulli_(0.3) + 1, True),
     "exponential_ of an input with gaps": (lambda x: x.exponential_() * 3, True),
+    # its mask: bernoulli_ into empty_like of a transposed product
+    "in-place dropout of a transpose": (lambda x: F.dropout(x.t() * 1, 0.5, True, inplace=True), True),
+    "alpha_dropout of a transpose": (lambda x: F.alpha_dropout(x.t(), 0.5, True), True),
     "normal_ of a contiguous input": (lambda x: x.normal_(2.0, 0.5) - 1, False),
     "bernoulli_ of a row slice": (lambda x: x[2:].bernoulli_(0.7) * 2, False),
 }
