@@ -162,10 +162,12 @@ def on_grid(sample: Any, step: float) -> Any:
 
 def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
     """`t`'s values in the memory of `layout`: `noncontiguous`, every element one slot apart in a storage twice the
-    size, from offset 1, the gaps NaN (torch's `noncontiguous_like`: every stride doubled, a storage offset); or
-    `transposed`, a tensor of two or more dims stored column-major (its last two dims swapped in memory). Eager and
-    the compiled run both get such copies, so a kernel that assumes contiguous memory, or forgets the offset, reads
-    the gaps or the wrong elements. Sparse tensors keep their layout."""
+    size, from offset 1, the gaps NaN in a float tensor (torch's `noncontiguous_like`: every stride doubled, a
+    storage offset); or `transposed`, a tensor of two or more dims stored column-major (its last two dims swapped in
+    memory). Eager and the compiled run both get such copies, so a kernel that assumes contiguous memory, or forgets
+    the offset, reads the gaps or the wrong elements. Sparse tensors keep their layout."""
+    if layout not in ("", *LAYOUTS):
+        raise ValueError(f"unknown layout {layout!r}; one of {LAYOUTS}")
     if t.layout != torch.strided:
         return t
     if layout == "noncontiguous" and t.numel():
@@ -174,8 +176,6 @@ def relaid(t: torch.Tensor, layout: str) -> torch.Tensor:
         return noncontiguous_like(t)
     if layout == "transposed" and t.dim() >= 2:
         return t.mT.contiguous().mT
-    if layout not in ("", *LAYOUTS):
-        raise ValueError(f"unknown layout {layout!r}; one of {LAYOUTS}")
     return t
 
 
