@@ -139,12 +139,12 @@ DRAWS_IN_PLACE = {
 @pytest.mark.parametrize("name", DRAWS_IN_PLACE)
 def test_in_place_random_ops_draw_eagers_numbers_under_the_same_seed(frontend, name):
     fn, refused = DRAWS_IN_PLACE[name]
-    base = torch.randn(40, 36)
-    x = base[:, ::2] if "gaps" in name else base[:, :18].contiguous()
-    want_x, got_x = x.clone(), x.clone()
-    if "gaps" in name:  # the same layout for the compiled call
-        got_x = torch.randn(40, 36)[:, ::2].copy_(x)
-        want_x = torch.randn(40, 36)[:, ::2].copy_(x)
+    values = torch.randn(40, 18)
+
+    def fresh():  # the same values, in the case's layout
+        return torch.randn(40, 36)[:, ::2].copy_(values) if "gaps" in name else values.clone()
+
+    want_x, got_x = fresh(), fresh()
     torch.manual_seed(7)
     want = fn(want_x)
     compiled = compile_with(frontend, fn)
