@@ -42,8 +42,11 @@ COMPOSITES = {"sigmoid": "exp", "gelu": "erf"}
 # get 16 lanes (an AVX2-only CPU cannot run its code, nor compile it with -march=native)
 _ALL_ISAS = {"avx2": ("__m256", 8, "d", "avx2"), "avx512": ("__m512", 16, "e", "avx512f")}
 ISAS = {isa: spec for isa, spec in _ALL_ISAS.items() if spec[1] in vector_lanes()}
-IMPLS = ("libmvec", "sleef_u10", "sleef_u35", "ember")
+IMPLS = ("libmvec", "libmvec_2x8", "sleef_u10", "sleef_u35", "ember")
 U35 = {"sin", "cos", "log", "tanh"}  # Sleef's 3.5-ulp variants (ATen's sin and cos are these)
+# with AVX-512, libmvec's 8-lane function called on each half of 16 lanes (what 16-lane kernels do for erf, whose
+# 16-lane libmvec function is less accurate: ember_codegen_cpp._vector_prelude.IN_HALVES)
+IN_HALVES = {"erf", "gelu"}
 OWN = {"exp": "ember_vexpf", "sigmoid": "ember_vsigmoidf"}  # ember's own vector functions (its C++ prelude)
 
 PROGRAM = r"""
@@ -57,6 +60,12 @@ PROGRAM = r"""
 
 extern "C" {
 %(decls)s
+}
+
+template <__m256 (*F)(__m256)> static __m512 in_halves(__m512 v) {
+  __m256 lo = _mm512_castps512_ps256(v), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(F(lo))),
+                                             _mm256_castps_pd(F(hi)), 1));
 }
 
 static float from_bits(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
@@ -162,12 +171,18 @@ def program() -> str:
             for impl in IMPLS:
                 if impl == "sleef_u35" and fn not in U35:
                     continue
+                if impl == "libmvec_2x8" and (fn not in IN_HALVES or lanes != 16):
+                    continue
                 if impl == "ember":
                     if fn not in OWN or lanes not in vector_lanes():
                         continue
                     call = own_name(fn, lanes)
                     decls.add(f"{vtype} {call}({vtype});")
                     lam = f"[](const {vtype}& v) {{ return {call}(v); }}"
+                elif impl == "libmvec_2x8":
+                    half = vector_call("libmvec", "avx2", base)
+                    decls.add(f"__m256 {half}(__m256);")
+                    lam = f"[](const {vtype}& v) {{ return {lane_expr(fn, f'in_halves<{half}>', isa)}; }}"
                 else:
                     call = vector_call(impl, isa, base)
                     decls.add(f"{vtype} {call}({vtype});")
@@ -210,9 +225,11 @@ def report(results: dict) -> str:
              "parentheses the largest error in ulp against <cmath> in double over 1M values across the float32 "
              "domain where the result is at least 1e-6 in magnitude (gelu's: see the script). sigmoid = "
              "1/(1+exp(-x)), gelu = x/2 (1+erf(x/sqrt 2)) built on each exp and erf.", "",
-             "| ISA | function | libmvec ns | Sleef u10 ns | Sleef u35 ns | ember's own ns | fastest (next / it) |",
-             "|---|---|---:|---:|---:|---:|---|"]
-    names = {"libmvec": "libmvec", "sleef_u10": "Sleef u10", "sleef_u35": "Sleef u35", "ember": "ember"}
+             "| ISA | function | libmvec ns | libmvec 2x8 ns | Sleef u10 ns | Sleef u35 ns | ember's own ns | "
+             "fastest (next / it) |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    names = {"libmvec": "libmvec", "libmvec_2x8": "libmvec 2x8", "sleef_u10": "Sleef u10", "sleef_u35": "Sleef u35",
+             "ember": "ember"}
     for isa in ISAS:
         for fn in FUNCTIONS:
             cells = {impl: results[(isa, fn, impl)] for impl in IMPLS if (isa, fn, impl) in results}

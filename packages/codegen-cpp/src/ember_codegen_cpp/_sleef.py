@@ -4,12 +4,14 @@ is less accurate than eager or slower than Sleef at eager's accuracy.
 Chosen per function and vector width by accuracy first, then speed (`benchmarks/vector_math.py`, its tables in
 benchmarks/README.md; `tests/test_vector_math.py` holds every function to eager's worst ulp):
 - Sleef's 1-ulp (u10) functions where glibc's libmvec is less accurate than eager: log (libmvec 4 ulp where the
-  result is small), tan (3), and acos, asin, atan, atanh, expm1 and log1p (2 against eager's 1);
+  result is small), tan (3), and acos, asin, atan, atanh, expm1, log1p, log2 and log10 (2 against eager's 1), and
+  its 1.5-ulp erfc (libmvec 2 against eager's 1): all eager's own;
 - with 16 lanes, Sleef's 3.5-ulp sin and cos, which are eager's own and faster than libmvec's (0.17 and 0.18 ns an
   element against 0.21 and 0.26 on an AMD EPYC with AVX-512).
 Everywhere else libmvec (or ember's own exp and sigmoid) is as accurate as eager and the fastest that is: tanh, sin and
 cos with 8 lanes (2 ulp against eager's 3.5-ulp functions). Exceptions, 2 ulp against eager's 1: erf, because GELU
-computes its erf and Sleef's is 3.4-5.8x slower; asinh, acosh and cosh, whose Sleef functions overflow early (inf from
+computes its erf and Sleef's is 3.4-5.8x slower (with 16 lanes libmvec's own erf is 4 ulp, so 16 lanes take its
+8-lane erf twice: `_vector_prelude.IN_HALVES`); asinh, acosh and cosh, whose Sleef functions overflow early (inf from
 1.8e19 and from 88.75, where the results are finite).
 
 A unit that calls one is linked to libtorch_cpu (its directory on the rpath, `--as-needed`); the process has torch
@@ -27,12 +29,14 @@ from pathlib import Path
 import torch
 
 # libm functions whose eager kernels are Sleef's 1-ulp ones and libmvec's are less accurate
-_EAGERS_U10 = ("log", "tan", "acos", "asin", "atan", "atanh", "expm1", "log1p")
+_EAGERS_U10 = ("log", "log2", "log10", "tan", "acos", "asin", "atan", "atanh", "expm1", "log1p")
 _ISA = {8: "avx2", 16: "avx512f"}
 # float32 lanes → libm name → Sleef's function of that width
 CHOICES: dict[int, dict[str, str]] = {
     lanes: {f"{name}f": f"Sleef_{name}f{lanes}_u10{isa}" for name in _EAGERS_U10} for lanes, isa in _ISA.items()
 }
+for lanes, isa in _ISA.items():
+    CHOICES[lanes]["erfcf"] = f"Sleef_erfcf{lanes}_u15{isa}"  # eager's erfc: 1.5-ulp bound, 1 ulp measured
 CHOICES[16] |= {"sinf": "Sleef_sinf16_u35avx512f", "cosf": "Sleef_cosf16_u35avx512f"}
 
 

@@ -220,13 +220,17 @@ EMBER_INLINE ember_f32x$L ember_vsigmoidf(ember_f32x$L x) { return 1.0f / (1.0f 
 
 # Vector ABI letters of libmvec's x86-64 variants by float32 lanes: SSE4 (4), AVX2 (8), AVX-512 (16).
 _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
+# lanes → libmvec functions computed as two calls of their variant of half the lanes: glibc's 16-lane erff is 4 ulp
+# where its 8-lane one is 2 (eager's 1), and two 8-lane calls are as fast on an AMD EPYC with AVX-512
+# (`benchmarks/vector_math.py`, its "libmvec 2x8" column).
+IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"erff"})}
 
 
 def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
     """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 calls Sleef's function
     where libmvec's is less accurate than eager's or slower (`_sleef.py`), else libmvec's variant of that width by
-    its vector-ABI name where glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp); any other runs the
-    scalar function lane by lane."""
+    its vector-ABI name where glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp), or its variant of half
+    the lanes twice (`IN_HALVES`); any other runs the scalar function lane by lane."""
     out = []
     for name, arity in LIBM.items():
         params = ", ".join(f"V {a}" for a in "ab"[:arity])
@@ -237,6 +241,14 @@ def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
             if sleef:
                 out.append(f'extern "C" {vt} {sleef}({", ".join([vt] * arity)});')
                 out.append(f"{head} {{ return {sleef}({', '.join('ab'[:arity])}); }}")
+            elif fname in simd and ctype == "float" and fname in IN_HALVES.get(lanes, ()):
+                half, mangled = "ember_halves<ember_f32x$L>::H", f"_ZGV{_ISA_BY_LANES[lanes // 2]}N{lanes // 2}"
+                mangled += f"{'v' * arity}_{fname}"
+                out.append(f'extern "C" {half} {mangled}({", ".join([half] * arity)});')
+                splits = "".join(f" {half} {a}h[2]; ember_split({a}, {a}h);" for a in "ab"[:arity])
+                calls = " ".join(f"r[{h}] = {mangled}({', '.join(f'{a}h[{h}]' for a in 'ab'[:arity])});"
+                                 for h in (0, 1))
+                out.append(f"{head} {{{splits} {half} r[2]; {calls} return ember_join<{vt}>(r); }}")
             elif fname in simd and ctype == "float" and isa:
                 mangled = f"_ZGV{isa}N{lanes}{'v' * arity}_{fname}"
                 out.append(f'extern "C" {vt} {mangled}({", ".join([vt] * arity)});')
