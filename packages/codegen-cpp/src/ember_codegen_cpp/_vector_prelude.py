@@ -71,6 +71,11 @@ template <typename V> EMBER_INLINE void ember_split(const V& v, typename ember_h
 template <typename V> EMBER_INLINE V ember_join(const typename ember_halves<V>::H* h) {
   return ember_cat(h[0], h[1], typename ember_count<2 * ember_halves<V>::N>::type());
 }
+// 16-bit lanes h as the high halves of 32-bit lanes, the low halves zero (the bits of `(u32)h << 16`, a bfloat16's
+// float32): one permute, where gcc widens the lanes a half vector at a time (four instructions and a shift)
+template <typename H, int... I> EMBER_INLINE auto ember_high_halves(H h, ember_seq<I...>) {
+  return __builtin_shufflevector((H){}, h, ((I & 1) ? (int)(sizeof(H) / 2) + (I >> 1) : 0)...);
+}
 // Are a mask's lanes (-1 or 0) all set / all clear? Folded half on half (vector ANDs/ORs, one lane read at the end):
 // a loop over the lanes would read each lane out of the register.
 template <typename M> EMBER_INLINE bool ember_vall(M m) {
@@ -171,15 +176,21 @@ EMBER_INLINE ember_f32x$L ember_vfma(ember_f32x$L a, ember_f32x$L b, ember_f32x$
 
 // bfloat16 and float16 in memory (uint16 lanes) to and from float32 lanes, bit for bit the scalar helpers.
 EMBER_INLINE ember_f32x$L ember_vload_bf16(ember_u16x$L h) {
-  return (ember_f32x$L)(__builtin_convertvector(h, ember_u32x$L) << 16);
+  return (ember_f32x$L)ember_high_halves(h, ember_count<2 * $L>::type());
 }
 EMBER_INLINE ember_u16x$L ember_vstore_bf16(ember_f32x$L f) {
   const ember_u32x$L u = (ember_u32x$L)f, r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
   return __builtin_convertvector(f != f ? (ember_u32x$L){} + 0x7FC0u : r, ember_u16x$L);
 }
-EMBER_INLINE ember_f32x$L ember_vround_bf16(ember_f32x$L f) { return ember_vload_bf16(ember_vstore_bf16(f)); }
+// rounded to bfloat16 and back, in 32-bit lanes: the same bits as a store and a load, without narrowing the lanes to
+// 16 bits and widening them again (a fused chain of bf16 ops rounds after every op, as eager does)
+EMBER_INLINE ember_f32x$L ember_vround_bf16(ember_f32x$L f) {
+  const ember_u32x$L u = (ember_u32x$L)f, r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  return (ember_f32x$L)(f != f ? (ember_u32x$L){} + 0x7FC00000u : r);
+}
 EMBER_INLINE ember_f32x$L ember_vload_f16(ember_u16x$L h) {
-  const ember_u32x$L w = __builtin_convertvector(h, ember_u32x$L) << 16, sign = w & 0x80000000u, two_w = w + w;
+  const ember_u32x$L w = (ember_u32x$L)ember_high_halves(h, ember_count<2 * $L>::type()), sign = w & 0x80000000u;
+  const ember_u32x$L two_w = w + w;
   const ember_f32x$L normalized = (ember_f32x$L)((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
   const ember_f32x$L denormalized = (ember_f32x$L)((two_w >> 17) | (126u << 23)) - 0.5f;
   return (ember_f32x$L)(sign | (two_w < (1u << 27) ? (ember_u32x$L)denormalized : (ember_u32x$L)normalized));
