@@ -212,3 +212,40 @@ def test_a_convolution_left_to_aten_after_a_packed_one_stays_channels_last(monke
     assert result.counts["prepacked_weights"] == 1 and "aten.convolution.default" in strides
     assert strides["aten.convolution.default"] == (1152, 1, 96, 8)
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+
+
+def _bf16_model(x, w, b, w2, b2):
+    y = torch.relu(F.conv2d(x, w, b, padding=1))  # NCHW in, channels-last from oneDNN
+    return F.gelu(F.linear(y.mean((2, 3)), w2, b2))
+
+
+def _bf16_args():
+    torch.manual_seed(0)
+    return [torch.randn(2, 8, 12, 12), torch.randn(16, 8, 3, 3) / 8, torch.randn(16), torch.randn(24, 16) / 4,
+            torch.randn(24)]
+
+
+def test_bfloat16_layers_are_packed_where_onednn_has_bf16_kernels():
+    """bf16 inference (`model.to(torch.bfloat16)`) takes the fused oneDNN ops where the CPU has bf16 kernels
+    (AVX-512 BF16 or AMX), and its results are as accurate as eager's against float64 (the contract's 3x); where
+    it has none, ATen's ops stay."""
+    args64 = [a.double() for a in _bf16_args()]
+    args = [a.bfloat16() for a in args64]
+    if torch.bfloat16 not in prepack.packable_dtypes():
+        pytest.skip("this CPU has no bf16 kernels in oneDNN")  # the test below runs everywhere
+    result = freeze(traced(_bf16_model, *args, params=(1, 2, 3, 4)), args)
+    assert [op for op in ops(result.graph) if op.startswith("mkldnn")] == [
+        "mkldnn._convolution_pointwise.default", "mkldnn._linear_pointwise.default"]
+    assert result.counts["fused_epilogues"] == 2
+    got, eager, exact = run_frozen(result, args)[0], _bf16_model(*args), _bf16_model(*args64)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, eager, rtol=2e-2, atol=2e-2)
+    assert (got.double() - exact).norm() <= 3 * (eager.double() - exact).norm()
+
+
+def test_bfloat16_layers_stay_aten_where_onednn_has_no_bf16_kernels(monkeypatch):
+    monkeypatch.setattr(prepack, "packable_dtypes", lambda: (torch.float32,))
+    args = [a.bfloat16() for a in _bf16_args()]
+    result = freeze(traced(_bf16_model, *args, params=(1, 2, 3, 4)), args)
+    assert not [op for op in ops(result.graph) if op.startswith("mkldnn")]
+    torch.testing.assert_close(run_frozen(result, args)[0], _bf16_model(*args), rtol=2e-2, atol=2e-2)

@@ -1,9 +1,11 @@
 """Pass `prepack-weights`: CPU convolutions and linear layers with constant weights call oneDNN's fused ops.
 
-- `aten.convolution` (2-d, not transposed, float32) → `mkldnn._convolution_pointwise` with the weight reordered once
-  into oneDNN's blocked layout (`mkldnn._reorder_convolution_weight`, for the traced input size);
-- `aten.addmm` / `aten.mm` with a constant `(in, out)` weight (float32, 2-d input) → `mkldnn._linear_pointwise`
-  with the `(out, in)` weight reordered once (`mkldnn._reorder_linear_weight`, for the traced batch size);
+- `aten.convolution` (2-d, not transposed; float32, or bfloat16 where oneDNN has bf16 kernels for this CPU) →
+  `mkldnn._convolution_pointwise` with the weight reordered once into oneDNN's blocked layout
+  (`mkldnn._reorder_convolution_weight`, for the traced input size);
+- `aten.addmm` / `aten.mm` with a constant `(in, out)` weight (the same dtypes, 2-d input) →
+  `mkldnn._linear_pointwise` with the `(out, in)` weight reordered once (`mkldnn._reorder_linear_weight`, for the
+  traced batch size);
 - an activation that alone reads the result (relu, gelu, silu, hardswish, hardsigmoid, sigmoid, tanh, hardtanh,
   leaky_relu; as one node or as capture decomposes it, `_epilogues.py`) is fused into the op's epilogue.
 
@@ -28,6 +30,7 @@ from ember_core import (
     GraphError,
     Node,
     Ref,
+    dtype_name,
     fresh_name,
     graph_device,
     node_refs,
@@ -72,9 +75,16 @@ def available(graph: Graph) -> bool:
     return torch.backends.mkldnn.is_available() and torch.device(graph_device(graph)).type == "cpu"
 
 
-def _static_f32(graph: Graph, arg: Any, dims: int) -> bool:
+def packable_dtypes() -> tuple[torch.dtype, ...]:
+    """Weight dtypes whose fused ops run on oneDNN's own kernels: float32, and bfloat16 where the CPU has them
+    (AVX-512 with BF16, or AMX; elsewhere oneDNN's bf16 ops emulate and ATen's own path is left alone)."""
+    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return (torch.float32, torch.bfloat16) if bf16 else (torch.float32,)
+
+
+def _static_float(graph: Graph, arg: Any, dims: int, dtype: torch.dtype) -> bool:
     v = graph.values.get(arg.name) if isinstance(arg, Ref) else None
-    return (v is not None and v.type == "tensor" and v.dtype == "float32" and len(v.shape) == dims
+    return (v is not None and v.type == "tensor" and v.dtype == dtype_name(dtype) and len(v.shape) == dims
             and all(isinstance(d, int) for d in (*v.shape, *v.stride)))
 
 
@@ -88,9 +98,9 @@ def _conv_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> li
         return None
     x, w_ref, b_ref, stride, padding, dilation, transposed, _, groups = node.args
     w, b = constant_of(graph, w_ref), constant_of(graph, b_ref)
-    if w is None or w.dtype != torch.float32 or w.dim() != 4 or w.is_mkldnn or transposed is not False:
+    if w is None or w.dtype not in packable_dtypes() or w.dim() != 4 or w.is_mkldnn or transposed is not False:
         return None
-    if (b_ref is not None and (b is None or b.dtype != torch.float32)) or not _static_f32(graph, x, 4):
+    if (b_ref is not None and (b is None or b.dtype != w.dtype)) or not _static_float(graph, x, 4, w.dtype):
         return None
     if not (_ints(stride) and _ints(padding) and _ints(dilation) and isinstance(groups, int)):
         return None
@@ -112,9 +122,9 @@ def _linear_args(graph: Graph, node: Node, taken: set[str], constants: dict) -> 
         return None
     b_ref, x, w_ref = args if len(args) == 3 else (None, *args)
     w, b = constant_of(graph, w_ref), constant_of(graph, b_ref)
-    if w is None or w.dtype != torch.float32 or w.dim() != 2 or not _static_f32(graph, x, 2):
+    if w is None or w.dtype not in packable_dtypes() or w.dim() != 2 or not _static_float(graph, x, 2, w.dtype):
         return None
-    if b_ref is not None and (b is None or b.dim() != 1 or b.dtype != torch.float32 or b.shape[0] != w.shape[1]):
+    if b_ref is not None and (b is None or b.dim() != 1 or b.dtype != w.dtype or b.shape[0] != w.shape[1]):
         return None
     batch = graph.values[x.name].shape[0]
     if not linear_worth_packing(node.op, batch, w):
