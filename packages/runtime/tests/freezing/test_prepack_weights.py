@@ -225,14 +225,14 @@ def _bf16_args():
             torch.randn(24)]
 
 
-def test_bfloat16_layers_are_packed_where_onednn_has_bf16_kernels():
-    """bf16 inference (`model.to(torch.bfloat16)`) takes the fused oneDNN ops where the CPU has bf16 kernels
-    (AVX-512 BF16 or AMX), and its results are as accurate as eager's against float64 (the contract's 3x); where
-    it has none, ATen's ops stay."""
+def test_bfloat16_layers_are_packed_where_torch_runs_onednn_bf16_kernels():
+    """bf16 inference (`model.to(torch.bfloat16)`) takes the fused oneDNN ops where torch runs oneDNN's bf16
+    kernels (AVX-512 CPUs), and its results are as accurate as eager's against float64 (the contract's 3x); where
+    it does not, ATen's ops stay."""
     args64 = [a.double() for a in _bf16_args()]
     args = [a.bfloat16() for a in args64]
     if torch.bfloat16 not in prepack.packable_dtypes():
-        pytest.skip("this CPU has no bf16 kernels in oneDNN")  # the test below runs everywhere
+        pytest.skip("torch runs no oneDNN bf16 kernels on this CPU")  # the test below runs everywhere
     result = freeze(traced(_bf16_model, *args, params=(1, 2, 3, 4)), args)
     assert [op for op in ops(result.graph) if op.startswith("mkldnn")] == [
         "mkldnn._convolution_pointwise.default", "mkldnn._linear_pointwise.default"]
@@ -243,7 +243,7 @@ def test_bfloat16_layers_are_packed_where_onednn_has_bf16_kernels():
     assert (got.double() - exact).norm() <= 3 * (eager.double() - exact).norm()
 
 
-def test_bfloat16_layers_stay_aten_where_onednn_has_no_bf16_kernels(monkeypatch):
+def test_bfloat16_layers_stay_aten_where_torch_runs_no_onednn_bf16_kernels(monkeypatch):
     monkeypatch.setattr(prepack, "packable_dtypes", lambda: (torch.float32,))
     args = [a.bfloat16() for a in _bf16_args()]
     result = freeze(traced(_bf16_model, *args, params=(1, 2, 3, 4)), args)

@@ -1,6 +1,6 @@
 """Pass `prepack-weights`: CPU convolutions and linear layers with constant weights call oneDNN's fused ops.
 
-- `aten.convolution` (2-d, not transposed; float32, or bfloat16 where oneDNN has bf16 kernels for this CPU) →
+- `aten.convolution` (2-d, not transposed; float32, or bfloat16 where torch runs oneDNN's bf16 kernels) →
   `mkldnn._convolution_pointwise` with the weight reordered once into oneDNN's blocked layout
   (`mkldnn._reorder_convolution_weight`, for the traced input size);
 - `aten.addmm` / `aten.mm` with a constant `(in, out)` weight (the same dtypes, 2-d input) →
@@ -76,8 +76,9 @@ def available(graph: Graph) -> bool:
 
 
 def packable_dtypes() -> tuple[torch.dtype, ...]:
-    """Weight dtypes whose fused ops run on oneDNN's own kernels: float32, and bfloat16 where the CPU has them
-    (AVX-512 with BF16, or AMX; elsewhere oneDNN's bf16 ops emulate and ATen's own path is left alone)."""
+    """Weight dtypes the fused ops take: float32, and bfloat16 where torch runs oneDNN's bf16 kernels on this CPU
+    (AVX-512 BW/VL/DQ: natively with AVX-512 BF16 or AMX, emulated on older AVX-512), as eager's own bf16
+    convolutions and matmuls do there; elsewhere ATen's ops stay."""
     bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return (torch.float32, torch.bfloat16) if bf16 else (torch.float32,)
 
