@@ -44,7 +44,8 @@ def test_half_rounding_is_round_to_nearest_even_with_nan_and_inf(dtype):
     x = torch.cat([SPECIAL, ties, torch.randn(200) * 1000, torch.randn(200) * 1e-5, ties, SPECIAL])
 
     def fn(x):
-        return x.to(dtype), (x * 3).to(dtype).float(), (x * 3).to(dtype).float() * 1  # a store, a round trip twice
+        # a store; a round trip to dtype and back, as an output and read by another op (`ember_vround_*`)
+        return x.to(dtype), (x * 3).to(dtype).float(), (x * 3).to(dtype).float() * 1
     got, want = check(fn, x)([x]), fn(x)
     for g, w, bits in zip(got, want, (torch.int16, torch.int32, torch.int32)):  # bit for bit (NaN's payloads aside:
         nan = torch.isnan(w)                                              # eager's differ between its own kernels)
