@@ -93,6 +93,20 @@ def test_residual_block(frontend):
     assert event.data["folded_batch_norms"] == 3
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_a_convolution_the_model_returns_has_eagers_layout(frontend, dtype):
+    """oneDNN writes channels-last; the model's output keeps the layout eager gives it (a view of it works)."""
+    model = _inference(nn.Sequential(conv_bn_relu(3, 8), nn.Conv2d(8, 6, 3))).to(dtype)
+    x = torch.randn(2, 3, 10, 10, dtype=dtype)
+    compiled = ember.compile(model, options={"frontend": frontend})
+    with torch.no_grad(), FallbackRecorder() as fallbacks:
+        got, want = compiled(x), model(x)
+    fallbacks.check(allowed=())
+    assert got.stride() == want.stride()
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
+    torch.testing.assert_close(got.view(2, -1), want.view(2, -1), **tol)
+
+
 def test_parameters_changed_after_compile_are_seen(frontend):
     model = _inference(ResidualBlock())
     other = _inference(ResidualBlock())

@@ -19,6 +19,8 @@ def any_size(request, monkeypatch):
     if "size" not in request.node.name:
         monkeypatch.setattr(prepack, "MIN_MACS", dict.fromkeys(prepack.MIN_MACS, 0))
 
+# a packed convolution whose result the graph returns, and the copy of it back to eager's layout
+RETURNED_CONV = ["mkldnn._convolution_pointwise.default", "aten.clone.default"]
 ACTIVATIONS = {
     "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
     "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
@@ -33,7 +35,7 @@ def test_convolution_with_activation_is_one_onednn_call(act):
 
     args = [torch.randn(2, 4, 9, 9), torch.randn(8, 4, 3, 3), torch.randn(8)]
     result = freeze(traced(f, *args, params=(1, 2)), args)
-    assert ops(result.graph) == ["mkldnn._convolution_pointwise.default"]
+    assert ops(result.graph) == RETURNED_CONV
     assert result.counts["fused_epilogues"] == 1
     assert result.graph.constants[result.graph.nodes[0].args[1].name].tensor.is_mkldnn
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
@@ -86,6 +88,22 @@ def test_convolution_output_layout_is_onednns():
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("act", ["none", "relu"])
+def test_a_convolution_returned_by_the_graph_keeps_eagers_layout(act):
+    """oneDNN writes channels-last; a result the graph returns is copied back to the layout eager gives it (a
+    contiguous one here), so `out.view(...)` works as in eager."""
+    def f(x, w, b):
+        y = F.conv2d(x, w, b)
+        return torch.relu(y) if act == "relu" else y
+
+    args = [torch.randn(2, 4, 7, 7), torch.randn(6, 4, 3, 3), torch.randn(6)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    assert ops(result.graph) == RETURNED_CONV
+    out = run_frozen(result, args)[0]
+    assert out.stride() == f(*args).stride() == (150, 25, 5, 1)
+    torch.testing.assert_close(out.view(2, -1), f(*args).view(2, -1), rtol=1e-4, atol=1e-4)
+
+
 def test_other_dtypes_and_grouped_activations_stay():
     def f(x, w):
         y = F.conv2d(x, w)
@@ -110,7 +128,7 @@ def test_decomposed_activations_are_fused(act):
 
     args = [torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3)]
     result = freeze(traced(f, *args, params=(1,)), args)
-    assert ops(result.graph) == ["mkldnn._convolution_pointwise.default"]
+    assert ops(result.graph) == RETURNED_CONV
     assert result.graph.nodes[0].args[7] == {"silu": "swish"}.get(act, act)
     torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
 

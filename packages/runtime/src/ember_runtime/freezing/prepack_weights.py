@@ -12,7 +12,8 @@
 Both ops have meta kernels, so the new nodes run under FakeTensorMode, which gives their outputs' layout (oneDNN's
 convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. Pointwise
 ops and pooling after them take that layout as eager would (`follow_layouts`), so the next convolution gets
-channels-last input, which oneDNN reads without a reorder; graph outputs keep their layout. The new layouts are safe
+channels-last input, which oneDNN reads without a reorder; graph outputs keep their layout (a packed op's result
+the graph returns is copied back to eager's, so `out.view(...)` works as in eager). The new layouts are safe
 for the nodes after: lowering's views are index maps over logical indices, whatever the strides. Left alone:
 symbolic sizes, other dtypes and devices, ops where ATen's own is faster (`conv_worth_packing`,
 `linear_worth_packing`: small dense convolutions at one thread, small linear layers), and every node when oneDNN is
@@ -246,8 +247,27 @@ def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple,
         final = node.outputs[0]
     op = CONV_POINTWISE if is_conv else LINEAR_POINTWISE
     args += [attr, scalars, algorithm or None] if is_conv else [attr, scalars, algorithm]
-    values[final] = values[final].replace(stride=_layout(op, graph, args, constants))
-    return Node((final,), op, tuple(args), {}, dict(node.meta)), act.absorbed if act else ()
+    layout, declared = _layout(op, graph, args, constants), values[final]
+    absorbed = act.absorbed if act else ()
+    if final not in outputs or layout == declared.stride:
+        values[final] = declared.replace(stride=layout)
+        return (Node((final,), op, tuple(args), {}, dict(node.meta)),), absorbed
+    # a result the graph returns keeps eager's layout: oneDNN's is copied back to it
+    form = _memory_format(declared)
+    if form is None:
+        return None
+    packed = fresh_name(graph, f"{final}_packed", taken)
+    values[packed] = declared.replace(stride=layout)
+    return (Node((packed,), op, tuple(args), {}, dict(node.meta)),
+            Node((final,), "aten.clone.default", (Ref(packed),), {"memory_format": form}, dict(node.meta))), absorbed
+
+
+def _memory_format(value: Any) -> torch.memory_format | None:
+    """The memory format whose strides `value` declares: contiguous, or channels-last if 4-d; None for another."""
+    for form in (torch.contiguous_format, torch.channels_last)[: 2 if len(value.shape) == 4 else 1]:
+        if tuple(torch.empty(value.shape, device="meta", memory_format=form).stride()) == tuple(value.stride):
+            return form
+    return None
 
 
 class PrepackWeights:
@@ -275,7 +295,7 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
     read, outputs = readers(graph), output_names(graph)
     constants, values = dict(graph.constants), dict(graph.values)
     state = (set(), constants, values)
-    nodes: list[Node | None] = list(graph.nodes)
+    nodes: list[Node | tuple[Node, ...] | None] = list(graph.nodes)
     packed = fused = 0
     renames: dict[str, str] = {}
     for i, node in enumerate(graph.nodes):
@@ -284,12 +304,13 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
         done = _rewrite(graph.replace(constants=constants, values=values), i, read, outputs, state, renames)
         if done is None:
             continue
-        nodes[i], absorbed = done
+        nodes[i], absorbed = done  # the fused node, and the copy to eager's layout of a result the graph returns
         packed += 1
         fused += bool(absorbed)
         for j in absorbed:
             nodes[j] = None
-    kept = tuple(rename_reads(n, renames) if renames else n for n in nodes if n is not None)
+    flat = [n for group in nodes if group is not None for n in (group if isinstance(group, tuple) else (group,))]
+    kept = tuple(rename_reads(n, renames) if renames else n for n in flat)
     relaid = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
     out = prune_values(graph.replace(nodes=kept, constants=constants, values=values))  # absorbed nodes' values
     return follow_layouts(out, relaid) if relaid else out, packed, fused
