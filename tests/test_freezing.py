@@ -107,6 +107,29 @@ def test_a_convolution_the_model_returns_has_eagers_layout(frontend, dtype):
     torch.testing.assert_close(got.view(2, -1), want.view(2, -1), **tol)
 
 
+class _Backbone(nn.Module):
+    """Returns a feature map and the next stage's result computed from it (a detection backbone's pattern)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 4, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        return y, self.b(y) + 1
+
+
+def test_a_returned_feature_map_read_by_the_next_stage(frontend):
+    model = _inference(_Backbone())
+    x = torch.randn(2, 3, 12, 12)
+    compiled = ember.compile(model, options={"frontend": frontend})
+    with torch.no_grad(), FallbackRecorder() as fallbacks:
+        got, want = compiled(x), model(x)
+    fallbacks.check(allowed=())
+    assert [g.stride() for g in got] == [w.stride() for w in want]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_parameters_changed_after_compile_are_seen(frontend):
     model = _inference(ResidualBlock())
     other = _inference(ResidualBlock())

@@ -104,6 +104,23 @@ def test_a_convolution_returned_by_the_graph_keeps_eagers_layout(act):
     torch.testing.assert_close(out.view(2, -1), f(*args).view(2, -1), rtol=1e-4, atol=1e-4)
 
 
+def test_nodes_reading_a_returned_convolution_read_onednns_layout():
+    """A feature map the graph returns and a next convolution reads (a backbone's stages): the copy to eager's
+    layout is only for the output, the next convolution reads oneDNN's channels-last result."""
+    def f(x, w, w2):
+        y = torch.relu(F.conv2d(x, w))
+        return y, F.conv2d(y, w2) + 1
+
+    args = [torch.randn(2, 3, 9, 9), torch.randn(8, 3, 3, 3), torch.randn(4, 8, 3, 3)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    first, copy, second = result.graph.nodes[:3]
+    assert [first.op, copy.op, second.op] == [*RETURNED_CONV, "mkldnn._convolution_pointwise.default"]
+    assert copy.args[0].name == first.outputs[0] == second.args[0].name
+    # the layouts the graph declares, which codegens allocate (the ATen interpreter here keeps ATen's own)
+    assert [result.graph.values[o.name].stride for o in result.graph.outputs] == [w.stride() for w in f(*args)]
+    torch.testing.assert_close(run_frozen(result, args), list(f(*args)), rtol=1e-4, atol=1e-4)
+
+
 def test_other_dtypes_and_grouped_activations_stay():
     def f(x, w):
         y = F.conv2d(x, w)

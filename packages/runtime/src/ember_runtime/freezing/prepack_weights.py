@@ -227,7 +227,7 @@ def _through_view(graph: Graph, y: str, read: dict, outputs: set[str]) -> tuple[
 
 
 def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple,
-             renames: dict[str, str]) -> tuple[Node, tuple[int, ...]] | None:
+             renames: dict[str, str]) -> tuple[tuple[Node, ...], tuple[int, ...]] | None:
     """The fused node replacing node i, and the indices of the activation's nodes it absorbed. An activation after
     a view of the result (`_through_view`) is fused too; its readers then read the view (put in `renames`)."""
     taken, constants, values = state
@@ -252,12 +252,14 @@ def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple,
     if final not in outputs or layout == declared.stride:
         values[final] = declared.replace(stride=layout)
         return (Node((final,), op, tuple(args), {}, dict(node.meta)),), absorbed
-    # a result the graph returns keeps eager's layout: oneDNN's is copied back to it
+    # a result the graph returns keeps eager's layout: oneDNN's is copied back to it; the nodes that read it read
+    # oneDNN's (the next convolution without a reorder)
     form = _memory_format(declared)
     if form is None:
         return None
     packed = fresh_name(graph, f"{final}_packed", taken)
     values[packed] = declared.replace(stride=layout)
+    renames[final] = packed
     return (Node((packed,), op, tuple(args), {}, dict(node.meta)),
             Node((final,), "aten.clone.default", (Ref(packed),), {"memory_format": form}, dict(node.meta))), absorbed
 
