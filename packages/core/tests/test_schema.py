@@ -119,3 +119,38 @@ def test_prune_values_drops_what_no_input_or_node_defines():
     lone = g.replace(nodes=g.nodes[1:], values=g.values)  # the mul's node gone, its value left behind
     kept = ec.prune_values(lone)
     assert set(kept.values) == set(g.values) - set(g.nodes[0].outputs)
+
+
+@pytest.mark.parametrize("shape, form", [
+    ((2, 3, 4, 5), torch.contiguous_format), ((2, 3, 4, 5), torch.channels_last),
+    ((2, 3, 4, 5, 6), torch.channels_last_3d), ((7,), torch.contiguous_format), ((), torch.contiguous_format),
+    ((2, 1, 4, 5), torch.channels_last), ((0, 3, 0, 5), torch.channels_last)])
+def test_memory_format_of_gives_the_strides_back(shape, form):
+    t = torch.empty(shape, memory_format=form)
+    found = ec.memory_format_of(Value(shape=shape, stride=t.stride()))
+    assert found is not None and torch.empty(shape, memory_format=found).stride() == t.stride()
+
+
+@pytest.mark.parametrize("shape, stride", [
+    ((2, 3), (1, 2)),  # transposed
+    ((4, 4), (8, 1)),  # a slice's rows
+    ((2, 3, 4), (12, 1, 3)),  # channels-last strides but 3-d: no memory format makes them
+    ((2, "s0"), ("s0", 1)),  # symbolic
+])
+def test_memory_format_of_is_none_for_a_layout_no_memory_format_gives(shape, stride):
+    assert ec.memory_format_of(Value(shape=shape, stride=stride)) is None
+
+
+def test_copy_to_layout_clones_in_the_declared_memory_format_and_runs():
+    t = torch.randn(2, 3, 4, 5)
+    declared = Value(shape=(2, 3, 4, 5), stride=t.stride())
+    copy = ec.copy_to_layout("y", "z", declared, {"stack": "here"})
+    assert copy == Node(("z",), "aten.clone.default", (Ref("y"),), {"memory_format": torch.contiguous_format},
+                        {"stack": "here"})
+    g = Graph(name="g", inputs=(Input("y"),), nodes=(copy,), outputs=(Output("z"),),
+              values={"y": declared.replace(stride=(60, 1, 15, 3)), "z": declared})
+    ec.verify(g)
+    (out,) = ec.interpret(g, [t.contiguous(memory_format=torch.channels_last)])
+    assert out.stride() == t.stride()
+    torch.testing.assert_close(out, t)
+    assert ec.copy_to_layout("y", "z", Value(shape=(2, 3), stride=(1, 2))) is None

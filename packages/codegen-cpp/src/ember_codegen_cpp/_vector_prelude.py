@@ -232,8 +232,8 @@ EMBER_INLINE ember_f32x$L ember_vsigmoidf(ember_f32x$L x) { return 1.0f / (1.0f 
 # Vector ABI letters of libmvec's x86-64 variants by float32 lanes: SSE4 (4), AVX2 (8), AVX-512 (16).
 _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
 # lanes → libmvec functions computed as two calls of their variant of half the lanes: glibc's 16-lane erff is 4 ulp
-# where its 8-lane one is 2 (eager's 1), and two 8-lane calls are as fast on an AMD EPYC with AVX-512
-# (`benchmarks/vector_math.py`, its "libmvec 2x8" column).
+# where its 8-lane one is 2 (eager's 1); two 8-lane calls cost about 5% more on an AMD EPYC with AVX-512, within
+# the runs' noise (0.72 against 0.68 ns an element, means of four; `benchmarks/vector_math.py`, "libmvec 2x8").
 IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"erff"})}
 
 

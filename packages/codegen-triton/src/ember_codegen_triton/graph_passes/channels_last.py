@@ -40,7 +40,7 @@ from ember_core import (
     Output,
     Ref,
     Value,
-    contiguous_stride,
+    copy_to_layout,
     fresh_name,
     graph_device,
     node_callable,
@@ -195,11 +195,6 @@ def _conv(graph: Graph, node: Node) -> Conv | None:
                 x.dtype, graph_device(graph))
 
 
-def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    n, c, h, w = shape
-    return (h * w * max(c, 1), 1, w * max(c, 1), max(c, 1))
-
-
 def _relaid(graph: Graph) -> Graph:
     """The graph with channels-last convolution operands and every layout inferred again (one walk under
     FakeTensorMode: on the graph's device where this torch can make fake tensors there, a CUDA build with a GPU or
@@ -295,15 +290,12 @@ def _outputs_as_before(before: Graph, after: Graph, taken: set[str]) -> Graph:
             continue
         if out.kind != "user":
             raise LayoutRefused(f"output {out.name} ({out.kind}) would change its layout")
-        formats = {contiguous_stride(old.shape): torch.contiguous_format}
-        if len(old.shape) == 4:
-            formats[channels_last_strides(old.shape)] = torch.channels_last
-        if old.stride not in formats:
-            raise LayoutRefused(f"output {out.name} has a layout no memory format gives: {old.stride}")
         name = fresh_name(after, f"{out.name}_out", taken)
+        copy = copy_to_layout(out.name, name, old)
+        if copy is None:
+            raise LayoutRefused(f"output {out.name} has a layout no memory format gives: {old.stride}")
         values[name] = old.replace(base=None, storage_offset=0)
-        nodes.append(Node((name,), "aten.clone.default", (Ref(out.name),), {"memory_format": formats[old.stride]},
-                          {}))
+        nodes.append(copy)
         outputs.append(Output(name, out.kind, out.input))
     return after.replace(nodes=tuple(nodes), values=values, outputs=tuple(outputs))
 

@@ -233,6 +233,28 @@ def prune_values(graph: Graph) -> Graph:
     return graph.replace(values={k: v for k, v in graph.values.items() if k in defined})
 
 
+def memory_format_of(value: Value) -> torch.memory_format | None:
+    """The memory format a new tensor of `value`'s shape takes `value`'s strides from: contiguous, channels-last
+    (4-d) or channels-last-3d (5-d); None for another layout or a symbolic one."""
+    if not all(type(d) is int for d in (*value.shape, *value.stride)):
+        return None
+    forms = {4: (torch.contiguous_format, torch.channels_last), 5: (torch.contiguous_format, torch.channels_last_3d)}
+    for form in forms.get(len(value.shape), (torch.contiguous_format,)):
+        if torch.empty(value.shape, device="meta", memory_format=form).stride() == tuple(value.stride):
+            return form
+    return None
+
+
+def copy_to_layout(source: str, target: str, declared: Value, meta: Mapping[str, Any] | None = None) -> Node | None:
+    """A node defining `target` as a copy of `source` in `declared`'s layout (`aten.clone` with its memory format):
+    how a pass that changes a result's layout gives the graph's caller the one it declared. None when no memory
+    format gives that layout."""
+    form = memory_format_of(declared)
+    if form is None:
+        return None
+    return Node((target,), "aten.clone.default", (Ref(source),), {"memory_format": form}, dict(meta or {}))
+
+
 def fresh_name(graph: Graph, base: str, taken: set[str]) -> str:
     """`base`, or `base_1`, `base_2` ..., unused by the graph's inputs, values, constants and `taken` (updated): a
     name for a value a pass adds."""

@@ -31,6 +31,7 @@ from ember_core import (
     GraphError,
     Node,
     Ref,
+    copy_to_layout,
     dtype_name,
     fresh_name,
     graph_device,
@@ -254,22 +255,13 @@ def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple,
         return (Node((final,), op, tuple(args), {}, dict(node.meta)),), absorbed
     # a result the graph returns keeps eager's layout: oneDNN's is copied back to it; the nodes that read it read
     # oneDNN's (the next convolution without a reorder)
-    form = _memory_format(declared)
-    if form is None:
-        return None
     packed = fresh_name(graph, f"{final}_packed", taken)
+    copy = copy_to_layout(packed, final, declared, node.meta)
+    if copy is None:
+        return None
     values[packed] = declared.replace(stride=layout)
     renames[final] = packed
-    return (Node((packed,), op, tuple(args), {}, dict(node.meta)),
-            Node((final,), "aten.clone.default", (Ref(packed),), {"memory_format": form}, dict(node.meta))), absorbed
-
-
-def _memory_format(value: Any) -> torch.memory_format | None:
-    """The memory format whose strides `value` declares: contiguous, or channels-last if 4-d; None for another."""
-    for form in (torch.contiguous_format, torch.channels_last)[: 2 if len(value.shape) == 4 else 1]:
-        if tuple(torch.empty(value.shape, device="meta", memory_format=form).stride()) == tuple(value.stride):
-            return form
-    return None
+    return (Node((packed,), op, tuple(args), {}, dict(node.meta)), copy), absorbed
 
 
 class PrepackWeights:
@@ -297,7 +289,7 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
     read, outputs = readers(graph), output_names(graph)
     constants, values = dict(graph.constants), dict(graph.values)
     state = (set(), constants, values)
-    nodes: list[Node | tuple[Node, ...] | None] = list(graph.nodes)
+    nodes: list[tuple[Node, ...]] = [(n,) for n in graph.nodes]  # each node's replacement: none, one or two
     packed = fused = 0
     renames: dict[str, str] = {}
     for i, node in enumerate(graph.nodes):
@@ -310,9 +302,8 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
         packed += 1
         fused += bool(absorbed)
         for j in absorbed:
-            nodes[j] = None
-    flat = [n for group in nodes if group is not None for n in (group if isinstance(group, tuple) else (group,))]
-    kept = tuple(rename_reads(n, renames) if renames else n for n in flat)
+            nodes[j] = ()
+    kept = tuple(rename_reads(n, renames) for group in nodes for n in group)
     relaid = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
     out = prune_values(graph.replace(nodes=kept, constants=constants, values=values))  # absorbed nodes' values
     return follow_layouts(out, relaid) if relaid else out, packed, fused
