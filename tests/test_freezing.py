@@ -119,10 +119,11 @@ class _Backbone(nn.Module):
         return y, self.b(y) + 1
 
 
-def test_a_returned_feature_map_read_by_the_next_stage(frontend):
+@pytest.mark.parametrize("codegen", ["cpp", "interpreter"])
+def test_a_returned_feature_map_read_by_the_next_stage(frontend, codegen):
     model = _inference(_Backbone())
     x = torch.randn(2, 3, 12, 12)
-    compiled = ember.compile(model, options={"frontend": frontend})
+    compiled = ember.compile(model, options={"frontend": frontend, "codegen.cpu": codegen})
     with torch.no_grad(), FallbackRecorder() as fallbacks:
         got, want = compiled(x), model(x)
     fallbacks.check(allowed=())

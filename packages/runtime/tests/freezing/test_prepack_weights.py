@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _freezing_graphs import ops, run_frozen, traced
+from ember_core import Ref, verify
 from ember_runtime.freezing import freeze
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
@@ -163,17 +164,43 @@ def test_a_step_read_elsewhere_stops_the_chain():
 
 
 def test_activations_after_the_convolution_stay_channels_last():
-    """So that the next convolution reads its input without a reorder; a graph output keeps its layout."""
+    """So that the next convolution reads its input without a reorder; a graph output keeps its layout through a
+    copy, so that ATen's interpreter (every codegen's fallback) returns eager's layout too."""
     def f(x, w1, w2):
         y = torch.relu(F.conv2d(x, w1, padding=1) + x)
         return F.conv2d(y, w2, padding=1) * 2
 
     args = [torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3), torch.randn(4, 4, 3, 3)]
     result = freeze(traced(f, *args, params=(1, 2)), args)
-    strides = {n.op: result.graph.values[n.outputs[0]].stride for n in result.graph.nodes}
+    g = result.graph
+    strides = {n.op: g.values[n.outputs[0]].stride for n in g.nodes}
     assert strides["aten.relu.default"] == (144, 1, 24, 4)
-    assert strides["aten.mul.Tensor"] == (144, 36, 6, 1)
-    torch.testing.assert_close(run_frozen(result, args)[0], f(*args), rtol=1e-4, atol=1e-4)
+    assert strides["aten.mul.Tensor"] == (144, 1, 24, 4)  # as ATen computes it from the packed result
+    copy = g.nodes[-1]
+    assert copy.op == "aten.clone.default" and copy.kwargs == {"memory_format": torch.contiguous_format}
+    assert copy.outputs[0] == g.outputs[0].name and g.values[copy.outputs[0]].stride == (144, 36, 6, 1)
+    verify(g)
+    (got,) = run_frozen(result, args)
+    assert got.stride() == (144, 36, 6, 1)
+    torch.testing.assert_close(got, f(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_the_nodes_after_a_relaid_output_read_it_before_its_copy():
+    def f(x, w1, w2):
+        y = torch.relu(F.conv2d(x, w1, padding=1)) + 1
+        return y, F.conv2d(y, w2, padding=1)
+
+    args = [torch.randn(1, 4, 6, 6), torch.randn(4, 4, 3, 3), torch.randn(4, 4, 3, 3)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    g = result.graph
+    y = g.outputs[0].name
+    (copy,) = [n for n in g.nodes if n.outputs == (y,)]
+    assert copy.op == "aten.clone.default" and not any(Ref(y) in n.args for n in g.nodes)
+    assert g.values[copy.args[0].name].stride == (144, 1, 24, 4)
+    verify(g)
+    got, want = run_frozen(result, args), list(f(*args))
+    assert [t.stride() for t in got] == [t.stride() for t in want]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @contextlib.contextmanager

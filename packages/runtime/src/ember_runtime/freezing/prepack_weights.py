@@ -180,28 +180,45 @@ def _static(graph: Graph, name: str) -> bool:
 def follow_layouts(graph: Graph, changed: set[str]) -> Graph:
     """Values computed elementwise (or pooled) from the `changed` values laid out as eager would lay them out: a
     channels-last convolution result keeps the activations after it channels-last, so the next convolution reads
-    them without a reorder and an extern pooling's result matches its declared layout. Graph outputs keep theirs."""
+    them without a reorder and an extern pooling's result matches its declared layout. A graph output keeps its
+    declared layout through a copy (`copy_to_layout`), so every codegen returns it, ATen's interpreter included;
+    the nodes after it read the value before the copy."""
     values, outputs = dict(graph.values), output_names(graph)
+    nodes: list[Node] = []
+    renames: dict[str, str] = {}
+    taken: set[str] = set()
     for node in graph.nodes:
+        node, at, g = rename_reads(node, renames), len(nodes), graph.replace(values=values)
+        nodes.append(node)
         reads = [r for r in node_refs(node) if r in changed]
-        if not reads or not _follows_layout(node) or not all(_static(graph, o) for o in node.outputs):
+        if not reads or not _follows_layout(node) or not all(_static(g, o) for o in node.outputs) or \
+                not all(_static(g, r) for r in node_refs(node) if r in values):
             continue
-        if any(o in outputs for o in node.outputs) or not all(_static(graph, r) for r in node_refs(node)
-                                                              if r in graph.values):
-            continue
-        g = graph.replace(values=values)
         with FakeTensorMode():
             result = resolve_op(node.op)(*_fake_args(g, node.args, graph.constants),
                                          **dict(zip(node.kwargs, _fake_args(g, tuple(node.kwargs.values()),
                                                                             graph.constants))))
         results = result if isinstance(result, (tuple, list)) else [result]
-        for name, t in zip(node.outputs, results):
-            if isinstance(t, torch.Tensor) and tuple(t.stride()) != values[name].stride:
-                values[name] = values[name].replace(stride=tuple(t.stride()))
-                changed.add(name)
-    nodes = tuple(node.replace(op=RESHAPE) if node.op in STRICT_VIEWS and node.args and isinstance(node.args[0], Ref)
-                  and node.args[0].name in changed else node for node in graph.nodes)
-    return graph.replace(nodes=nodes, values=values)
+        names = list(node.outputs)
+        for k, (name, t) in enumerate(zip(node.outputs, results)):
+            if not isinstance(t, torch.Tensor) or tuple(t.stride()) == values[name].stride:
+                continue
+            relaid = values[name].replace(stride=tuple(t.stride()))
+            if name in outputs:
+                names[k] = fresh_name(graph, f"{name}_relaid", taken)
+                copy = copy_to_layout(names[k], name, values[name], node.meta)
+                if copy is None:  # a declared layout no memory format gives: ATen's is left to the codegen
+                    names[k] = name
+                    continue
+                nodes.append(copy)
+                renames[name] = names[k]
+            values[names[k]] = relaid
+            changed.add(names[k])
+        nodes[at] = node.replace(outputs=tuple(names))
+    nodes = [node.replace(op=RESHAPE) if node.op in STRICT_VIEWS and node.args and isinstance(node.args[0], Ref)
+             and node.args[0].name in changed else node for node in nodes]
+    values = {k: v.replace(base=renames.get(v.base, v.base)) for k, v in values.items()} if renames else values
+    return graph.replace(nodes=tuple(nodes), values=values)
 
 
 # ATen's `view` fails where the new layout cannot be viewed (a channels-last activation flattened: eager, tracing
