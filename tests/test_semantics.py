@@ -252,6 +252,34 @@ def test_bfloat16_forward_and_backward(frontend):
     torch.testing.assert_close(x.grad, xr.grad)
 
 
+def test_a_bfloat16_chain_is_no_further_from_exact_than_eagers_and_thresholds_answer_as_eager(frontend):
+    """Fused bfloat16 ops keep float32 between them (lowering's keep-float32): the chain's error against float64
+    is at most eager's (which rounds after each op), forward and backward; an op with a threshold (floor, a
+    comparison) reads the rounded value, so its answers are eager's exactly."""
+    def chain(x):
+        return (torch.sigmoid(x) * torch.tanh(x * 3) + torch.exp(-x * x) * 0.5).sin().square().sum()
+
+    def thresholds(x):
+        y = x * 3.3
+        return torch.floor(y), y * 1.7 > 2
+
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+
+    def error(fn, dtype):
+        xr = x.detach().to(dtype).requires_grad_()
+        out = fn(xr)
+        out.backward()
+        return out.double(), xr.grad.double()
+
+    exact_out, exact_grad = error(chain, torch.float64)
+    eager_out, eager_grad = error(chain, torch.bfloat16)
+    got_out, got_grad = error(compile_with(frontend, chain), torch.bfloat16)
+    assert (got_out - exact_out).abs() <= (eager_out - exact_out).abs() * 3 + 1e-3
+    assert (got_grad - exact_grad).abs().mean() <= (eager_grad - exact_grad).abs().mean()
+    for got, want in zip(compile_with(frontend, thresholds)(x), thresholds(x)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_a_training_step_with_backward_inside_runs_equal_to_eager(frontend):
     """`loss.backward()` and `opt.step()` inside the compiled function: Dynamo breaks the graph there; the trace
     frontend cannot trace a backward that accumulates into `.grad` and runs the function eagerly, reported (it

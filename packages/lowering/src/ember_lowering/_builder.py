@@ -23,6 +23,7 @@ from ._indexing import Ranges, simplify
 from ._loop_ir import (
     ARITY,
     COMPARISONS,
+    IMPLICIT_CAST,
     POINTWISE,
     PREDICATES,
     REDUCTIONS,
@@ -206,8 +207,11 @@ class KernelBuilder:
         srcs = (value,) if mask is None else (value, mask)
         self.emit(Op.STORE, *srcs, dtype="", buffer=buffer, index=tuple(index))
 
-    def cast(self, v: Val, dtype: str) -> Val:
-        return v if v.dtype == dtype else self.emit(Op.CAST, v, dtype=dtype)
+    def cast(self, v: Val, dtype: str, implicit: bool = False) -> Val:
+        """`v` as `dtype`; `implicit`: a result narrowed to the dtype its buffer stores (`IMPLICIT_CAST`)."""
+        if v.dtype == dtype:
+            return v
+        return self.emit(Op.CAST, v, dtype=dtype, value=IMPLICIT_CAST if implicit else None)
 
     def where(self, cond: Val, a: Any, b: Any) -> Val:
         dtype = a.dtype if isinstance(a, Val) else b.dtype

@@ -191,7 +191,7 @@ class LoweringContext:
         vals = [self.load(b, x, idx) if isinstance(x, TensorRef) else x for x in inputs]
         result = b.lift(fn(b, *vals), dtype)
         out = self.new_buffer(shape, dtype)
-        b.store(out, idx, b.cast(result, dtype))
+        b.store(out, idx, b.cast(result, dtype, implicit=True))
         self.add_kernel(b)
         return self.identity(out)
 

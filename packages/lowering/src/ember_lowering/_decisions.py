@@ -23,6 +23,7 @@ VERDICTS = frozenset({
     "recomputed",  # a value is computed again where it is needed
     "reused",  # a buffer takes a dead buffer's storage (plan-buffers)
     "split",  # one reduction became two passes over its row (split-moments)
+    "widened",  # ops read an intermediate in float32, before its rounding to bfloat16 (keep-float32)
 })
 
 

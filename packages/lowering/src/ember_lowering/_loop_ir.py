@@ -228,7 +228,7 @@ class Op(metaclass=_OpRegistry):
     GE = "ge"
     # select and conversion
     WHERE = "where"
-    CAST = "cast"  # as torch's Tensor.to(dtype)
+    CAST = "cast"  # as torch's Tensor.to(dtype); `implicit` (its value True): see `IMPLICIT_CAST`
     # reductions over the kernel's r-dims (only inside a Loop)
     REDUCE_SUM = "reduce_sum"
     REDUCE_PROD = "reduce_prod"
@@ -264,6 +264,14 @@ FLOAT_ONLY = set(TRANSCENDENTAL | {Op.DIV, Op.ATAN2, Op.COPYSIGN, Op.REDUCE_WELF
 POINTWISE = set(UNARY_MATH | TRANSCENDENTAL | PREDICATES | BINARY_MATH | LOGICAL | BITWISE | COMPARISONS | {
     Op.WHERE, Op.CAST})
 
+# Ops whose result moves little when an operand moves by a rounding error: keep-float32 gives them a bfloat16
+# intermediate unrounded. Not here: what jumps at a threshold (comparisons, floor, sign, mod, argmax...), so that
+# rounding cannot flip their result against eager's; any op `define_op` adds.
+CONTINUOUS = frozenset(TRANSCENDENTAL - {Op.LGAMMA} | {
+    Op.NEG, Op.ABS, Op.RECIPROCAL, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM, Op.WHERE,
+    Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_WELFORD,
+})
+
 # Number of SSA operands (loads may add a mask, stores one value and maybe a mask).
 ARITY: dict[Op, int] = {
     **{op: 1 for op in UNARY_MATH | TRANSCENDENTAL | PREDICATES | {Op.NOT, Op.BITNOT, Op.CAST}},
@@ -284,7 +292,8 @@ class Instr:
     outs: the names it defines (`()` for a store, two for `reduce_welford`); dtype: their dtype (for a store,
     the stored value's). srcs: SSA operands (a load's optional mask; a store's value then optional mask).
     buffer/index: what a load or store addresses; index holds the one expression of `Op.INDEX`.
-    value: a const's value, or the value a masked load gives where its mask is false.
+    value: a const's value, or the value a masked load gives where its mask is false; for a cast, True when it is
+    implicit (`IMPLICIT_CAST`).
     """
 
     op: Op
@@ -301,6 +310,12 @@ class Instr:
     @property
     def out(self) -> str:
         return self.outs[0]
+
+
+# A cast's `value` when the cast only narrows a result computed in float32 to its buffer's bfloat16, as eager
+# stores each op's result: printed `cast x implicit`. Within a kernel, keep-float32 may give the ops that read it
+# the value before the rounding. A cast the program asked for (`Tensor.to`) has value None and is always kept.
+IMPLICIT_CAST = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from ._indexing import contiguous_strides
 from ._loop_ir import (
     BUFFER_KINDS,
     DTYPE_LONG,
+    IMPLICIT_CAST,
     NAN,
     Buffer,
     Dim,
@@ -206,6 +207,8 @@ class _Parser:
             return Instr(op, outs, dtype, value=parse_scalar(rest, dtype))
         if op is Op.INDEX:
             return Instr(op, outs, dtype, index=(integer(rest),))
+        if op is Op.CAST and rest.endswith(" implicit"):
+            return Instr(op, outs, dtype, (rest[:-len(" implicit")],), value=IMPLICIT_CAST)
         return Instr(op, outs, dtype, tuple(rest.split(", ")) if rest else ())
 
     def store(self, text: str) -> Instr:

@@ -29,7 +29,7 @@ import torch
 from ember_core import Ref, Sym
 
 from ._indexing import contiguous_strides
-from ._loop_ir import DTYPE_SHORT, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
+from ._loop_ir import DTYPE_SHORT, IMPLICIT_CAST, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
 
 INDENT = "  "
 
@@ -126,6 +126,8 @@ def format_instr(instr: Instr) -> str:
         return lhs + f"const {format_scalar(instr.value, instr.dtype)}"
     if op is Op.INDEX:
         return lhs + f"index {instr.index[0]}"
+    if op is Op.CAST and instr.value == IMPLICIT_CAST:
+        return lhs + f"cast {instr.srcs[0]} implicit"
     return lhs + f"{op.value} {', '.join(instr.srcs)}"
 
 

@@ -25,6 +25,7 @@ from .loop_passes.extern_in_place import ExternInPlace
 from .loop_passes.fuse_inline import FuseInline
 from .loop_passes.fuse_siblings import FuseSiblings
 from .loop_passes.fuse_vertical import FuseVertical
+from .loop_passes.keep_float32 import KeepFloat32
 from .loop_passes.order_dims import OrderDims
 from .loop_passes.plan_buffers import PlanBuffers
 from .loop_passes.split_moments import SplitMoments
@@ -41,10 +42,11 @@ class Pass(Protocol):
 
 
 def default_passes() -> tuple[Pass, ...]:
-    """Fusion first (it matches iteration spaces dim by dim), then the shape of each kernel's loops
-    (order-dims, coalesce-dims, split-moments, stash-values), then storage (extern-in-place, plan-buffers)."""
-    return (FuseInline(), FuseVertical(), FuseSiblings(), OrderDims(), CoalesceDims(), SplitMoments(), StashValues(),
-            ExternInPlace(), PlanBuffers())
+    """Fusion first (it matches iteration spaces dim by dim), then what fusion made of bfloat16 chains
+    (keep-float32), the shape of each kernel's loops (order-dims, coalesce-dims, split-moments, stash-values),
+    then storage (extern-in-place, plan-buffers)."""
+    return (FuseInline(), FuseVertical(), FuseSiblings(), KeepFloat32(), OrderDims(), CoalesceDims(), SplitMoments(),
+            StashValues(), ExternInPlace(), PlanBuffers())
 
 
 def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: bool = False,
