@@ -4,6 +4,7 @@ lanes and tails, masked and indirect loads, zero-size and broadcast shapes."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -26,6 +27,17 @@ def test_kernel_is_one_function_with_a_parallel_loop_of_vector_steps_and_a_scala
     assert f"ember_v += {lanes}) {{" in text and "ember_vexpf(t0_v)" in text  # the vector step
     assert "ember_expf(t0)" in text  # the scalar tail
     assert printed.simd == f"explicit {lanes} lanes"
+
+
+@pytest.mark.parametrize("dtype, short", [(torch.bfloat16, "bf16"), (torch.float16, "f16")])
+def test_a_vector_store_rounds_a_float32_value_itself(dtype, short):
+    """No rounding to the half dtype before a store that rounds the same way (bits: the rounding test below)."""
+    graph = trace(lambda x: ((x * 3).exp().to(dtype),), torch.randn(64, 32))
+    plan = lower(graph, emit_event=False)
+    text = KernelPrinter(plan.kernels[0], PlanLayout(plan), "k0").print().text
+    (stored,) = re.findall(rf"ember_vstore_{short}\((\w+)\)", text)
+    (rounded,) = re.findall(rf"(\w+) = ember_vround_{short}\((\w+)\)", text)
+    assert stored == rounded[1] and "ember_vexpf" in next(line for line in text.splitlines() if f"{stored} =" in line)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])

@@ -85,6 +85,10 @@ class KernelPrinter(StatementPrinter):
         self.ssa_nonneg: set[str] = set()
         # x / c by a constant stays a division: x * (1/c) can differ by an ulp from eager's x / c (hardswish's / 6)
         self.constants = {i.out for i in kernel.instrs() if i.op is Op.CONST}
+        # a value rounded to float16/bfloat16 → what it rounds: a vector store converts that itself, rounding the
+        # same way (`ember_vstore_bf16(ember_vround_bf16(x))` is `ember_vstore_bf16(x)`), so it stores it directly
+        self.rounded_from = {i.out: i.srcs[0] for i in kernel.instrs()
+                             if i.op is Op.CAST and i.dtype in ("float16", "bfloat16")}
         self.expr = ExprPrinter(self.names, lambda n: 0 if n in self.loop_vars or n in self.ssa_nonneg else
                                 layout.lowers.get(n))
         self.uses_err = False

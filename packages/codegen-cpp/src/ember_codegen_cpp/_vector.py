@@ -281,10 +281,11 @@ class VectorBody(VectorOps):
         if i.buffer in self.p.locals:  # a row's stash holds the value's C type: a store that converts goes by lanes
             return None if src != dtype else [self._stack_store(self.p.layout.local[i.buffer], self._address(i),
                                                                 dtype, value)]
-        if dtype == "bfloat16":
-            value = f"ember_vstore_bf16({value})"
-        elif dtype == "float16":
-            value = f"ember_vstore_f16({value})"
+        if dtype in ("bfloat16", "float16"):
+            source = self.p.rounded_from.get(i.srcs[0])
+            if src == dtype and source is not None and self.p.dtypes.get(source) == "float32":
+                value = self.ref(source)  # the store rounds it as the cast did; the cast, unread, is compiled away
+            value = f"ember_vstore_{'bf16' if dtype == 'bfloat16' else 'f16'}({value})"
         elif dtype == "bool":
             value = f"__builtin_convertvector({value} & 1, ember_u8x{self.lanes})"
         return [f"ember_vstore({self._address(i)}, {value});"]
