@@ -78,3 +78,32 @@ def test_reduction_of_a_rank_zero_tensor():
 def test_reductions_with_symbolic_sizes():
     check(lambda x: (x.sum(1), x.mean(0, keepdim=True), x.var(1), x.argmax(0), x.amax()),
           torch.randn(6, 7), mode="symbolic", others=[(torch.randn(3, 9),)])
+
+
+@pytest.mark.parametrize("order", [2, 1, float("inf"), float("-inf")], ids=str)
+@pytest.mark.parametrize("dims", [1, (0, 2), None], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_vector_norms_are_kernels(order, dims, dtype):
+    x = X3.clone()
+    x[1, 2, 3], x[2, 0, 0], x[0, 1, 1] = float("inf"), 0.0, -7.0
+    x = x.to(dtype)
+    plan = check(lambda x: (torch.linalg.vector_norm(x, order, dims), torch.linalg.vector_norm(x, order, dims, True)),
+                 x, others=[(torch.where(X3 > 1, float("nan"), X3).to(dtype),)])
+    assert not plan.externs
+
+
+def test_a_bfloat16_norm_squares_in_float32_and_rounds_once():
+    x = (torch.randn(8, 64, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
+    plan = check(lambda x: torch.linalg.vector_norm(x - 0.1, 2, 1), x)
+    (kernel,) = plan.kernels
+    assert [i.dtype for i in kernel.instrs() if i.op is Op.CAST and i.dtype == "bfloat16"] == ["bfloat16"]
+
+
+@pytest.mark.parametrize("case", ["ord 3", "ord 0", "dtype", "inf over a dim of any size"])
+def test_vector_norms_it_leaves_to_aten(case):
+    """Eager raises for the max of |x| over an empty dim: a dim whose size the plan does not know stays ATen's."""
+    fn = {"ord 3": lambda x: torch.linalg.vector_norm(x, 3, 1), "ord 0": lambda x: torch.linalg.vector_norm(x, 0, 1),
+          "dtype": lambda x: torch.linalg.vector_norm(x, 2, 1, dtype=torch.float64),
+          "inf over a dim of any size": lambda x: torch.linalg.vector_norm(x, float("inf"), 1)}[case]
+    plan = check(fn, torch.randn(4, 6), mode="symbolic" if case.startswith("inf") else "fake")
+    assert [e.op for e in plan.externs] == ["aten.linalg_vector_norm.default"]

@@ -1,5 +1,5 @@
 """Lowering rules of reductions over any dims, with keepdim: sum, prod, amax/amin, max/min (values and
-indices), argmax/argmin, any/all, mean (sum then divide), var/std/var_mean (Welford), logsumexp.
+indices), argmax/argmin, any/all, mean (sum then divide), var/std/var_mean (Welford), logsumexp, vector norms.
 
 Each reduction is one kernel; the division of mean and var is a second, pointwise kernel that the scheduler
 fuses into the first. float16/bfloat16 inputs accumulate in float32.
@@ -7,6 +7,7 @@ fuses into the first. float16/bfloat16 inputs accumulate in float32.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,8 +16,9 @@ from ember_core import Node
 
 from ._builder import KernelBuilder, Val
 from ._context import LoweringContext, TensorRef
+from ._errors import Unsupported
 from ._indexing import ONE
-from ._loop_ir import Op, opmath
+from ._loop_ir import FLOAT_DTYPES, Op, opmath
 from ._rules_view import drop_dims
 
 
@@ -117,6 +119,30 @@ def _sum_exp(ctx: LoweringContext, x: TensorRef, shift: TensorRef, dims: list[in
     return ctx.reduction(Op.REDUCE_SUM, e, dims, True, acc, acc=acc)
 
 
+def _vector_norm(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    """linalg.vector_norm of a float tensor for ord 2 (the square root of the sum of squares), 1 (the sum of |x|),
+    inf and -inf (the max / min of |x|), accumulated in torch's opmath of the result as eager's kernel does (no
+    scaling: float32 squares overflow as eager's do). Any other ord, a `dtype`, or the max / min over dims that may
+    be empty (eager raises there) stays ATen's call."""
+    x, out, acc, dims = _operands(ctx, node, a)
+    order, keep = a.get("ord", 2), bool(a.get("keepdim", False))
+    if a.get("dtype") is not None or x.dtype not in FLOAT_DTYPES or out != x.dtype or \
+            isinstance(order, bool) or not isinstance(order, (int, float)):
+        raise Unsupported("linalg.vector_norm with a dtype, of a non-float tensor or with a symbolic ord")
+    if order == 2:
+        sq = ctx.pointwise(lambda b, v: b.cast(v, acc) * b.cast(v, acc), [x], x.shape, acc)
+        total = ctx.reduction(Op.REDUCE_SUM, sq, dims, keep, acc, acc=acc)
+        return ctx.pointwise(lambda b, t: b.sqrt(t), [total], total.shape, out)
+    if order not in (1, math.inf, -math.inf):
+        raise Unsupported(f"linalg.vector_norm of ord {order}")
+    if order != 1 and not all(x.shape[d].is_number and int(x.shape[d]) > 0 for d in dims):
+        raise Unsupported("linalg.vector_norm's max / min over dims that may be empty")
+    op = {1: Op.REDUCE_SUM, math.inf: Op.REDUCE_MAX, -math.inf: Op.REDUCE_MIN}[order]
+    magnitude = ctx.pointwise(lambda b, v: b.abs(b.cast(v, acc)), [x], x.shape, acc)
+    result = ctx.reduction(op, magnitude, dims, keep, acc, acc=acc)
+    return result if acc == out else ctx.pointwise(lambda b, t: t, [result], result.shape, out)
+
+
 reduction_rules: dict[str, Callable] = {
     "aten.sum.dim_IntList": simple(Op.REDUCE_SUM, "out"), "aten.sum.default": simple(Op.REDUCE_SUM, "out"),
     "aten.prod.dim_int": simple(Op.REDUCE_PROD, "out"), "aten.prod.default": simple(Op.REDUCE_PROD, "out"),
@@ -132,5 +158,5 @@ reduction_rules: dict[str, Callable] = {
     "aten.mean.dim": _mean, "aten.mean.default": _mean,
     "aten.var.correction": _var("var"), "aten.std.correction": _var("std"),
     "aten.var_mean.correction": _var("var_mean"), "aten.std_mean.correction": _var("std_mean"),
-    "aten.logsumexp.default": _logsumexp,
+    "aten.logsumexp.default": _logsumexp, "aten.linalg_vector_norm.default": _vector_norm,
 }
