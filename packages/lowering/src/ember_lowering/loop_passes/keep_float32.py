@@ -51,11 +51,12 @@ def _widen(kernel: Kernel, note: Note) -> Kernel:
         return kernel
     note("widened", "continuous-readers", (kernel.name,),
          f"{kernel.name}: {len(widened)} bfloat16 intermediate(s) read in float32, unrounded")
-    def kept(i: Instr) -> bool:
+
+    def stays(i: Instr) -> bool:
         return not (i.outs and i.out in widened)
 
-    body = [Loop(tuple(filter(kept, s.body))) if isinstance(s, Loop) else s
-            for s in kernel.body if isinstance(s, Loop) or kept(s)]
+    body = [Loop(tuple(filter(stays, s.body))) if isinstance(s, Loop) else s
+            for s in kernel.body if isinstance(s, Loop) or stays(s)]
     return canonicalize(kernel.replace(body=rename_values(body, widened)))
 
 
