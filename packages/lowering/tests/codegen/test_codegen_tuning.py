@@ -4,19 +4,42 @@ one of the candidates ignored."""
 
 from __future__ import annotations
 
-import time
+import importlib
 import uuid
 
+import pytest
 import torch
 from ember_core import record_events
 from ember_lowering.codegen import TUNED_MODES, Tuner, tuning_mode
 
+_tuning = importlib.import_module("ember_lowering.codegen._tuning")  # the module, for its clock
+
+
+class Clock:
+    """The tuner's clock in these tests: a launch takes exactly its candidate's seconds, whatever the machine's load
+    (sleeps on a loaded CI machine woke late, and a candidate fell outside the 2x cut)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(_tuning, "time", fake)
+    return fake
+
 
 def launcher(seconds: dict, out: torch.Tensor, runs: list):
+    clock = _tuning.time
+
     def launch(choice):
         runs.append(choice)
         out.add_(1)  # a kernel that updates its buffer in place
-        time.sleep(seconds[choice])
+        clock.now += seconds[choice]
 
     return launch
 
@@ -38,7 +61,7 @@ def test_the_fastest_candidate_is_kept_stored_and_reused_and_writes_are_restored
 
 def test_a_candidate_twice_as_slow_as_the_best_so_far_is_launched_once():
     runs = []
-    seconds = {(1,): 0.002, (2,): 0.04, (3,): 0.0025}  # 3 is 1.5 ms inside the 2x cut: a late wakeup stays in
+    seconds = {(1,): 0.002, (2,): 0.04, (3,): 0.0025}  # 3 inside the 2x cut, 2 outside
     launch = launcher(seconds, torch.zeros(1), runs)
     Tuner("test_tune", "test").measure(uuid.uuid4().hex, "k", list(seconds), launch, [])
     assert runs.count((2,)) == 1 and runs.count((1,)) == runs.count((3,)) == 3
