@@ -264,14 +264,6 @@ FLOAT_ONLY = set(TRANSCENDENTAL | {Op.DIV, Op.ATAN2, Op.COPYSIGN, Op.REDUCE_WELF
 POINTWISE = set(UNARY_MATH | TRANSCENDENTAL | PREDICATES | BINARY_MATH | LOGICAL | BITWISE | COMPARISONS | {
     Op.WHERE, Op.CAST})
 
-# Ops whose result moves little when an operand moves by a rounding error: keep-float32 gives them a bfloat16
-# intermediate unrounded. Not here: what jumps at a threshold (comparisons, floor, sign, mod, argmax...), so that
-# rounding cannot flip their result against eager's; any op `define_op` adds.
-CONTINUOUS = frozenset(TRANSCENDENTAL - {Op.LGAMMA} | {
-    Op.NEG, Op.ABS, Op.RECIPROCAL, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM, Op.WHERE,
-    Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_WELFORD,
-})
-
 # Number of SSA operands (loads may add a mask, stores one value and maybe a mask).
 ARITY: dict[Op, int] = {
     **{op: 1 for op in UNARY_MATH | TRANSCENDENTAL | PREDICATES | {Op.NOT, Op.BITNOT, Op.CAST}},
@@ -312,9 +304,8 @@ class Instr:
         return self.outs[0]
 
 
-# A cast's `value` when the cast only narrows a result computed in float32 to its buffer's bfloat16, as eager
-# stores each op's result: printed `cast x implicit`. Within a kernel, keep-float32 may give the ops that read it
-# the value before the rounding. A cast the program asked for (`Tensor.to`) has value None and is always kept.
+# A cast's `value` when it only narrows an op's float32 result to its buffer's dtype, as eager stores it (printed
+# `cast x implicit`; keep-float32 may drop it); a cast the program asked for (`Tensor.to`) has value None.
 IMPLICIT_CAST = True
 
 

@@ -13,8 +13,16 @@ float32 intermediate could hold a value beyond float16's range where eager has a
 from __future__ import annotations
 
 from .._decisions import Note
-from .._loop_ir import CONTINUOUS, IMPLICIT_CAST, Instr, Kernel, KernelPlan, Loop, Op
+from .._loop_ir import IMPLICIT_CAST, TRANSCENDENTAL, Instr, Kernel, KernelPlan, Loop, Op
 from .._rewrite import canonicalize, rename_values, used_names
+
+# Ops whose result moves little when an operand moves by a rounding error: they read a bfloat16 intermediate
+# unrounded. Not here: what jumps at a threshold (comparisons, floor, sign, mod, argmax...), so that a rounding
+# cannot flip their answer against eager's; lgamma (its poles); any op `define_op` adds.
+CONTINUOUS = frozenset(TRANSCENDENTAL - {Op.LGAMMA} | {
+    Op.NEG, Op.ABS, Op.RECIPROCAL, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM, Op.WHERE,
+    Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_WELFORD,
+})
 
 
 class KeepFloat32:
