@@ -32,6 +32,30 @@ def test_dtypes(dtype):
     check(lambda x: (torch.relu(x) + x * 2,), x)
 
 
+def test_a_bfloat16_chain_rounds_once_at_its_store_and_a_threshold_keeps_eagers_rounding():
+    """Lowering's keep-float32 pass runs in the plan this codegen prints: a fused bf16 chain reads its own results in
+    float32 and rounds once, where it stores; a rounding a comparison reads stays, so `>` sees eager's bf16 value.
+    (The interpreter truncates float32 -> bf16 where CUDA rounds, so values are checked at one bf16 step; the
+    rounding itself is checked bit for bit by the loop-IR interpreter in lowering's tests, and the sm_90 build of a
+    widened bf16 chain is `kept_whole_bf16` in test_gpu_compile.py.)"""
+    x = torch.randn(16, 10).bfloat16()
+
+    def chain(x):
+        return (torch.sigmoid(x) * torch.tanh(x) + torch.exp(x) * 0.5,)
+
+    compiled = CODEGEN.compile(trace(chain, x), [x], {})
+    kernel = compiled.source[compiled.source.index("def ember_k"):compiled.source.index("def graph_")]
+    assert kernel.count(".to(tl.bfloat16)") == 1, kernel
+    once = chain(x.float())[0].bfloat16()
+    torch.testing.assert_close(compiled([x])[0], once, atol=2 ** -7, rtol=2 ** -7)
+
+    compiled = check(lambda x: ((x * 3 + 1 > 1) * x.exp(),), x)
+    kernel = compiled.source[compiled.source.index("def ember_k"):compiled.source.index("def graph_")]
+    assert kernel.count(".to(tl.bfloat16)") == 2, kernel  # the compared value's rounding and the store's
+    rounded = re.search(r"(t\d+) = t\d+\.to\(tl\.bfloat16\)\n\s+(t\d+) = \1\.to\(tl\.float32\)", kernel)
+    assert rounded and f"= ({rounded.group(2)} >" in kernel, kernel
+
+
 def test_integer_and_bool_ops():
     a, b = torch.randint(-9, 9, (20,)), torch.randint(1, 5, (20,))
     check(lambda a, b: (a // b, a % b, torch.fmod(a, b), (a > 0) & (b < 3), a.clamp(-3, 3)), a, b)
