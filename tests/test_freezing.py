@@ -119,15 +119,38 @@ class _Backbone(nn.Module):
         return y, self.b(y) + 1
 
 
+class _Heads(nn.Module):
+    """Views, a concatenation, a dtype cast and a pooling of a packed convolution's result returned: what eager
+    returns is laid out after its contiguous activations, and views of a returned value share its storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 4, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        z = self.b(y) + 1
+        return (y, y.permute(0, 2, 3, 1), y[:, :4].unsqueeze(0), z.transpose(1, 2), torch.cat([y, y], 1) * 2,
+                y.double(), nn.functional.adaptive_avg_pool2d(z, 3), z.flatten(1))
+
+
+def _shared(outputs) -> list[list[bool]]:
+    """Which outputs share storage with which."""
+    ptrs = [t.untyped_storage().data_ptr() for t in outputs]
+    return [[a == b for b in ptrs] for a in ptrs]
+
+
 @pytest.mark.parametrize("codegen", ["cpp", "interpreter"])
-def test_a_returned_feature_map_read_by_the_next_stage(frontend, codegen):
-    model = _inference(_Backbone())
+@pytest.mark.parametrize("module", [_Backbone, _Heads], ids=["backbone", "heads"])
+def test_what_a_frozen_graph_returns_is_laid_out_and_aliased_as_eagers(frontend, codegen, module):
+    model = _inference(module())
     x = torch.randn(2, 3, 12, 12)
     compiled = ember.compile(model, options={"frontend": frontend, "codegen.cpu": codegen})
     with torch.no_grad(), FallbackRecorder() as fallbacks:
         got, want = compiled(x), model(x)
     fallbacks.check(allowed=())
     assert [g.stride() for g in got] == [w.stride() for w in want]
+    assert _shared(got) == _shared(want)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 

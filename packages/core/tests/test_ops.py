@@ -5,7 +5,7 @@ import operator
 
 import pytest
 import torch
-from ember_core import GraphError, resolve_op
+from ember_core import GraphError, is_view_op, resolve_op
 from ember_core.graph._ops import is_sym_op, op_name
 
 
@@ -35,3 +35,11 @@ def test_op_name_of_an_overload_is_its_printed_name():
 def test_op_name_refuses_other_callables():
     with pytest.raises(GraphError, match="is not an ATen overload"):
         op_name(torch.add)
+
+
+def test_views_are_read_off_the_schema():
+    views = ["aten.permute.default", "aten.slice.Tensor", "aten.view.default", "aten.expand.default",
+             "aten.split.Tensor", "aten.reshape.default"]
+    others = ["aten.clone.default", "aten.add.Tensor", "aten.add_.Tensor", "aten._unsafe_view.default",
+              "operator.mul", "aten.no_such.op"]
+    assert [is_view_op(n) for n in views + others] == [True] * len(views) + [False] * len(others)

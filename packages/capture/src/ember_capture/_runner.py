@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import ExprError, Graph, IntExpr, Node, Output, Ref, interpreter_codegen, iter_refs, resolve_op
+from ember_core import ExprError, Graph, IntExpr, Node, Output, Ref, interpreter_codegen, is_view_op, iter_refs
 
 
 def _dim_reader(dim: int | str, where: dict[str, tuple[int, int | None]]) -> Callable[[Sequence[Any]], int] | None:
@@ -49,18 +49,6 @@ def symbol_locations(graph: Graph) -> dict[str, tuple[int, int | None]]:
     return where
 
 
-def _is_view(op: str) -> bool:
-    """An ATen op whose result is a view of its first argument (`expand`, `permute`, `slice`, `view`, ...)."""
-    try:
-        schema = resolve_op(op)._schema
-    except Exception:  # noqa: BLE001 - a symbolic-int op, or none: not a view
-        return False
-    if not schema.returns or not schema.arguments:
-        return False
-    ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
-    return ret is not None and arg is not None and not ret.is_write and not arg.is_write
-
-
 def _view_chain(graph: Graph, j: int, k: int) -> Callable[[Sequence[Any]], torch.Tensor] | None:
     """Output j made from input k by view ops alone (their size arguments may be symbolic values computed from the
     inputs' sizes), as a function of the inputs that replays them; None when anything else is on the way (the
@@ -70,7 +58,7 @@ def _view_chain(graph: Graph, j: int, k: int) -> Callable[[Sequence[Any]], torch
     name, target, chain, sizes = graph.outputs[j].name, graph.inputs[k].name, [], []
     while name != target:
         node: Node | None = producer.get(name)
-        if node is None or len(node.outputs) != 1 or not _is_view(node.op) or not node.args or \
+        if node is None or len(node.outputs) != 1 or not is_view_op(node.op) or not node.args or \
                 not isinstance(node.args[0], Ref):
             return None
         chain.append(node)

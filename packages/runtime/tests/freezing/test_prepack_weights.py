@@ -311,3 +311,47 @@ def test_bfloat16_layers_stay_aten_where_torch_runs_no_onednn_bf16_kernels(monke
     result = freeze(traced(_bf16_model, *args, params=(1, 2, 3, 4)), args)
     assert not [op for op in ops(result.graph) if op.startswith("mkldnn")]
     torch.testing.assert_close(run_frozen(result, args)[0], _bf16_model(*args), rtol=2e-2, atol=2e-2)
+
+
+# ops after a packed convolution that are neither elementwise nor pooling: ATen lays out their results after their
+# inputs' layouts too (channels-last in, channels-last out), so the interpreter codegen returns what the graph
+# declares only if the pass follows them as well
+AFTER_CONV = {
+    "cat": lambda y: torch.cat([y, y], 1), "stack": lambda y: torch.stack([y, y], 1),
+    "to_float64": lambda y: y.double(), "flip": lambda y: torch.flip(y, [2]), "sort": lambda y: y.sort(1)[0],
+    "adaptive_avg_pool": lambda y: F.adaptive_avg_pool2d(y, 3), "group_norm": lambda y: F.group_norm(y, 2),
+    "reflect_pad": lambda y: F.pad(y, (1, 1, 1, 1), mode="reflect"), "pad": lambda y: F.pad(y, (1, 1, 1, 1)),
+    "matmul": lambda y: y @ y.transpose(2, 3),  # expand and view of ATen's result inside
+}
+
+
+@pytest.mark.parametrize("name", sorted(AFTER_CONV))
+def test_any_op_after_a_packed_convolution_returns_eagers_layout(name):
+    def f(x, w):
+        r = AFTER_CONV[name](torch.relu(F.conv2d(x, w)))
+        return r, (r + 1) * 2
+
+    args = [torch.randn(2, 3, 12, 12), torch.randn(8, 3, 3, 3)]
+    result = freeze(traced(f, *args, params=(1,)), args)
+    verify(result.graph)
+    got, want = run_frozen(result, args), list(f(*args))
+    assert [t.stride() for t in got] == [t.stride() for t in want]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_views_returned_from_a_packed_result_are_eagers_views():
+    """A returned view of a relaid value views the value in its declared layout (a copy of it, or the returned
+    value itself): eager's strides, and the storage shared with the returned base as in eager."""
+    def f(x, w1, w2):
+        y = torch.relu(F.conv2d(x, w1))
+        z = F.conv2d(y, w2) + 1
+        return y, y.permute(0, 2, 3, 1), y[:, :4].unsqueeze(0), z.transpose(1, 2), z.flatten(1), y.sigmoid()
+
+    args = [torch.randn(2, 3, 12, 12), torch.randn(8, 3, 3, 3), torch.randn(4, 8, 3, 3)]
+    result = freeze(traced(f, *args, params=(1, 2)), args)
+    verify(result.graph)
+    got, want = run_frozen(result, args), list(f(*args))
+    assert [t.stride() for t in got] == [t.stride() for t in want]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    y = got[0].untyped_storage().data_ptr()
+    assert [t.untyped_storage().data_ptr() == y for t in got] == [True, True, True, False, False, False]

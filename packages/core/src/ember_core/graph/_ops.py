@@ -86,6 +86,19 @@ def returns_new_storage(name: str) -> bool:
     return all(r.alias_info is None for r in schema.returns)
 
 
+def is_view_op(name: str) -> bool:
+    """Is the op's result a view of its first argument (`expand`, `permute`, `slice`, `view`, ...), as its schema
+    says? False for symbolic-size functions and names this torch does not know."""
+    try:
+        schema = getattr(resolve_op(name), "_schema", None)
+    except GraphError:
+        return False
+    if schema is None or not schema.returns or not schema.arguments:
+        return False
+    ret, arg = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    return ret is not None and arg is not None and not ret.is_write and not arg.is_write
+
+
 def op_name(target: Any) -> str:
     """The schema name of an FX call target; `GraphError` for targets outside the schema's op set."""
     if isinstance(target, torch._ops.OpOverload):

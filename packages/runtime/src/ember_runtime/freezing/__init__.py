@@ -12,7 +12,8 @@ its own), each a module of its own here (a class with an `id`, graph in, graph o
    weight, `weight * scale`, a dtype cast) and become constants.
 3. `fold-batch-norm` (`fold_batch_norm.py`): eval-mode batch norm folded into the convolution or linear before it.
 4. `prepack-weights` (`prepack_weights.py`, CPU with oneDNN): convolutions and linear layers call
-   `mkldnn._convolution_pointwise` (weight pre-packed) / `mkldnn._linear_pointwise`, the activation after them fused.
+   `mkldnn._convolution_pointwise` (weight pre-packed) / `mkldnn._linear_pointwise`, the activation after them fused;
+   the nodes after a convolution take the layouts ATen gives from its channels-last result (`follow_layouts.py`).
 5. `drop-dead` (`_edit.py`): dead nodes and constants are dropped at the end.
 
 A frozen graph is only right while the frozen tensors keep their values: `FreezeResult.guard(inputs)` says whether
@@ -29,8 +30,9 @@ from ._epilogues import epilogue_chains, epilogue_rules
 from ._freeze import WATCHED_NUMEL, BufferWatch, FreezeResult, freeze
 from .fold_batch_norm import FoldBatchNorm, fold_batch_norm
 from .fold_constants import FoldConstants, fold_constants
+from .follow_layouts import follow_layouts
 from .freeze_params import freezable, freeze_params
-from .prepack_weights import PrepackWeights, follow_layouts, prepack_weights
+from .prepack_weights import PrepackWeights, prepack_weights
 
 __all__ = ["WATCHED_NUMEL", "BufferWatch", "DropDead", "FoldBatchNorm", "FoldConstants", "FreezeResult",
            "PrepackWeights", "epilogue_chains", "epilogue_rules", "fold_batch_norm", "fold_constants",

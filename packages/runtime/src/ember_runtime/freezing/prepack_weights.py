@@ -10,15 +10,14 @@
   leaky_relu; as one node or as capture decomposes it, `_epilogues.py`) is fused into the op's epilogue.
 
 Both ops have meta kernels, so the new nodes run under FakeTensorMode, which gives their outputs' layout (oneDNN's
-convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. Pointwise
-ops and pooling after them take that layout as eager would (`follow_layouts`), so the next convolution gets
-channels-last input, which oneDNN reads without a reorder; graph outputs keep their layout (a packed op's result
+convolution writes channels-last). Lowering calls them as extern ATen kernels, like `aten.convolution`. The nodes
+after them take the layouts ATen gives from there (`follow_layouts.py`), so the next convolution gets channels-last
+input, which oneDNN reads without a reorder; what the graph returns keeps its declared layout (a packed op's result
 the graph returns is copied back to eager's, so `out.view(...)` works as in eager). The new layouts are safe
 for the nodes after: lowering's views are index maps over logical indices, whatever the strides. Left alone:
 symbolic sizes, other dtypes and devices, ops where ATen's own is faster (`conv_worth_packing`,
 `linear_worth_packing`: small dense convolutions at one thread, small linear layers), and every node when oneDNN is
-not available. A view of a value whose layout changed becomes `reshape` (ATen could not view it).
-`benchmarks/freezing_ops.py` measures what each rewrite gains."""
+not available. `benchmarks/freezing_ops.py` measures what each rewrite gains."""
 
 from __future__ import annotations
 
@@ -28,14 +27,12 @@ from typing import Any
 import torch
 from ember_core import (
     Graph,
-    GraphError,
     Node,
     Ref,
     copy_to_layout,
     dtype_name,
     fresh_name,
     graph_device,
-    node_refs,
     prune_values,
     rename_reads,
     resolve_op,
@@ -45,6 +42,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._edit import add_constant, constant_of, output_names, readers
 from ._epilogues import Epilogue, match_epilogue
+from .follow_layouts import VIEWS, follow_layouts
 
 PASS_ID = "prepack-weights"
 CONVOLUTION = "aten.convolution.default"
@@ -158,78 +156,6 @@ def _layout(op: str, graph: Graph, args: list, constants: dict) -> tuple[int, ..
     return tuple(out.stride())
 
 
-# Ops whose result takes its input's layout in eager (besides pointwise ops), and lowering's or ATen's alike; a
-# convolution left to ATen (a small one, at one thread) writes channels-last from channels-last input too
-LAYOUT_FOLLOWERS = ("aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default", CONVOLUTION)
-
-
-def _follows_layout(node: Node) -> bool:
-    if node.op in LAYOUT_FOLLOWERS:
-        return True
-    try:
-        return torch.Tag.pointwise in resolve_op(node.op).tags
-    except (GraphError, AttributeError):
-        return False
-
-
-def _static(graph: Graph, name: str) -> bool:
-    v = graph.values.get(name)
-    return v is not None and v.type == "tensor" and all(isinstance(d, int) for d in (*v.shape, *v.stride))
-
-
-def follow_layouts(graph: Graph, changed: set[str]) -> Graph:
-    """Values computed elementwise (or pooled) from the `changed` values laid out as eager would lay them out: a
-    channels-last convolution result keeps the activations after it channels-last, so the next convolution reads
-    them without a reorder and an extern pooling's result matches its declared layout. A graph output keeps its
-    declared layout through a copy (`copy_to_layout`), so every codegen returns it, ATen's interpreter included;
-    the nodes after it read the value before the copy."""
-    values, outputs = dict(graph.values), output_names(graph)
-    nodes: list[Node] = []
-    renames: dict[str, str] = {}
-    taken: set[str] = set()
-    for node in graph.nodes:
-        node, at, g = rename_reads(node, renames), len(nodes), graph.replace(values=values)
-        nodes.append(node)
-        reads = [r for r in node_refs(node) if r in changed]
-        if not reads or not _follows_layout(node) or not all(_static(g, o) for o in node.outputs) or \
-                not all(_static(g, r) for r in node_refs(node) if r in values):
-            continue
-        with FakeTensorMode():
-            result = resolve_op(node.op)(*_fake_args(g, node.args, graph.constants),
-                                         **dict(zip(node.kwargs, _fake_args(g, tuple(node.kwargs.values()),
-                                                                            graph.constants))))
-        results = result if isinstance(result, (tuple, list)) else [result]
-        names = list(node.outputs)
-        for k, (name, t) in enumerate(zip(node.outputs, results)):
-            if not isinstance(t, torch.Tensor) or tuple(t.stride()) == values[name].stride:
-                continue
-            relaid = values[name].replace(stride=tuple(t.stride()))
-            if name in outputs:
-                names[k] = fresh_name(graph, f"{name}_relaid", taken)
-                copy = copy_to_layout(names[k], name, values[name], node.meta)
-                if copy is None:  # a declared layout no memory format gives: ATen's is left to the codegen
-                    names[k] = name
-                    continue
-                nodes.append(copy)
-                renames[name] = names[k]
-            values[names[k]] = relaid
-            changed.add(names[k])
-        nodes[at] = node.replace(outputs=tuple(names))
-    nodes = [node.replace(op=RESHAPE) if node.op in STRICT_VIEWS and node.args and isinstance(node.args[0], Ref)
-             and node.args[0].name in changed else node for node in nodes]
-    values = {k: v.replace(base=renames.get(v.base, v.base)) for k, v in values.items()} if renames else values
-    return graph.replace(nodes=tuple(nodes), values=values)
-
-
-# ATen's `view` fails where the new layout cannot be viewed (a channels-last activation flattened: eager, tracing
-# contiguous values, recorded a view where it would have copied). A view of a relaid value becomes `reshape`, which
-# copies only then. Lowering treats the three alike; the interpreter codegen (every codegen's fallback) runs them
-# as ATen does.
-STRICT_VIEWS = ("aten.view.default", "aten._unsafe_view.default")
-RESHAPE = "aten.reshape.default"
-VIEWS = (*STRICT_VIEWS, RESHAPE)
-
-
 def _through_view(graph: Graph, y: str, read: dict, outputs: set[str]) -> tuple[str, Epilogue] | None:
     """A linear layer on 3-d input is `view(addmm(view(x)))`: the activation reads the view of the result. When a
     view alone reads `y` and an activation alone reads the view, the activation can run first (it is elementwise):
@@ -321,7 +247,10 @@ def prepack_weights(graph: Graph) -> tuple[Graph, int, int]:
         for j in absorbed:
             nodes[j] = ()
     kept = tuple(rename_reads(n, renames) for group in nodes for n in group)
-    relaid = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
+    # each packed convolution's result as the graph declared it; those returned are copied back to that layout
+    convolutions = {n.outputs[0] for n in kept if n.op == CONV_POINTWISE}
+    returned = {packed: final for final, packed in renames.items() if packed in convolutions}
+    relaid = {name: graph.values[returned.get(name, name)] for name in convolutions}
     out = prune_values(graph.replace(nodes=kept, constants=constants, values=values))  # absorbed nodes' values
-    return follow_layouts(out, relaid) if relaid else out, packed, fused
+    return follow_layouts(out, relaid, returned) if relaid else out, packed, fused
 

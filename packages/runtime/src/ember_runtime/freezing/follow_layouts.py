@@ -1,0 +1,160 @@
+"""Layouts after `prepack-weights` changed some: oneDNN's convolutions write channels-last where the graph was traced
+contiguous. `follow_layouts` lays out every value computed from such a result as ATen computes it from the new
+layout, and keeps what the graph returns as the graph declares it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from ember_core import (
+    Graph,
+    Node,
+    Ref,
+    Value,
+    copy_to_layout,
+    fresh_name,
+    is_view_op,
+    node_callable,
+    node_refs,
+    rename_reads,
+    to_dtype,
+)
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ._edit import output_names
+
+# ATen's `view` fails where the new layout cannot be viewed (a channels-last activation flattened: eager, tracing
+# contiguous values, recorded a view where it would have copied); such a view becomes `reshape`, which copies only
+# then. Lowering treats the three alike; the interpreter codegen (every codegen's fallback) runs them as ATen does.
+STRICT_VIEWS = ("aten.view.default", "aten._unsafe_view.default")
+RESHAPE = "aten.reshape.default"
+VIEWS = (*STRICT_VIEWS, RESHAPE)
+
+
+def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[str, str]) -> Graph:
+    """Every value computed from a `relaid` value (name → the value as the graph declared it) laid out as ATen's
+    meta kernels lay it out from the new layouts: the activations, pooling and residual adds after a channels-last
+    convolution stay channels-last, so the next convolution reads them without a reorder, and ATen itself (the
+    interpreter codegen, every codegen's fallback) computes what the graph says. `returned` maps a relaid value the
+    graph returns a copy of (in its declared layout) to that copy.
+
+    What the caller sees keeps its declared layout:
+    - a returned value whose layout changes is computed under a new name (`{name}_relaid`) and copied to its
+      declared layout (`copy_to_layout`); the nodes after it read the value before the copy;
+    - a view on the way from a relaid value to a returned one views the value in its declared layout: the returned
+      copy where there is one (so the two share storage, as in eager), else a copy made for the view;
+    - a strict view (`view`, `_unsafe_view`) the new layout cannot take becomes `reshape`.
+    Nodes with symbolic sizes, and ops that do not run under FakeTensorMode, keep the layouts the graph declares."""
+    values, outputs, relaid, declared = dict(graph.values), output_names(graph), dict(relaid), dict(returned)
+    on_the_way = _views_to_outputs(graph, outputs)
+    nodes: list[Node] = []
+    renames: dict[str, str] = {}
+    taken: set[str] = set()
+    with FakeTensorMode():
+        fakes = _Fakes(graph, values)
+        for node in graph.nodes:
+            node = rename_reads(node, renames)
+            if not any(r in relaid for r in node_refs(node)):
+                nodes.append(node)
+                continue
+            if is_view_op(node.op) and on_the_way.intersection(node.outputs) and isinstance(node.args[0], Ref) \
+                    and node.args[0].name in relaid:
+                source = node.args[0].name
+                if source not in declared:
+                    declared[source] = _declared_copy(graph, source, relaid[source], nodes, values, taken)
+                if declared[source] is not None:
+                    nodes.append(node.replace(args=(Ref(declared[source]), *node.args[1:])))
+                    continue
+            result = fakes.run(node) if all(r in graph.constants or _static(values.get(r)) for r in node_refs(node)) \
+                else None
+            if result is None and node.op in STRICT_VIEWS:
+                node = node.replace(op=RESHAPE)
+                result = fakes.run(node)
+            at, names = len(nodes), list(node.outputs)
+            nodes.append(node)
+            results = result if isinstance(result, (tuple, list)) else [result]
+            for k, (name, t) in enumerate(zip(node.outputs, results)):
+                if not isinstance(t, torch.Tensor) or not _static(values.get(name)):
+                    continue
+                if tuple(t.stride()) == values[name].stride and t.storage_offset() == values[name].storage_offset:
+                    fakes.env[name] = t
+                    continue
+                if name in outputs:
+                    names[k] = fresh_name(graph, f"{name}_relaid", taken)
+                    copy = copy_to_layout(names[k], name, values[name], node.meta)
+                    if copy is None:  # a declared layout no memory format gives: ATen's is left to the codegen
+                        names[k] = name
+                        continue
+                    nodes.append(copy)
+                    renames[name], declared[names[k]] = names[k], name
+                relaid[names[k]] = values[name]
+                values[names[k]] = values[name].replace(stride=tuple(t.stride()), storage_offset=t.storage_offset())
+                fakes.env[names[k]] = t
+            nodes[at] = node.replace(outputs=tuple(names))
+    values = {k: v.replace(base=renames.get(v.base, v.base)) for k, v in values.items()} if renames else values
+    return graph.replace(nodes=tuple(nodes), values=values)
+
+
+def _static(v: Value | None) -> bool:
+    return v is not None and v.type == "tensor" and all(type(d) is int for d in (*v.shape, *v.stride))
+
+
+def _views_to_outputs(graph: Graph, outputs: set[str]) -> set[str]:
+    """The values made by views (and views of views) of another value that the graph returns."""
+    producer = {o: n for n in graph.nodes for o in n.outputs}
+    found: set[str] = set()
+    for name in outputs:
+        while name in producer and name not in found and is_view_op(producer[name].op):
+            found.add(name)
+            source = producer[name].args[0] if producer[name].args else None
+            if not isinstance(source, Ref):
+                break
+            name = source.name
+    return found
+
+
+def _declared_copy(graph: Graph, source: str, want: Value, nodes: list[Node], values: dict[str, Value],
+                   taken: set[str]) -> str | None:
+    """A copy of `source` in its declared layout (`want`), appended to `nodes`: its name, or None when no memory
+    format gives that layout."""
+    name = fresh_name(graph, f"{source}_declared", taken)
+    copy = copy_to_layout(source, name, want)
+    if copy is None:
+        return None
+    nodes.append(copy)
+    values[name] = want.replace(base=None, storage_offset=0)
+    return name
+
+
+class _Fakes:
+    """Fake tensors of the graph's values (made from the values' records when no node's run made them) and one
+    node's run on them, under the caller's FakeTensorMode."""
+
+    def __init__(self, graph: Graph, values: dict[str, Value]):
+        self.graph, self.values, self.env = graph, values, {}
+
+    def tensor(self, name: str) -> Any:
+        if name not in self.env:
+            if name in self.graph.constants:
+                t = self.graph.constants[name].tensor
+                self.env[name] = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype)
+            else:
+                v = self.values[name]
+                self.env[name] = torch.empty_strided(v.shape, v.stride, dtype=to_dtype(v.dtype),
+                                                     device=v.device) if v.type == "tensor" else 1
+        return self.env[name]
+
+    def run(self, node: Node) -> Any:
+        """The node's fake result, or None where the op does not run on fake tensors (data-dependent sizes...)."""
+        def read(a: Any) -> Any:
+            if isinstance(a, Ref):
+                return self.tensor(a.name)
+            return [read(x) for x in a] if isinstance(a, (tuple, list)) else a
+
+        try:
+            return node_callable(self.graph, node)(*[read(a) for a in node.args],
+                                                   **{k: read(v) for k, v in node.kwargs.items()})
+        except Exception:  # noqa: BLE001 - not runnable this way: the node keeps its declared layout
+            return None
