@@ -47,7 +47,8 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
       copy where there is one (so the two share storage, as in eager), else a copy made for the view;
     - a strict view (`view`, `_unsafe_view`) the new layout cannot take becomes `reshape`.
     Nodes with symbolic sizes, and ops that do not run under FakeTensorMode, keep the layouts the graph declares."""
-    values, outputs, relaid, declared = dict(graph.values), output_names(graph), dict(relaid), dict(returned)
+    values, outputs, relaid = dict(graph.values), output_names(graph), dict(relaid)
+    copies = dict(returned)  # a relaid value → its copy in the declared layout
     on_the_way = _views_to_outputs(graph, outputs)
     nodes: list[Node] = []
     renames: dict[str, str] = {}
@@ -62,10 +63,10 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
             if is_view_op(node.op) and on_the_way.intersection(node.outputs) and isinstance(node.args[0], Ref) \
                     and node.args[0].name in relaid:
                 source = node.args[0].name
-                if source not in declared:
-                    declared[source] = _declared_copy(graph, source, relaid[source], nodes, values, taken)
-                if declared[source] is not None:
-                    nodes.append(node.replace(args=(Ref(declared[source]), *node.args[1:])))
+                if source not in copies:
+                    copies[source] = _declared_copy(graph, source, relaid[source], nodes, values, taken)
+                if copies[source] is not None:
+                    nodes.append(node.replace(args=(Ref(copies[source]), *node.args[1:])))
                     continue
             result = fakes.run(node) if all(r in graph.constants or _static(values.get(r)) for r in node_refs(node)) \
                 else None
@@ -88,7 +89,7 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
                         names[k] = name
                         continue
                     nodes.append(copy)
-                    renames[name], declared[names[k]] = names[k], name
+                    renames[name], copies[names[k]] = names[k], name
                 relaid[names[k]] = values[name]
                 values[names[k]] = values[name].replace(stride=tuple(t.stride()), storage_offset=t.storage_offset())
                 fakes.env[names[k]] = t
