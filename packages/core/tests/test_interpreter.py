@@ -113,3 +113,22 @@ def g(x: f32[3]):
 """)
     x = torch.randn(3)
     torch.testing.assert_close(Interpreter(graph, overrides={"aten.exp.default": torch.sin}).run([x])[0], x.sin())
+
+
+def test_a_node_runs_on_fakes_for_its_layout_and_a_view_the_layout_cannot_take_as_reshape():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph = Graph("g", (), {}, (), ())
+    flat = Node(("y",), "aten.view.default", (Ref("x"), (2, -1)), {})
+    with FakeTensorMode():
+        env = {"x": torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last), "c": torch.empty(2, 60)}
+        node, result = ec.run_on_fakes(graph, flat, env)
+        assert node.op == "aten.reshape.default" and result.shape == (2, 60) and result.is_contiguous()
+        permuted = Node(("z",), "aten.permute.default", (Ref("x"), (0, 2, 3, 1)), {})
+        node, result = ec.run_on_fakes(graph, permuted, env)
+        assert node == permuted and result.is_contiguous()  # channels-last, permuted to NHWC
+        node, result = ec.run_on_fakes(graph, Node(("w",), "aten.mm.default", (Ref("x"), Ref("c")), {}), env)
+        assert result is None  # 4-d input: mm does not run
+        viewable = flat.replace(args=(Ref("c"), (2, -1)))
+        node, result = ec.run_on_fakes(graph, viewable, env)
+        assert node == viewable and result._base is env["c"]  # a view where the layout allows one

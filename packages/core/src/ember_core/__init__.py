@@ -38,6 +38,8 @@ from .events import (
     warn_fallback,
 )
 from .execution import (
+    RESHAPE,
+    STRICT_VIEWS,
     CudaBackend,
     CudaGraphed,
     EffectfulFunctionalMode,
@@ -61,6 +63,7 @@ from .execution import (
     profiler_active,
     register_costs,
     returns_sequence,
+    run_on_fakes,
     tracing_lock,
     without_autocast,
 )
@@ -178,6 +181,7 @@ __all__ = [
     "GraphPass", "InterpreterCodegen", "PASS_POINTS", "run_graph_passes", "JointTraced", "Partitioned",
     "Partitioner", "Reused", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch", "dumping_to", "CUSTOM_FUNCTION",
     "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope", "text_constants",
+    "RESHAPE", "run_on_fakes", "STRICT_VIEWS",
     "ResultCache", "clear_result_caches", "code_version", "cpu_lines", "cpu_tag", "facts_key", "FallbackWarning",
     "WARNED_CAUSES", "warn_fallback", "parse_integer", "layout_problem", "arguments_problem", "LAYOUTS",
     "MEMORY_FORMATS", "FileRefused", "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor",

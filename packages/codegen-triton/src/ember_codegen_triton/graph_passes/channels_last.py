@@ -43,7 +43,7 @@ from ember_core import (
     copy_to_layout,
     fresh_name,
     graph_device,
-    node_callable,
+    run_on_fakes,
     to_dtype,
 )
 from ember_lowering.codegen import Tuner
@@ -53,8 +53,6 @@ log = logging.getLogger("ember.kernels")
 
 PASS_ID = "channels-last"
 CONVOLUTION = "aten.convolution.default"
-STRICT_VIEWS = ("aten.view.default", "aten._unsafe_view.default")
-RESHAPE = "aten.reshape.default"
 FEW_CHANNELS = 8  # channels per group at and below which a grouped convolution counts as depthwise
 MEASURE_BYTES = 4 << 30  # operands of a graph's convolutions (both layouts) up to which the choice is measured
 TUNER = Tuner("channels_last", PASS_ID, machine=("gpu",))
@@ -216,10 +214,7 @@ def _relaid(graph: Graph) -> Graph:
                 for k in (0, 1):
                     args[k] = _nhwc(graph, args[k], env, values, nodes, taken, converted, node)
                 node = node.replace(args=tuple(args))
-            result = _run_fake(graph, node, env)
-            if result is None and node.op in STRICT_VIEWS:  # the new layout cannot be viewed: reshape copies
-                node = node.replace(op=RESHAPE)
-                result = _run_fake(graph, node, env)
+            node, result = run_on_fakes(graph, node, env)  # a view the new layout cannot take becomes reshape
             if result is None:
                 raise LayoutRefused(f"no layout for {node.outputs[0]} ({node.op}) under FakeTensorMode")
             if emulated and node.op == CONVOLUTION:
@@ -265,19 +260,6 @@ def _as_cudnn_writes(result: torch.Tensor, env: dict, node: Node) -> torch.Tenso
     if any(t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) for t in operands):
         return result.contiguous(memory_format=torch.channels_last)
     return result
-
-
-def _run_fake(graph: Graph, node: Node, env: dict):
-    def read(a):
-        if isinstance(a, Ref):
-            return env[a.name]
-        return [read(x) for x in a] if isinstance(a, tuple) else a
-
-    try:
-        return node_callable(graph, node)(*[read(a) for a in node.args],
-                                          **{k: read(v) for k, v in node.kwargs.items()})
-    except Exception:  # noqa: BLE001 - an op that does not run this way: the caller refuses the graph or retries
-        return None
 
 
 def _outputs_as_before(before: Graph, after: Graph, taken: set[str]) -> Graph:

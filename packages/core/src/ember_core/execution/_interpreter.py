@@ -111,6 +111,32 @@ def node_callable(graph: Graph, node: Node) -> Callable[..., Any]:
     return bound_call(graph, node, Interpreter)
 
 
+
+# A `view` recorded on one layout may not view another (a channels-last activation flattened); `reshape` copies
+# only then. Passes that give values new layouts run such a view as `reshape` (`run_on_fakes`).
+STRICT_VIEWS = ("aten.view.default", "aten._unsafe_view.default")
+RESHAPE = "aten.reshape.default"
+
+
+def run_on_fakes(graph: Graph, node: Node, env: Mapping[str, Any]) -> tuple[Node, Any]:
+    """`node` run on the fake tensors of `env` (value name → fake; the caller's FakeTensorMode is active), to learn
+    its results' layouts: the node as run (a strict view the layouts cannot take, as `reshape`) and its result, or
+    None where it does not run (an op without a meta kernel, a size only data gives, a missing value; a strict
+    view is then returned as `reshape`, which runs whatever the layouts)."""
+    def read(a: Any) -> Any:
+        if isinstance(a, Ref):
+            return env[a.name]
+        return [read(x) for x in a] if isinstance(a, tuple) else a
+
+    for op in (node.op, RESHAPE) if node.op in STRICT_VIEWS else (node.op,):
+        node = node.replace(op=op)
+        try:
+            return node, node_callable(graph, node)(*[read(a) for a in node.args],
+                                                    **{k: read(v) for k, v in node.kwargs.items()})
+        except Exception:  # noqa: BLE001 - any failure means the same: the layout is unknown this way
+            continue
+    return node, None
+
 # How a custom function call runs on fake tensors: its forward subgraph, interpreted (this module runs graphs, so the
 # registration lives here, and `_custom_function.py` needs no interpreter).
 @torch.library.register_fake("ember::custom_function", lib=_LIBRARY)

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 from ember_core import (
+    RESHAPE,
+    STRICT_VIEWS,
     Graph,
     Node,
     Ref,
@@ -16,20 +18,17 @@ from ember_core import (
     copy_to_layout,
     fresh_name,
     is_view_op,
-    node_callable,
     node_refs,
     rename_reads,
+    run_on_fakes,
     to_dtype,
 )
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._edit import output_names
 
-# ATen's `view` fails where the new layout cannot be viewed (a channels-last activation flattened: eager, tracing
-# contiguous values, recorded a view where it would have copied); such a view becomes `reshape`, which copies only
-# then. Lowering treats the three alike; the interpreter codegen (every codegen's fallback) runs them as ATen does.
-STRICT_VIEWS = ("aten.view.default", "aten._unsafe_view.default")
-RESHAPE = "aten.reshape.default"
+# Lowering treats views and reshapes alike; the interpreter codegen (every codegen's fallback) runs them as ATen does,
+# so a strict view of a relaid value that ATen could not view runs as `reshape` (`run_on_fakes`).
 VIEWS = (*STRICT_VIEWS, RESHAPE)
 
 
@@ -68,11 +67,10 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
                 if copies[source] is not None:
                     nodes.append(node.replace(args=(Ref(copies[source]), *node.args[1:])))
                     continue
-            result = fakes.run(node) if all(r in graph.constants or _static(values.get(r)) for r in node_refs(node)) \
-                else None
-            if result is None and node.op in STRICT_VIEWS:
-                node = node.replace(op=RESHAPE)
-                result = fakes.run(node)
+            if all(r in graph.constants or _static(values.get(r)) for r in node_refs(node)):
+                node, result = run_on_fakes(graph, node, fakes)
+            else:
+                node, result = node.replace(op=RESHAPE) if node.op in STRICT_VIEWS else node, None
             at, names = len(nodes), list(node.outputs)
             nodes.append(node)
             results = result if isinstance(result, (tuple, list)) else [result]
@@ -80,7 +78,7 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
                 if not isinstance(t, torch.Tensor) or not _static(values.get(name)):
                     continue
                 if tuple(t.stride()) == values[name].stride and t.storage_offset() == values[name].storage_offset:
-                    fakes.env[name] = t
+                    fakes[name] = t
                     continue
                 if name in outputs:
                     names[k] = fresh_name(graph, f"{name}_relaid", taken)
@@ -92,7 +90,7 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
                     renames[name], copies[names[k]] = names[k], name
                 relaid[names[k]] = values[name]
                 values[names[k]] = values[name].replace(stride=tuple(t.stride()), storage_offset=t.storage_offset())
-                fakes.env[names[k]] = t
+                fakes[names[k]] = t
             nodes[at] = node.replace(outputs=tuple(names))
     values = {k: v.replace(base=renames.get(v.base, v.base)) for k, v in values.items()} if renames else values
     return graph.replace(nodes=tuple(nodes), values=values)
@@ -129,33 +127,21 @@ def _declared_copy(graph: Graph, source: str, want: Value, nodes: list[Node], va
     return name
 
 
-class _Fakes:
-    """Fake tensors of the graph's values (made from the values' records when no node's run made them) and one
-    node's run on them, under the caller's FakeTensorMode."""
+class _Fakes(dict):
+    """Fake tensors of the graph's values by name: those the nodes' runs gave, else made from the values' records
+    (constants from their tensors), under the caller's FakeTensorMode."""
 
     def __init__(self, graph: Graph, values: dict[str, Value]):
-        self.graph, self.values, self.env = graph, values, {}
+        super().__init__()
+        self.graph, self.values = graph, values
 
-    def tensor(self, name: str) -> Any:
-        if name not in self.env:
-            if name in self.graph.constants:
-                t = self.graph.constants[name].tensor
-                self.env[name] = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype)
-            else:
-                v = self.values[name]
-                self.env[name] = torch.empty_strided(v.shape, v.stride, dtype=to_dtype(v.dtype),
-                                                     device=v.device) if v.type == "tensor" else 1
-        return self.env[name]
-
-    def run(self, node: Node) -> Any:
-        """The node's fake result, or None where the op does not run on fake tensors (data-dependent sizes...)."""
-        def read(a: Any) -> Any:
-            if isinstance(a, Ref):
-                return self.tensor(a.name)
-            return [read(x) for x in a] if isinstance(a, (tuple, list)) else a
-
-        try:
-            return node_callable(self.graph, node)(*[read(a) for a in node.args],
-                                                   **{k: read(v) for k, v in node.kwargs.items()})
-        except Exception:  # noqa: BLE001 - not runnable this way: the node keeps its declared layout
-            return None
+    def __missing__(self, name: str) -> Any:
+        if name in self.graph.constants:
+            t = self.graph.constants[name].tensor
+            fake = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype)
+        else:
+            v = self.values[name]
+            fake = torch.empty_strided(v.shape, v.stride, dtype=to_dtype(v.dtype), device=v.device) \
+                if v.type == "tensor" else 1
+        self[name] = fake
+        return fake
