@@ -33,6 +33,7 @@ from ember_core import (
     dtype_name,
     fresh_name,
     graph_device,
+    memory_format_of,
     prune_values,
     rename_reads,
     resolve_op,
@@ -198,10 +199,10 @@ def _rewrite(graph: Graph, i: int, read: dict, outputs: set[str], state: tuple,
         return (Node((final,), op, tuple(args), {}, dict(node.meta)),), absorbed
     # a result the graph returns keeps eager's layout: oneDNN's is copied back to it; the nodes that read it read
     # oneDNN's (the next convolution without a reorder)
+    if memory_format_of(declared) is None:  # no copy gives that layout back
+        return None
     packed = fresh_name(graph, f"{final}_packed", taken)
     copy = copy_to_layout(packed, final, declared, node.meta)
-    if copy is None:
-        return None
     values[packed] = declared.replace(stride=layout)
     renames[final] = packed
     return (Node((packed,), op, tuple(args), {}, dict(node.meta)), copy), absorbed
