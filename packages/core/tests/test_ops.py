@@ -43,3 +43,18 @@ def test_views_are_read_off_the_schema():
     others = ["aten.clone.default", "aten.add.Tensor", "aten.add_.Tensor", "aten._unsafe_view.default",
               "operator.mul", "aten.no_such.op"]
     assert [is_view_op(n) for n in views + others] == [True] * len(views) + [False] * len(others)
+
+
+def test_returned_views_are_the_views_on_the_way_to_an_output():
+    from ember_core import from_fx, returned_views
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        y = x.relu()
+        return y, y.t()[0], y.t() * 2, (y + 1).view(-1)
+
+    graph = from_fx(make_fx(f)(torch.randn(3, 4)))
+    ops = {o: n.op for n in graph.nodes for o in n.outputs}
+    found = returned_views(graph)
+    assert sorted(ops[v] for v in found) == ["aten.select.int", "aten.t.default", "aten.view.default"]
+    assert returned_views(graph, [graph.outputs[3].name]) == {graph.outputs[3].name}

@@ -77,12 +77,37 @@ def test_gradients_through_the_channels_last_graph_are_as_accurate_as_eagers():
 
 def test_a_flatten_the_new_layout_cannot_view_becomes_a_reshape():
     def flat(x, w):
-        return (F.conv2d(x, w).view(2, -1),)
+        return (F.conv2d(x, w).view(2, -1) * 2,)  # (a returned view views a copy in the declared layout: below)
     args = (torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3))
     before, after = relaid(flat, args)
     assert [n.op for n in after.nodes if "view" in n.op or "reshape" in n.op] == ["aten.reshape.default"]
     (want, _), (got, _) = run_both(before, after, args)
     torch.testing.assert_close(got[0], want[0], rtol=1.3e-6, atol=1e-5)
+
+
+def test_returned_views_of_a_relaid_value_view_it_in_its_declared_layout():
+    """A view the graph returns of a value that became channels-last views the value's copy in its declared layout
+    (the copy the graph returns, when it returns the value too): eager's strides, and storage shared as eager's
+    views share it. Before, no copy gave such a view its strides back and the graph stayed NCHW."""
+    def heads(x, w1, w2):
+        y = F.relu(F.conv2d(x, w1, padding=1))
+        z = F.conv2d(y, w2, padding=1)
+        return y, y.unsqueeze(0), y.permute(0, 2, 3, 1), y[:, :2], z.transpose(1, 2)
+
+    args = (torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3), torch.randn(6, 6, 3, 3))
+    before, after = relaid(heads, args)
+    assert after is not before
+    convs = [n for n in after.nodes if n.op == "aten.convolution.default"]
+    assert all(memory_format_of(after.values[n.outputs[0]]) == torch.channels_last for n in convs)
+    copies = [n for n in after.nodes if n.op == "aten.clone.default"
+              and n.kwargs["memory_format"] == torch.contiguous_format]
+    assert len(copies) == 2  # y's, which its views read, and z's, which its transpose reads
+    (want, _), (got, _) = run_both(before, after, args)
+    assert [g.stride() for g in got] == [w.stride() for w in want]
+    ptrs = [[a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for b in outs] for outs in (got, want)
+            for a in outs]
+    assert ptrs[:5] == ptrs[5:]
+    torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5)
 
 
 def test_graphs_without_convolutions_on_the_cpu_or_declined_are_left_alone():

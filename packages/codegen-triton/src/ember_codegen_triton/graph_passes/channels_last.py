@@ -8,7 +8,9 @@ inference on an H200 spent 1.07 ms a call, a quarter of ember's GPU time, in `nc
 operands writes channels-last, and the pointwise ops, norms and pooling after it keep that layout as eager's
 kernels do. Every value's layout is then what ATen's meta kernels give for the new operands (the graph run once
 under FakeTensorMode); a `view` that the new layout cannot take becomes `reshape`. A user output keeps the layout
-it had (copied back); a graph whose inputs it writes or aliases in another layout is left alone.
+it had (copied back), and a view it returns views such a copy of its base (the returned one where the base is
+returned too, so they share storage as in eager); a graph whose inputs it writes or aliases in another layout is
+left alone.
 
 For training the pass runs before autograd, so the backward is traced from the channels-last forward (its
 `convolution_backward` reads and writes NHWC as well); a weight's gradient reaches `.grad` in the parameter's own
@@ -43,6 +45,7 @@ from ember_core import (
     copy_to_layout,
     fresh_name,
     graph_device,
+    returned_views,
     run_on_fakes,
     to_dtype,
 )
@@ -200,7 +203,8 @@ def _relaid(graph: Graph) -> Graph:
     copied back to their layouts; `LayoutRefused` when that cannot be done faithfully."""
     device = _fake_device(graph_device(graph))
     emulated = device.type != torch.device(graph_device(graph)).type
-    values, nodes, taken, converted = dict(graph.values), [], set(), {}
+    values, nodes, taken, converted, declared = dict(graph.values), [], set(), {}, {}
+    viewed = returned_views(graph, [o.name for o in graph.outputs if o.kind == "user"])
     with FakeTensorMode():
         env = {c.name: torch.empty_strided(c.tensor.shape, c.tensor.stride(), dtype=c.tensor.dtype, device=device)
                for c in graph.constants.values()}
@@ -214,6 +218,9 @@ def _relaid(graph: Graph) -> Graph:
                 for k in (0, 1):
                     args[k] = _nhwc(graph, args[k], env, values, nodes, taken, converted, node)
                 node = node.replace(args=tuple(args))
+            if viewed.intersection(node.outputs) and isinstance(node.args[0], Ref):
+                source = _as_declared(graph, node.args[0], env, values, nodes, taken, declared, node)
+                node = node.replace(args=(source, *node.args[1:]))
             node, result = run_on_fakes(graph, node, env)  # a view the new layout cannot take becomes reshape
             if result is None:
                 raise LayoutRefused(f"no layout for {node.outputs[0]} ({node.op}) under FakeTensorMode")
@@ -221,7 +228,7 @@ def _relaid(graph: Graph) -> Graph:
                 result = _as_cudnn_writes(result, env, node)
             _record(node, result, env, values)
             nodes.append(node)
-    return _outputs_as_before(graph, graph.replace(nodes=tuple(nodes), values=values), taken)
+    return _outputs_as_before(graph, graph.replace(nodes=tuple(nodes), values=values), taken, declared)
 
 
 def _record(node: Node, result, env: dict, values: dict[str, Value]) -> None:
@@ -253,6 +260,24 @@ def _nhwc(graph: Graph, ref: Ref, env: dict, values: dict, nodes: list, taken: s
     return converted[ref.name]
 
 
+def _as_declared(graph: Graph, ref: Ref, env: dict, values: dict, nodes: list, taken: set, declared: dict,
+                 at: Node) -> Ref:
+    """`ref` in the layout the graph declares for it: itself, or its copy in that layout (made once per value, its
+    fake in `env`), for a view the graph returns to view; `LayoutRefused` when no memory format gives the layout."""
+    want = graph.values.get(ref.name)
+    if ref.name in declared or want is None or tuple(env[ref.name].stride()) == want.stride:
+        return declared.get(ref.name, ref)
+    name = fresh_name(graph, f"{ref.name}_out", taken)
+    copy = copy_to_layout(ref.name, name, want, at.meta)
+    if copy is None:
+        raise LayoutRefused(f"{ref.name}, viewed by an output, has a layout no memory format gives: {want.stride}")
+    _, env[name] = run_on_fakes(graph, copy, env)
+    values[name] = want.replace(base=None, storage_offset=0)
+    nodes.append(copy)
+    declared[ref.name] = Ref(name)
+    return declared[ref.name]
+
+
 def _as_cudnn_writes(result: torch.Tensor, env: dict, node: Node) -> torch.Tensor:
     """A convolution's result laid out as cuDNN writes it: channels-last when its input or weight is (the CPU's
     meta kernels pick a backend by size and may write NCHW)."""
@@ -262,8 +287,9 @@ def _as_cudnn_writes(result: torch.Tensor, env: dict, node: Node) -> torch.Tenso
     return result
 
 
-def _outputs_as_before(before: Graph, after: Graph, taken: set[str]) -> Graph:
-    """User outputs whose layout changed copied back to it; `LayoutRefused` for any other output that changed."""
+def _outputs_as_before(before: Graph, after: Graph, taken: set[str], declared: dict[str, Ref]) -> Graph:
+    """User outputs whose layout changed copied back to it (the copy a returned view reads, where there is one, so
+    the two share storage); `LayoutRefused` for any other output that changed."""
     values, nodes, outputs = dict(after.values), list(after.nodes), []
     for out in after.outputs:
         old, new = before.values.get(out.name), after.values.get(out.name)
@@ -272,6 +298,9 @@ def _outputs_as_before(before: Graph, after: Graph, taken: set[str]) -> Graph:
             continue
         if out.kind != "user":
             raise LayoutRefused(f"output {out.name} ({out.kind}) would change its layout")
+        if out.name in declared:
+            outputs.append(Output(declared[out.name].name, out.kind, out.input))
+            continue
         name = fresh_name(after, f"{out.name}_out", taken)
         copy = copy_to_layout(out.name, name, old)
         if copy is None:

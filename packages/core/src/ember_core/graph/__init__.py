@@ -38,6 +38,7 @@ from ._schema import (
     node_refs,
     prune_values,
     rename_reads,
+    returned_views,
 )
 from ._sizes import contiguous_stride, layout_problem
 from ._symbol_names import canonical_symbols, rename_symbols
@@ -48,6 +49,7 @@ __all__ = [
     "unsupported_tensor", "arguments_problem", "as_sympy", "canonical", "canonical_symbols", "Constant",
     "CUSTOM_FUNCTION", "custom_function_arguments", "decompositions", "dim_value", "dtype_name", "dumps",
     "ExprError", "fingerprint", "contiguous_stride", "format_graph", "format_node", "copy_to_layout", "fresh_name",
+    "returned_views",
     "from_fx", "Graph", "graph_device", "graph_from_json", "graph_to_json", "Input", "IntExpr",
     "is_custom_function", "is_random", "is_source_identifier", "iter_refs", "json_schema", "json_schema_path",
     "layout_problem", "LAYOUTS", "load", "load_text", "loads", "map_args", "memory_format_of", "MEMORY_FORMATS",

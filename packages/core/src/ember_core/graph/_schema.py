@@ -9,11 +9,13 @@ and `Sym` (a symbolic size expression over the graph's symbols). JSON I/O lives 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from ._ops import is_view_op
 
 # (major, minor). Rules: a field added with a default is a minor bump; a field removed or changed is a major bump.
 # tests/test_schema_lock.py fails when the schema's shape changes without a bump.
@@ -253,6 +255,22 @@ def copy_to_layout(source: str, target: str, declared: Value, meta: Mapping[str,
     if form is None:
         return None
     return Node((target,), "aten.clone.default", (Ref(source),), {"memory_format": form}, dict(meta or {}))
+
+
+def returned_views(graph: Graph, outputs: Iterable[str] | None = None) -> set[str]:
+    """The values made by views, and views of views, of a value on the way to a returned one (of `outputs`, by
+    default every output): a pass that changes a value's layout lets such views read it in its declared layout, so
+    that what the graph returns keeps eager's strides and shares storage as eager's views do."""
+    producer = {o: n for n in graph.nodes for o in n.outputs}
+    found: set[str] = set()
+    for name in (o.name for o in graph.outputs) if outputs is None else outputs:
+        while name in producer and name not in found and is_view_op(producer[name].op):
+            found.add(name)
+            source = producer[name].args[0] if producer[name].args else None
+            if not isinstance(source, Ref):
+                break
+            name = source.name
+    return found
 
 
 def fresh_name(graph: Graph, base: str, taken: set[str]) -> str:

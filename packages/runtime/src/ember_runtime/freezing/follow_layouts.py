@@ -20,6 +20,7 @@ from ember_core import (
     is_view_op,
     node_refs,
     rename_reads,
+    returned_views,
     run_on_fakes,
     to_dtype,
 )
@@ -48,7 +49,7 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
     Nodes with symbolic sizes, and ops that do not run under FakeTensorMode, keep the layouts the graph declares."""
     values, outputs, relaid = dict(graph.values), output_names(graph), dict(relaid)
     copies = dict(returned)  # a relaid value → its copy in the declared layout
-    on_the_way = _views_to_outputs(graph, outputs)
+    on_the_way = returned_views(graph)
     nodes: list[Node] = []
     renames: dict[str, str] = {}
     taken: set[str] = set()
@@ -98,20 +99,6 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
 
 def _static(v: Value | None) -> bool:
     return v is not None and v.type == "tensor" and all(type(d) is int for d in (*v.shape, *v.stride))
-
-
-def _views_to_outputs(graph: Graph, outputs: set[str]) -> set[str]:
-    """The values made by views (and views of views) of another value that the graph returns."""
-    producer = {o: n for n in graph.nodes for o in n.outputs}
-    found: set[str] = set()
-    for name in outputs:
-        while name in producer and name not in found and is_view_op(producer[name].op):
-            found.add(name)
-            source = producer[name].args[0] if producer[name].args else None
-            if not isinstance(source, Ref):
-                break
-            name = source.name
-    return found
 
 
 def _declared_copy(graph: Graph, source: str, want: Value, nodes: list[Node], values: dict[str, Value],
