@@ -45,6 +45,7 @@ from ember_core import (
     copy_to_layout,
     fresh_name,
     graph_device,
+    memory_format_of,
     returned_views,
     run_on_fakes,
     to_dtype,
@@ -267,10 +268,10 @@ def _as_declared(graph: Graph, ref: Ref, env: dict, values: dict, nodes: list, t
     want = graph.values.get(ref.name)
     if ref.name in declared or want is None or tuple(env[ref.name].stride()) == want.stride:
         return declared.get(ref.name, ref)
+    if memory_format_of(want) is None:
+        raise LayoutRefused(f"{ref.name}, viewed by an output, has a layout no memory format gives: {want.stride}")
     name = fresh_name(graph, f"{ref.name}_out", taken)
     copy = copy_to_layout(ref.name, name, want, at.meta)
-    if copy is None:
-        raise LayoutRefused(f"{ref.name}, viewed by an output, has a layout no memory format gives: {want.stride}")
     _, env[name] = run_on_fakes(graph, copy, env)
     values[name] = want.replace(base=None, storage_offset=0)
     nodes.append(copy)

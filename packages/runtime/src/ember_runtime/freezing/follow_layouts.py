@@ -18,6 +18,7 @@ from ember_core import (
     copy_to_layout,
     fresh_name,
     is_view_op,
+    memory_format_of,
     node_refs,
     rename_reads,
     returned_views,
@@ -82,12 +83,10 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
                     fakes[name] = t
                     continue
                 if name in outputs:
-                    names[k] = fresh_name(graph, f"{name}_relaid", taken)
-                    copy = copy_to_layout(names[k], name, values[name], node.meta)
-                    if copy is None:  # a declared layout no memory format gives: ATen's is left to the codegen
-                        names[k] = name
+                    if memory_format_of(values[name]) is None:  # no copy gives it back: ATen's is left as it is
                         continue
-                    nodes.append(copy)
+                    names[k] = fresh_name(graph, f"{name}_relaid", taken)
+                    nodes.append(copy_to_layout(names[k], name, values[name], node.meta))
                     renames[name], copies[names[k]] = names[k], name
                 relaid[names[k]] = values[name]
                 values[names[k]] = values[name].replace(stride=tuple(t.stride()), storage_offset=t.storage_offset())
@@ -105,11 +104,10 @@ def _declared_copy(graph: Graph, source: str, want: Value, nodes: list[Node], va
                    taken: set[str]) -> str | None:
     """A copy of `source` in its declared layout (`want`), appended to `nodes`: its name, or None when no memory
     format gives that layout."""
-    name = fresh_name(graph, f"{source}_declared", taken)
-    copy = copy_to_layout(source, name, want)
-    if copy is None:
+    if memory_format_of(want) is None:
         return None
-    nodes.append(copy)
+    name = fresh_name(graph, f"{source}_declared", taken)
+    nodes.append(copy_to_layout(source, name, want))
     values[name] = want.replace(base=None, storage_offset=0)
     return name
 
