@@ -70,3 +70,25 @@ def test_dynamo_says_once_why_the_call_runs_eagerly(kind, as_module):
     fallbacks = [e for e in rec.events if e.kind == "fallback"]
     assert len(fallbacks) == 1 and fallbacks[0].data["cause"] == "eager", [e.message for e in rec.events]
     assert KINDS[kind][1] in fallbacks[0].data["reason"]
+
+
+def g(x):
+    s = x.to_sparse()
+    return (s * 2).to_dense() + 1
+
+
+@pytest.mark.parametrize("frontend", ["trace", "dynamo"])
+def test_a_sparse_value_made_inside_the_function_is_never_compiled_as_a_dense_one(frontend):
+    """The trace frontend recorded `x.to_sparse()` as a dense value with strides (0, 0), and the C++ codegen compiled
+    `s * 2` as a kernel over it, which raised ("Cannot access data pointer of Tensor that doesn't have storage").
+    A graph's values are dense, strided tensors: such a value is now refused where it is recorded, and that part of
+    the program runs eagerly, saying why."""
+    torch._dynamo.reset()
+    x = torch.randn(4, 4)
+    with ember.record_events() as rec, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ember.FallbackWarning)
+        out = ember.compile(g, options={"frontend": frontend})(x)
+    torch.testing.assert_close(out, g(x))
+    reasons = [e.data["reason"] for e in rec.events if e.kind == "fallback"]
+    if frontend == "trace":
+        assert len(reasons) == 1 and "a sparse tensor" in reasons[0], reasons

@@ -270,6 +270,7 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     # frontend) is traced here, not handed to compiled autograd
     with tracing_lock(), eager_derivatives(), torch._dynamo.compiled_autograd._disable():
         gm = _trace(fn, fake_inputs, fake_mode, facts, custom)
+    _dense_values_only(gm)
     _one_placeholder_per_symbol(gm)
     gm.graph.eliminate_dead_code()
     _check_constants(gm)
@@ -283,6 +284,19 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     # The ShapeEnv named the symbols (by hashes of their sources, which differ between frontends): name them s0,
     # s1 ... in order of first appearance, so every later stage, log and dump shows the same names.
     return ember_core.verify(ember_core.canonical_symbols(graph))
+
+
+def _dense_values_only(gm: fx.GraphModule) -> None:
+    """A graph's values are dense, strided tensors: a sparse, quantized or nested value the function makes
+    (`x.to_sparse()`) is refused, named (the frontend then runs the function eagerly, saying why). Recorded as it
+    was, its value read as a dense one with strides (0, 0), and the C++ codegen compiled a kernel over it that
+    raised at run time."""
+    for node in gm.graph.nodes:
+        for v in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+            problem = ember_core.unsupported_tensor(v) if isinstance(v, torch.Tensor) else None
+            if problem is not None:
+                raise ember_core.GraphError(f"{node.name} ({node.target}) is {problem}: a graph's values are dense, "
+                                            "strided tensors")
 
 
 def _one_placeholder_per_symbol(gm: fx.GraphModule) -> None:
