@@ -185,8 +185,19 @@ def test_float32_row_variance_of_long_rows_is_within_two_ulps_of_float64():
 
 def test_whole_tensor_reductions_over_several_r_dims_and_views():
     x = torch.randn(300, 257)
-    check(lambda x: (x.t().sum(), x[:, 1::2].mean(), x[::3].amax(), x.t().argmin(), torch.softmax(x.flatten(), 0)),
-          x, atol=1e-5, rtol=1e-5)
+    check(lambda x: (x[::3].amax(), x.t().argmin(), torch.softmax(x.flatten(), 0)), x, atol=1e-5, rtol=1e-5)
+
+    # sums of 77,100 and 38,550 values near 0: as accurate as eager's against float64, not equal to it (the
+    # summation orders differ; compared with eager at 1e-5 they failed CI by 1.5e-5 on one draw). A sum that lost
+    # or repeated a chunk or a lane would be off by about one value, thousands of times this bound.
+    def sums(x):
+        return x.t().sum(), x[:, 1::2].mean()
+
+    check(sums, x, atol=1e-3, rtol=1e-3)  # every kernel compiled as C++, no fallback
+    got, want, exact = compile_fn(sums, x)([x]), sums(x), sums(x.double())
+    bound = 8 * torch.finfo(torch.float32).eps * x.abs().sum().item()
+    for g, w, e in zip(got, want, exact):
+        assert abs(g.item() - e.item()) <= max(3 * abs(w.item() - e.item()), bound / x.numel() ** 0.5), (g, w, e)
     ints = torch.randint(-1000, 1000, (70_001,), dtype=torch.int32)
     check(lambda x: (x.sum(), x.amax(), x.argmax()), ints)
 
