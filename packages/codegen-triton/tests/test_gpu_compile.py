@@ -421,7 +421,7 @@ def graph_passes_compile(on_sm90, binaries) -> None:
     def cnn(x, w1, w2, scale, wl):
         y = F.relu(F.conv2d(x, w1, padding=1) * scale[None, :, None, None])
         y = F.max_pool2d(F.conv2d(y, w2, padding=1) + y, 2)
-        return (F.linear(y.flatten(1), wl).float().softmax(-1), y)
+        return (F.linear(y.flatten(1), wl).float().softmax(-1), y, y.permute(0, 2, 3, 1))  # y and a view of it
 
     def head(b, x, w):
         return (torch.addmm(b, x, w).relu() * 2,)
