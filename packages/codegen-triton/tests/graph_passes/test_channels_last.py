@@ -102,6 +102,10 @@ def test_returned_views_of_a_relaid_value_view_it_in_its_declared_layout():
     copies = [n for n in after.nodes if n.op == "aten.clone.default"
               and n.kwargs["memory_format"] == torch.contiguous_format]
     assert len(copies) == 2  # y's, which its views read, and z's, which its transpose reads
+    for copy in copies:  # on the GPU the graph was declared on, in its source's dtype (the interpreter cannot tell)
+        made, source = after.values[copy.outputs[0]], after.values[copy.args[0].name]
+        assert (made.device, made.dtype) == ("cuda:0", source.dtype)
+        assert memory_format_of(made) == torch.contiguous_format
     (want, _), (got, _) = run_both(before, after, args)
     assert [g.stride() for g in got] == [w.stride() for w in want]
     ptrs = [[a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for b in outs] for outs in (got, want)
