@@ -94,6 +94,70 @@ def test_block_grads_match_eager(block, frontend, partition):
         torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
 
 
+class PadToWidth(nn.Module):
+    """Keeps every other column and pads back to the input's width: the pad amount is computed from a size."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(1, 1))
+
+    def forward(self, x):
+        n = x.shape[1]
+        return F.pad(x[:, ::2] * self.w, (0, n - (n + 1) // 2)).sin()
+
+
+def test_training_with_dynamic_shapes_and_a_pad_by_a_symbolic_amount(frontend):
+    """Under `dynamic=True` the pad amount is a symbolic size; the joint trace's first run over the graph raised in
+    ATen's C++ `constant_pad_nd` ("SymIntArrayRef expected to contain only concrete integers"), so training any
+    such model failed to compile. One graph now serves every width, with eager's gradients."""
+    model = PadToWidth()
+    compiled = ember.compile(model, dynamic=True, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for shape in ((3, 7), (5, 12), (2, 16)):
+            assert_same_training_step(model, compiled, [torch.randn(*shape, requires_grad=True)])
+    assert sum(e.kind == "joint_traced" for e in rec.events) == 1
+    assert not [e for e in rec.events if e.kind == "fallback"]
+
+
+
+def assign_a_column_from_a_row_sum(x):
+    """The backward of the column assignment is a slice_scatter; its gradient's row sum reads the row sum of
+    another gradient through a masked load."""
+    v = torch.sqrt(x.cos().abs() + 0.1)
+    row_max = v.amax(-1, keepdim=True).expand(x.shape) + 0
+    row_sum = x.sum(1, keepdim=True).expand(x.shape) + 0
+    a = v.clone()
+    a[:, 0] = row_sum[:, 1] * 2
+    return row_max * 0.3 + a * 0.4
+
+
+def reduce_a_scattered_row_sum(x):
+    s = x.sum(1, keepdim=True)
+    zeros = torch.zeros_like(x)
+    t = torch.slice_scatter(zeros, torch.where(torch.arange(x.shape[1]) == 1, s.expand(x.shape) * 2, zeros), 0, 0)
+    return t.sum(1, keepdim=True) + x
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_reduction_of_another_reductions_result_waits_for_it(frontend, dynamic):
+    """Fusion put the second row sum's loop into the first's kernel and moved the masked load of the first sum
+    before the loop that computes it: the kernel read the temp buffer before it was written and returned garbage
+    (1e21 and 1e36 where eager gave single digits), forward and backward, with no error."""
+    for fn, x in ((reduce_a_scattered_row_sum, torch.randn(3, 7)), (assign_a_column_from_a_row_sum,
+                                                                    torch.randn(3, 7, requires_grad=True))):
+        compiled = ember.compile(fn, dynamic=dynamic, options={"frontend": frontend})
+        for rows in (3, 5):
+            x_eager = torch.randn(rows, 7, requires_grad=x.requires_grad)
+            x_ember = x_eager.detach().clone().requires_grad_(x.requires_grad)
+            eager, out = fn(x_eager), compiled(x_ember)
+            torch.testing.assert_close(out, eager)
+            if x.requires_grad:
+                weights = torch.linspace(-1, 2, 7)
+                (eager * weights).sum().backward()
+                (out * weights).sum().backward()
+                torch.testing.assert_close(x_ember.grad, x_eager.grad)
+
+
 def test_cnn_and_gpt_train_with_each_partitioner(frontend, partition):
     cnn = SmallCNN()
     assert_same_training_step(cnn, compile_for_training(cnn, frontend, partition),

@@ -471,3 +471,24 @@ def test_a_graph_without_source_lines_gets_none():
     x, w = rand(4, 8), rand(8)
     jg = joint(capture(lambda x, w: (x.sin() * w).sum(), x, w), [x, w]).graph
     assert not [n for n in jg.nodes if "source" in n.meta or "module" in n.meta]
+
+
+def test_an_op_given_a_list_of_symbolic_sizes_runs_on_the_fake_primals():
+    """`F.pad` by an amount computed from a symbolic size is `constant_pad_nd(x, [0, s1 - (s1 + 1) // 2])`. The
+    probe run that finds the differentiable outputs called ATen's C++ kernel of it, which needs concrete integers
+    ("SymIntArrayRef expected to contain only concrete integers"), and every dynamic-shape training graph with such
+    an op failed to compile; it now dispatches as the joint trace does, through the Python dispatcher."""
+    def f(x):
+        n = x.shape[1]
+        return F.pad(x[:, ::2], (0, n - (n + 1) // 2)).sin()
+
+    compiled = Compiled(f, rand(3, 7), tracing_mode="symbolic")
+    assert "aten.constant_pad_nd.default" in {n.op for n in compiled.joint.graph.nodes}
+    for shape in ((3, 7), (5, 10)):
+        x = rand(*shape)
+        [x2] = leaves([x])
+        [out] = compiled(x2)
+        out.backward(out.detach() + 1)
+        eager = f(x)
+        eager.backward(eager.detach() + 1)
+        torch.testing.assert_close((out, x2.grad), (eager, x.grad))

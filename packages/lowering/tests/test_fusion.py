@@ -3,6 +3,7 @@
 import sympy
 from ember_lowering import parse_plan
 from ember_lowering._fusion import deps_of, forward_stores, merge_loops, space_map, toposort
+from ember_lowering._loop_ir import Loop, Op
 
 PLAN = """\
 # ember kernel plan 'g' on cpu
@@ -96,3 +97,39 @@ def g(x):
     assert merge_loops(kernel) == kernel
     independent = parse_plan(text.replace("sub t2, t1", "neg t2")).kernels[0]
     assert len(merge_loops(independent).body) == 2
+
+
+def test_a_masked_load_of_what_a_loops_result_was_stored_to_stays_after_that_store():
+    """A reduction over a where of an earlier reduction's result (the backward of `a[:, 0] = s[:, 1] * 2` under a
+    slice_scatter) reads the stored sum through a masked load, which store forwarding leaves alone. Folding the
+    second loop into the first moved that load before the first loop: it read the sum before it was written, and
+    the kernel returned whatever the buffer held (1e21 where eager gave 7)."""
+    text = """\
+# ember kernel plan 'g' on cpu
+def g(x):
+  x: f32[4, 8] input
+  s: f32[4, 1] temp
+  u: f32[4, 1] output
+  kernel k[i0 < 4, r0 < 8]:
+    loop:
+      t0: f32 = load x[i0, r0]
+      t1: f32 = reduce_sum t0
+    store s[i0, 0] = t1
+    t2: i64 = index i0
+    t3: i64 = const 4
+    t4: b8 = lt t2, t3
+    t5: f32 = load s[i0, 0] if t4 else 0.0
+    loop:
+      t6: f32 = load x[i0, r0]
+      t7: f32 = mul t6, t5
+      t8: f32 = reduce_sum t7
+    store u[i0, 0] = t8
+  return (u)
+"""
+    kernel = parse_plan(text).kernels[0]
+    folded = merge_loops(kernel)
+    order = [(type(s).__name__, getattr(s, "op", None), getattr(s, "buffer", None)) for s in folded.body]
+    store = order.index(("Instr", Op.STORE, "s"))
+    load = order.index(("Instr", Op.LOAD, "s"))
+    assert store < load, order
+    assert isinstance(folded.body[-2], Loop) and folded.body.index(folded.body[-2]) > load  # the second loop after it

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from ember_core.testing import assert_golden
-from ember_lowering import Decision, Loop, LoweringError, Op, lower, lower_graph, schedule
+from ember_lowering import Decision, Loop, LoweringError, Op, PlanError, lower, lower_graph, schedule
 from lowering_checks import check, count_ops, trace
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -145,3 +145,23 @@ def test_decisions_are_structured_and_checked_against_the_passs_reasons():
     for verdict, reason in (("kept", "unknown"), ("pondered", "known")):
         with pytest.raises(LoweringError, match="chatty"):
             schedule(plan, passes=[_Chatty(verdict, reason)])
+
+
+class _ReadBeforeWrite:
+    """A broken pass: runs the steps in reverse order, so a kernel loads a temp before the kernel storing it runs
+    (the loop-folding bug did this inside one kernel)."""
+
+    id = "read-before-write"
+
+    def run(self, plan, note):
+        return plan.replace(steps=plan.steps[::-1])
+
+
+def test_a_plan_a_pass_broke_is_refused_before_any_codegen_sees_it():
+    """Without `check`, the plan was verified only when read back from the plan cache: a fusion bug that loaded a
+    buffer before storing it reached the C++ codegen and computed garbage. `lower` now verifies what it returns,
+    so such a graph falls back (the codegens run their graph in the interpreter on any lowering error)."""
+    graph = trace(lambda x: torch.softmax(x, -1) * 2, X)
+    assert lower(graph, emit_event=False)  # the real passes make a valid plan
+    with pytest.raises(PlanError, match="before any step writes it"):
+        lower(graph, passes=(_ReadBeforeWrite(),), emit_event=False)

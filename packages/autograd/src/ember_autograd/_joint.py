@@ -115,7 +115,9 @@ class JointTrace:
         tangent for each."""
         env = self.primals.symbols.shape_env
         probe = env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
-        with self.primals.mode, torch.enable_grad(), probe:  # a scalar this run reads is read again when traced
+        # the Python dispatcher as in `run`: without it, ops given symbolic size lists (`constant_pad_nd`) reach
+        # C++ kernels that need concrete ones. A scalar this run reads is read again when traced (`probe`)
+        with self.primals.mode, enable_python_dispatcher(), torch.enable_grad(), probe:
             outs = self.interpreter.run(self.primals.values)
             self.traced = [_differentiable(o) for o in outs]
             self.differentiable = [t or self._recorded(j, o) for j, (t, o) in enumerate(zip(self.traced, outs))]

@@ -308,7 +308,9 @@ def merge_loops(kernel: Kernel) -> Kernel:
 
 
 def _split_between(first: Loop, between: Sequence[Instr]) -> tuple[list[Instr], list[Instr]]:
-    """Outer instructions between two loops: those that can run before the first loop, and the rest."""
+    """Outer instructions between two loops: those that can run before the first loop, and the rest. A load stays
+    after every store to its buffer: the first loop's, and those that stay after it (a masked load of a result
+    stored there is not forwarded, so it still reads memory)."""
     blocked = _reduce_outs(first) | set(defined_names(first.body))
     stored = set(_stores(first.body))
     early, late = [], []
@@ -316,6 +318,8 @@ def _split_between(first: Loop, between: Sequence[Instr]) -> tuple[list[Instr], 
         if i.op is Op.STORE or used_names(i) & blocked or (i.op is Op.LOAD and i.buffer in stored):
             late.append(i)
             blocked |= set(i.outs)
+            if i.op is Op.STORE:
+                stored.add(i.buffer)
         else:
             early.append(i)
     return early, late

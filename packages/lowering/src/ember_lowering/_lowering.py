@@ -48,6 +48,7 @@ from ._rules_reduction import reduction_rules
 from ._rules_view import view_rules
 from ._scheduler import drop_unused_buffers, name_kernels, order_buffers, schedule
 from ._split_reductions import SplitPolicy
+from ._verify import verify_plan
 
 log = logging.getLogger("ember.kernels")
 
@@ -403,8 +404,11 @@ def lower_with_text(graph: Graph, *, passes: Any = None, check: bool = False, sp
 
 def _lower(graph: Graph, passes: Any, check: bool, split: SplitPolicy | None, graph_passes: Sequence[str] | None,
            decisions: list[Decision]) -> KernelPlan:
-    plan = lower_graph(graph, split, decisions, graph_passes)
-    return schedule(plan, passes=passes, check=check, decisions=decisions)
+    plan = schedule(lower_graph(graph, split, decisions, graph_passes), passes=passes, check=check,
+                    decisions=decisions)
+    if not check:  # (with check, every pass's result was verified)
+        verify_plan(plan)  # what codegens get: a plan a pass broke is a PlanError (the graph falls back), not garbage
+    return plan
 
 
 def plan_steps(plan: KernelPlan) -> tuple[dict[str, Any], ...]:
