@@ -22,6 +22,21 @@ def test_softmax_of_half_and_of_masked_rows():
           x, torch.randn(4, 8).half())
 
 
+
+def test_logsumexp_over_dims_with_and_without_keepdim_infinite_rows_and_integers():
+    """Kept whole for its derivative (ember_core's NUMERICALLY_KEPT), it lowers to kernels as ATen computes it: a
+    row's max taken as 0 where it is infinite (a row of -inf gives -inf, a row holding +inf gives +inf)."""
+    x = torch.randn(4, 6, 5)
+    x[1, 2] = -float("inf")
+    x[2, 3, 1] = float("inf")
+    plan = check(lambda x, i, h: (torch.logsumexp(x, 1), torch.logsumexp(x, (0, 2), keepdim=True),
+                                  torch.logsumexp(x, -1), torch.logsumexp(i, 1), torch.logsumexp(h, 0)),
+                 x, torch.randint(-3, 3, (4, 6)), torch.randn(6, 3).half())
+    assert not plan.externs, "logsumexp runs as kernels, not ATen calls"
+    graph = trace(lambda x: torch.logsumexp(x, 1), x)
+    assert [n.op for n in graph.nodes] == ["aten.logsumexp.default"]
+
+
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm_over_one_and_two_dims(affine):
     if affine:

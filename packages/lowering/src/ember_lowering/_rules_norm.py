@@ -1,4 +1,4 @@
-"""Lowering rules of softmax, log_softmax and the norms, written as the decompositions they are.
+"""Lowering rules of softmax, log_softmax, logsumexp and the norms, written as the decompositions they are.
 
 Each emits the kernels of its decomposition (a max, a sum of exps, a division; a Welford reduction and an
 epilogue) and leaves the fusing to the scheduler: softmax and layer norm end as one kernel each.
@@ -33,6 +33,32 @@ def _softmax(log: bool) -> Callable:
             return ctx.pointwise(lambda b, v, mm, ss: b.cast(v, acc) - mm - b.log(ss), [x, m, s], x.shape, out)
         return ctx.pointwise(lambda b, ee, ss: ee / ss, [e, s], x.shape, out)
     return rule
+
+
+def _logsumexp(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
+    """log(sum(exp(x - m))) + m with m the max over `dim`, taken as 0 where it is infinite (a row of -inf gives
+    -inf, one with +inf gives +inf, not NaN): ATen's kernel. Kept whole (`NUMERICALLY_KEPT`) for its derivative."""
+    x = ctx.tensor(a["self"])
+    out = ctx.values[node.outputs[0]].dtype
+    acc = opmath(out)
+    n = x.rank
+    dims = sorted({d % n for d in a["dim"]}) if n and a["dim"] else list(range(n))
+    m = ctx.reduction(Op.REDUCE_MAX, x, dims, True, acc, acc=acc)
+
+    def finite(b: KernelBuilder, mm: Val) -> Val:
+        return b.where(b.abs(mm).eq(b.const(float("inf"), acc)), b.const(0.0, acc), mm)
+
+    e = ctx.pointwise(lambda b, v, mm: b.exp(b.cast(v, acc) - finite(b, mm)), [x, m], x.shape, acc)
+    s = ctx.reduction(Op.REDUCE_SUM, e, dims, True, acc, acc=acc)
+    r = ctx.pointwise(lambda b, ss, mm: b.log(ss) + finite(b, mm), [s, m], s.shape, out)
+    if a.get("keepdim", False):
+        return r
+    kept = [k for k in range(n) if k not in dims]
+
+    def index_of(v: tuple) -> list:
+        it = iter(v)
+        return [sympy.Integer(0) if k in dims else next(it) for k in range(n)]
+    return r.view([x.shape[k] for k in kept], index_of)
 
 
 def _affine(b: KernelBuilder, y: Val, w: Val | None, bias: Val | None) -> Val:
@@ -188,6 +214,7 @@ def _with_update_functional(ctx: LoweringContext, node: Node, a: dict) -> list:
 norm_rules: dict[str, Callable] = {
     "aten._softmax.default": _softmax(log=False),
     "aten._log_softmax.default": _softmax(log=True),
+    "aten.logsumexp.default": _logsumexp,
     "aten.native_layer_norm.default": _layer_norm,
     "aten.native_group_norm.default": _group_norm,
     "aten.native_batch_norm.default": _native_batch_norm,
