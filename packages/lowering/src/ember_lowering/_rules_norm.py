@@ -17,7 +17,7 @@ from ._context import LoweringContext, TensorRef
 from ._errors import Unsupported
 from ._loop_ir import Op, opmath
 from ._rules_reduction import count, welford
-from ._rules_view import reshape_index
+from ._rules_view import drop_dims, reshape_index
 
 
 def _softmax(log: bool) -> Callable:
@@ -51,14 +51,7 @@ def _logsumexp(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     e = ctx.pointwise(lambda b, v, mm: b.exp(b.cast(v, acc) - finite(b, mm)), [x, m], x.shape, acc)
     s = ctx.reduction(Op.REDUCE_SUM, e, dims, True, acc, acc=acc)
     r = ctx.pointwise(lambda b, ss, mm: b.log(ss) + finite(b, mm), [s, m], s.shape, out)
-    if a.get("keepdim", False):
-        return r
-    kept = [k for k in range(n) if k not in dims]
-
-    def index_of(v: tuple) -> list:
-        it = iter(v)
-        return [sympy.Integer(0) if k in dims else next(it) for k in range(n)]
-    return r.view([x.shape[k] for k in kept], index_of)
+    return r if a.get("keepdim", False) else drop_dims(r, dims)
 
 
 def _affine(b: KernelBuilder, y: Val, w: Val | None, bias: Val | None) -> Val:
