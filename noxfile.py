@@ -178,6 +178,21 @@ def fuzz(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def training_fuzz(session: nox.Session) -> None:
+    """Random small training programs, ember against eager, both against float64 (tests/training_fuzz): 200 seeds in
+    each setting (Dynamo, the trace frontend, dynamic shapes, autocast), about 10 minutes each on two cores. Arguments
+    go to `python -m tests.training_fuzz run` instead: `nox -s training_fuzz -- --seeds 1000:2000 --dynamic`. Fails
+    when a program's compiled loss, output or gradients break the accuracy contract or do not compile."""
+    install_siblings(session, [f"packages/{p}" for p in PACKAGES])
+    run = ["python", "-m", "tests.training_fuzz", "run"]
+    if session.posargs:
+        session.run(*run, *session.posargs)
+        return
+    for setting in ([], ["--frontend", "trace"], ["--dynamic"], ["--autocast"]):
+        session.run(*run, "--seeds", "0:200", *setting)
+
+
+@nox.session(python=PYTHON)
 def opinfo(session: nox.Session) -> None:
     """ember against eager on every OpInfo of torch's op_db (3 samples each, CPU, forward and backward; tests/opinfo),
     shard after shard, each in worker processes: `nox -s opinfo -- --shard 0/8` runs one shard, `-- --dtype bfloat16`

@@ -120,6 +120,29 @@ def test_training_with_dynamic_shapes_and_a_pad_by_a_symbolic_amount(frontend):
 
 
 
+def sum_over_and_scale_by(x, dim, k):
+    return x.sum(dim, keepdim=True) * x * k + k
+
+
+def test_an_int_argument_that_changes_sign_between_calls(frontend):
+    """Called again with another int, Dynamo makes the int a symbolic input (`Sym(-1)`); the joint trace gave every
+    symbol a positive range, so training with a negative dim or factor failed to compile ("positive set for negative
+    value: -1"). Now an int input's symbol may take any value: each call matches eager, forward and backward."""
+    compiled = ember.compile(sum_over_and_scale_by, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for dim, k, grad in ((1, 3, True), (-1, -4, True), (-2, -1, True), (-1, -4, False), (0, 2, False)):
+            x_eager = torch.randn(4, 5, requires_grad=grad)
+            x_ember = x_eager.detach().clone().requires_grad_(grad)
+            eager, out = sum_over_and_scale_by(x_eager, dim, k), compiled(x_ember, dim, k)
+            torch.testing.assert_close(out, eager)
+            if grad:
+                weights = torch.linspace(-1, 2, 5)
+                (eager * weights).sum().backward()
+                (out * weights).sum().backward()
+                torch.testing.assert_close(x_ember.grad, x_eager.grad)
+    assert not [e for e in rec.events if e.kind == "fallback"]
+
+
 def assign_a_column_from_a_row_sum(x):
     """The backward of the column assignment is a slice_scatter; its gradient's row sum reads the row sum of
     another gradient through a masked load."""
@@ -344,6 +367,11 @@ AT_KINKS = {
     "clamp": (lambda x: x.clamp(-1.0, 1.0), (_KINKS,)),
     "maximum at ties": (torch.maximum, (_KINKS, _KINKS.flip(0))),
     "abs and sqrt at 0": (lambda x: x.abs() + x.abs().sqrt(), (_KINKS,)),
+    # the std of a constant row is 0: eager's std_backward gives such a row the gradient 0, the derivative of
+    # sqrt(var) is 0 · inf = NaN there (found by tests/training_fuzz)
+    "std of constant rows": (lambda x: x.std(1) + torch.std_mean(x, 1)[0] * 2 + x.std(1, correction=0) * 3
+                             + x[0].std() + torch.std_mean(x[2])[0], (torch.tensor(
+                                 [[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 2.0, 3.0], [-2.0, -2.0, -2.0, -2.0]]),)),
     # an inf or 0/0 in the branch a decomposition's where does not take (NaN gradients), or the reverse
     "celu, mish, softplus at large x": (lambda x: F.celu(x) + F.mish(x) + F.softplus(x, beta=3, threshold=0.2),
                                         (torch.tensor([-1.0, 0.0, 20.0, 100.0, float("inf")]),)),

@@ -406,6 +406,23 @@ def test_a_backward_that_branches_on_a_number_read_from_a_tensor_is_refused_with
         joint(graph, [torch.randn(4, requires_grad=True), torch.tensor(2)])
 
 
+@pytest.mark.parametrize("k", [-3, 0, 5])
+def test_an_int_input_may_be_negative(k):
+    """A `sym` input that is no size of any tensor is an int the program passed (Dynamo makes one of an int argument
+    that changed between calls). The trace gave it a positive range, as a size has, and a negative example failed
+    ("positive set for negative value"); any int is now traced, and the joint computes with the value it is given."""
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[4] requires_grad, k: sym:i64):\n"
+                        "  y: f32[4] requires_grad = aten.mul.Tensor(x, k)\n"
+                        "  return (y)\n")
+    x = torch.randn(4, requires_grad=True)
+    traced = joint(graph, [x, k])
+    tangent = torch.randn(4)
+    for value in (k, -7):
+        out, grad = Interpreter(traced.graph).run([x.detach(), value, tangent])
+        torch.testing.assert_close((out, grad), (x.detach() * value, tangent * value))
+
+
 def test_an_op_fake_tensors_cannot_run_is_refused_with_a_reason(monkeypatch):
     # FakeTensor refuses an ATen op without a Meta kernel (UnsupportedOperatorException). Escaping the backend, Dynamo
     # turns that into a graph break that runs the graph eagerly, without ember's fallback event; as a GraphError the

@@ -115,3 +115,14 @@ def test_a_scattered_index_out_of_range_is_an_error_not_a_missing_element():
     for bad in (6, -1):
         with pytest.raises(IndexError):
             run_plan(plan, [X, torch.full((5, 1), bad)], {})
+
+
+def test_a_slice_scatter_over_a_whole_dim_is_its_source():
+    """slice_scatter(x, src, d, 0, END) (backward graphs write a gradient so) is `src` everywhere: lowered without
+    the position test and the masked load, which keep loads from being forwarded and loops from folding."""
+    plan = check(lambda x, s: (torch.slice_scatter(torch.zeros_like(x), s.sin(), 1, 0, 2**62) * 2,
+                               torch.slice_scatter(x, s, 0)), X, torch.randn(5, 6))
+    symbolic = check(lambda x, s: torch.slice_scatter(x, s, 1, 0, 2**62) + x, torch.randn(4, 7), torch.randn(4, 7),
+                     mode="symbolic", others=[(torch.randn(3, 9), torch.randn(3, 9))])
+    for p in (plan, symbolic):
+        assert " where " not in str(p) and " if " not in str(p), p

@@ -53,7 +53,7 @@ class FakePrimals:
                 example = example.node.hint  # a frontend's symbolic example: its value when traced
             if not isinstance(example, int):
                 raise GraphError(f"symbolic input {name!r} needs an int example, got {type(example).__name__}")
-            return self.symbols.add(name, example)
+            return self.symbols.add(name, example, size=False)  # not a size of any input: any int
         return example  # a Python scalar or None: traced as the constant it is
 
     def _tensor(self, v: Value) -> torch.Tensor:

@@ -27,15 +27,16 @@ class SymbolTable:
         for s in graph.symbols:
             self.add(s.name, s.hint)
 
-    def add(self, name: str, hint: int) -> Any:
-        """A new symbol called `name` in the graph, with the value `hint` when traced."""
+    def add(self, name: str, hint: int, size: bool = True) -> Any:
+        """A new symbol called `name` in the graph, with the value `hint` when traced: a size (never negative) or,
+        `size=False`, an int the graph takes as an input, which may be any int (a dim of -1, a negative factor)."""
         from torch._dynamo.source import ConstantSource
 
         if self.shape_env is None:
             self.shape_env = ShapeEnv()
         source = ConstantSource(f"ember_{name}")
         expr = self.shape_env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC,
-                                            do_not_specialize_zero_one=True)
+                                            positive=True if size else None, do_not_specialize_zero_one=True)
         symint = self.shape_env.create_symintnode(expr, hint=hint, source=source)
         self.symints[name] = symint
         self.graph_names[str(expr)] = name

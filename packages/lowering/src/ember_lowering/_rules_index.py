@@ -176,6 +176,10 @@ def _slice_scatter(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     step = to_expr(ctx.scalar(a.get("step")) or 1)
     if start.is_number and start < 0:
         start = start + x.shape[d]
+    if start == 0 and step == 1 and to_expr(src.shape[d]) == to_expr(x.shape[d]):
+        # the source covers the whole dim (a gradient written into zeros): the result is the source, with no
+        # position test (a masked load keeps its value from being forwarded and its loop from folding)
+        return _kernel(ctx, shape, dtype, lambda b, idx: b.cast(ctx.load(b, src, idx), dtype))
 
     def fn(b: KernelBuilder, idx: list) -> Val:
         pos = b.index(idx[d] - start)

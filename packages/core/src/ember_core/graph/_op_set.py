@@ -102,6 +102,10 @@ NUMERICALLY_KEPT: dict[str, str] = {
     # error on the gradient, measured); eager's logsumexp_backward is g·exp(x - lse)
     "aten.logsumexp.default": "its gradient through the decomposition adds a cancelling term at each max (3.4-5x "
                               "eager's error)",
+    # sqrt(var(x)): where the std is 0 (a constant row) the derivative of sqrt is inf and the gradient 0 · inf = NaN;
+    # eager's std_backward gives such a row the gradient 0. std_mean is std and mean (the same)
+    "aten.std.correction": "its gradient through the decomposition is NaN where the std is 0 (0 in eager)",
+    "aten.std_mean.correction": "its gradient through the decomposition is NaN where the std is 0 (0 in eager)",
 }
 
 
