@@ -116,6 +116,17 @@ def test_variants_start_with_the_heuristics_and_differ_in_the_printed_kernel():
         assert KernelPrinter(kernel, layout, "k").print().text == default
 
 
+def test_a_kernel_that_calls_a_libm_function_keeps_the_native_vector_width():
+    """libmvec's 8- and 16-lane tanh are different code, an ulp apart at some values; a forward kernel and the
+    backward's recomputation of the same values must agree bit for bit, so no such kernel is tried 256 bits wide."""
+    x = torch.randn(64, 300)
+    for fn, wide in ((lambda x: torch.tanh(x) * 2, False), (lambda x: x.pow(x), False),
+                     (lambda x: torch.sigmoid(x) * 2, True)):  # ember's own exp: the same bits at every width
+        plan = lower(trace(fn, x))
+        [kernel] = plan.kernels
+        assert (Variant(vector_bits=256) in KernelPrinter(kernel, PlanLayout(plan), "k").variants(True)) == wide
+
+
 def test_static_sizes_try_the_other_side_of_the_fork_and_the_threshold_is_the_preludes():
     from ember_codegen_cpp import prelude
     from ember_codegen_cpp._prelude import PAR_MIN

@@ -7,6 +7,7 @@ need `flags_error` (the kernel's error flag is set where the divisor is zero).
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Callable, Sequence
@@ -14,6 +15,8 @@ from collections.abc import Callable, Sequence
 import torch
 from ember_lowering import Op
 from ember_lowering.codegen import CannotPrint
+
+from ._libm import LIBM_OPS
 
 CTYPE = {
     "float64": "double", "float32": "float", "float16": "float", "bfloat16": "float", "int64": "int64_t",
@@ -66,10 +69,23 @@ def literal(value: int | float | bool, dtype: str) -> str:
 
 def _libm(name: str) -> Rule:
     def rule(a: Sequence[str], src: Sequence[str], dtype: str) -> str:
-        suffix = "" if src[0] == "float64" else "f"
-        return f"{name}{suffix}({', '.join(a)})"
+        return f"{_scalar_libm(name + ('' if src[0] == 'float64' else 'f'))}({', '.join(a)})"
 
     return rule
+
+
+def _scalar_libm(fname: str) -> str:
+    """The scalar function a kernel calls for libm's `fname`: the function itself, or, where the vector loops call
+    libmvec's or Sleef's form of it, `ember_s_<fname>`, which gives the vector form's bits (`scalar_layer`)."""
+    return f"ember_s_{fname}" if fname in _vector_only() else fname
+
+
+@functools.cache
+def _vector_only() -> frozenset[str]:
+    from ._build import vector_lanes
+    from ._vector_prelude import vector_only
+
+    return vector_only(vector_lanes()[0])
 
 
 def _exp(a: Sequence[str], src: Sequence[str], dtype: str) -> str:
@@ -166,7 +182,7 @@ def _mod(a: Sequence[str], src: Sequence[str], dtype: str) -> str:
 
 def _pow(a: Sequence[str], src: Sequence[str], dtype: str) -> str:
     if src[0] in FLOATS:
-        return f"pow{'' if src[0] == 'float64' else 'f'}({a[0]}, {a[1]})"
+        return f"{_scalar_libm('pow' if src[0] == 'float64' else 'powf')}({a[0]}, {a[1]})"
     if src[0] == "bool":
         return f"({a[0]} || !{a[1]})"
     return f"ember_ipow({a[0]}, {a[1]})"
@@ -179,9 +195,7 @@ cpp_rules: dict[Op, Rule] = {
     Op.SIGN: _float_or_int("ember_sign({0})", "ember_sign({0})", "{0}"),
     Op.FLOOR: _builtin("floor"), Op.CEIL: _builtin("ceil"), Op.ROUND: _builtin("rint"), Op.TRUNC: _builtin("trunc"),
     Op.EXP: _exp,
-    **{op: _libm(op.value) for op in (
-        Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS,
-        Op.ATAN, Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERF, Op.ERFC, Op.LGAMMA, Op.ATAN2)},
+    **{op: _libm(op.value) for op in sorted(LIBM_OPS, key=lambda op: op.value)},
     Op.SQRT: _builtin("sqrt"),
     Op.RSQRT: _float_or_int("({one} / __builtin_sqrt{F}({0}))", None),
     Op.ERFINV: _float_or_int("ember_erfinv({0})", None),

@@ -13,7 +13,7 @@ import functools
 
 from ._build import vector_lanes
 from ._libm import LIBM, vector_libm
-from ._vector_prelude import VECTOR_GENERIC, vector_layer
+from ._vector_prelude import VECTOR_GENERIC, scalar_layer, vector_layer
 
 # Element-iterations from which a kernel's parallel loop forks (`EMBER_PAR_MIN`; on 2 cores a fork pays off from
 # about 8K elements of a sigmoid, cheap ops need more). A build may override it with -DEMBER_PAR_MIN=...
@@ -241,5 +241,6 @@ def prelude() -> str:
     lanes = vector_lanes()
     par_min = f"#ifndef EMBER_PAR_MIN\n#define EMBER_PAR_MIN {PAR_MIN}\n#endif\n"
     vectors = VECTOR_GENERIC + "".join(f"\n// ---- vectors of {n} lanes\n" + vector_layer(n) for n in lanes)
+    vectors += f"\n// ---- scalar forms of the {lanes[0]}-lane functions\n" + scalar_layer(lanes[0])
     return ("// ember C++ prelude\n" + _HELPERS.lstrip("\n") + par_min + "\n" + _declarations(vector_libm()) + "\n"
             + vectors)

@@ -5,11 +5,14 @@ Chosen per function and vector width by accuracy first, then speed (`benchmarks/
 benchmarks/README.md; `tests/test_vector_math.py` holds every function to eager's worst ulp):
 - Sleef's 1-ulp (u10) functions where glibc's libmvec is less accurate than eager: log (libmvec 4 ulp where the
   result is small), tan (3), and acos, asin, atan, atanh, expm1, log1p, log2 and log10 (2 against eager's 1), and
-  its 1.5-ulp erfc (libmvec 2 against eager's 1): all eager's own;
-- with 16 lanes, Sleef's 3.5-ulp sin and cos, which are eager's own and faster than libmvec's (0.17 and 0.18 ns an
-  element against 0.21 and 0.26 on an AMD EPYC with AVX-512).
+  its 1.5-ulp erfc (libmvec 2 against eager's 1): all eager's own.
+Not Sleef's 3.5-ulp sin and cos with 16 lanes, though they are eager's own and faster than libmvec's (0.17 and 0.18
+ns an element against 0.21 and 0.26 on an AMD EPYC with AVX-512): they choose their range reduction by all 16 lanes
+at once, so one value's result depends on the values beside it, and a value recomputed elsewhere (the backward
+recomputes forward values; a scalar tail computes lane 0 of a splat) can come out an ulp apart
+(`tests/test_vector_math.py`, bit for bit in lanes and tail).
 Everywhere else libmvec (or ember's own exp and sigmoid) is as accurate as eager and the fastest that is: tanh, sin and
-cos with 8 lanes (2 ulp against eager's 3.5-ulp functions). Exceptions, 2 ulp against eager's 1: erf, because GELU
+cos (2 ulp against eager's 3.5-ulp functions). Exceptions, 2 ulp against eager's 1: erf, because GELU
 computes its erf and Sleef's is 3.4-5.8x slower (with 16 lanes libmvec's own erf is 4 ulp, so 16 lanes take its
 8-lane erf twice: `_vector_prelude.IN_HALVES`); asinh, acosh and cosh, whose Sleef functions overflow early (inf from
 1.8e19 and from 88.75, where the results are finite).
@@ -37,7 +40,6 @@ CHOICES: dict[int, dict[str, str]] = {
 }
 for lanes, isa in _ISA.items():
     CHOICES[lanes]["erfcf"] = f"Sleef_erfcf{lanes}_u15{isa}"  # eager's erfc: 1.5-ulp bound, 1 ulp measured
-CHOICES[16] |= {"sinf": "Sleef_sinf16_u35avx512f", "cosf": "Sleef_cosf16_u35avx512f"}
 
 
 @functools.cache
@@ -61,10 +63,13 @@ def sleef_functions(lanes: int) -> dict[str, str]:
 
 
 def link_flags(source: str) -> tuple[str, ...]:
-    """Linker flags for a unit: libtorch_cpu when its kernels call a vector function that Sleef serves (a call, not
-    the prelude's definition, whose parameters are `ember_f32x..`)."""
+    """Linker flags for a unit: libtorch_cpu when its kernels call a function that Sleef serves, in lanes or in its
+    scalar form (a call, not the prelude's definitions: of the vector function, whose parameters are `ember_f32x..`,
+    and of the scalar form, whose are `float`, and which calls the vector function on `ember_vsplat`)."""
     names = {name[:-1] for lanes in CHOICES for name in sleef_functions(lanes)}
-    used = names and re.search(rf"ember_v(?:{'|'.join(sorted(names))})\((?!ember_f)", source)
+    alternatives = "|".join(sorted(names))
+    used = names and re.search(rf"ember_v(?:{alternatives})\((?!ember_f|ember_vsplat)|ember_s_(?:{alternatives})f\("
+                               rf"(?!float )", source)
     if not used or _library() is None:
         return ()
     folder = str(_library().parent)

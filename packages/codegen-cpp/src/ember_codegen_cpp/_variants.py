@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import sympy
 from ember_core import as_sympy
-from ember_lowering import Kernel, Loop
+from ember_lowering import Kernel, Loop, Op
 
+from ._libm import LIBM_OPS
 from ._prelude import PAR_MIN
 
 SERIAL = 1 << 62  # a parallel threshold no loop reaches: the kernel never forks
@@ -46,9 +47,18 @@ def kernel_variants(kernel: Kernel, outer_contiguous: bool, wide_vectors: bool) 
             out.append(Variant(par_min=SERIAL) if work >= PAR_MIN else Variant(par_min=1))
         if not kernel.reduce_dims or outer_contiguous:
             out.append(Variant(tile=4))
-    if wide_vectors:
+    if wide_vectors and not _calls_libm(kernel):
         out.append(Variant(vector_bits=256))
     return out
+
+
+def _calls_libm(kernel: Kernel) -> bool:
+    """Whether the kernel calls a libm function (tanh, sin, pow ...). Such a kernel keeps the native vector width:
+    libmvec's 8- and 16-lane forms of a function are different code (tanh, cosh, asinh, acosh and exp2 differ by
+    an ulp at some values), and a value the backward recomputes must come out with the bits the forward's kernel
+    gave it (a max's gradient compares the two)."""
+    return any(i.op in LIBM_OPS or i.op is Op.POW for s in kernel.body
+               for i in (s.body if isinstance(s, Loop) else (s,)))
 
 
 def _parallel_work(kernel: Kernel) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ember_lowering import Op
 
 from ._cpp_rules import FLOATS, INTS, literal
+from ._libm import LIBM_OPS
 
 # Vector element type per dtype (values; float16 and bfloat16 compute in float32) and per dtype in memory.
 LANE = {"float32": "f32", "float16": "f32", "bfloat16": "f32", "float64": "f64", "int64": "i64", "int32": "i32",
@@ -26,8 +27,6 @@ _SIGNED = {"float32": "int32", "float64": "int64", "float16": "int32", "bfloat16
 _BOOL = {Op.AND: "&", Op.OR: "|", Op.XOR: "^", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^",
          Op.ADD: "|", Op.MUL: "&", Op.SUB: "^", Op.MAXIMUM: "|", Op.MINIMUM: "&", Op.NE: "^"}
 _ROUNDING = {Op.FLOOR: "ember_vfloor", Op.CEIL: "ember_vceil", Op.ROUND: "ember_vrint", Op.TRUNC: "ember_vtrunc"}
-_LIBM = {Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN,
-         Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERF, Op.ERFC, Op.LGAMMA, Op.ATAN2}
 
 
 class VectorOps:
@@ -96,7 +95,7 @@ class VectorOps:
             return f"ember_vsigmoidf({a[0]})" if f32 else f"(1.0 / (1.0 + ember_vexp(-{a[0]})))"
         if op is Op.POW:
             return f"ember_vpow({a[0]}, {a[1]})"
-        if op in _LIBM:
+        if op in LIBM_OPS:
             return f"ember_v{op.value}({', '.join(a)})"
         return None
 

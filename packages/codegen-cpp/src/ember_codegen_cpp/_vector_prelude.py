@@ -237,6 +237,41 @@ _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
 IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"erff"})}
 
 
+def _float_implementation(fname: str, lanes: int, simd: frozenset[str]) -> str:
+    """Which function `ember_v<name>` of float32 lanes calls at `lanes`: "sleef", "halves" (libmvec's variant of
+    half the lanes, twice), "libmvec", or "scalar" (the libm function lane by lane)."""
+    if fname in sleef_functions(lanes):
+        return "sleef"
+    if fname in simd and fname in IN_HALVES.get(lanes, ()):
+        return "halves"
+    if fname in simd and lanes in _ISA_BY_LANES:
+        return "libmvec"
+    return "scalar"
+
+
+def vector_only(lanes: int) -> frozenset[str]:
+    """The float32 libm functions (`tanhf`, ...) whose vector form at `lanes` is not the scalar function lane by lane
+    (libmvec's or Sleef's: a few ulp apart from glibc's scalar one). Scalar code calls them as `ember_s_<fname>`
+    (`scalar_layer`), so that a value has the same bits in a loop's lanes, in its scalar tail and in a kernel with
+    other loops: the partitioner recomputes forward values in the backward, and a max's gradient compares them
+    with the max the forward saved."""
+    simd = vector_libm()
+    return frozenset(f"{name}f" for name in LIBM if _float_implementation(f"{name}f", lanes, simd) != "scalar")
+
+
+def scalar_layer(lanes: int) -> str:
+    """`ember_s_<fname>` for each function of `vector_only(lanes)`: lane 0 of the vector function at `lanes` on the
+    value put in every lane (a tail has at most lanes - 1 elements; one vector call costs about what glibc's scalar
+    call does)."""
+    out = []
+    for fname in sorted(vector_only(lanes)):
+        arity = LIBM[fname[:-1]]
+        params = ", ".join(f"float {a}" for a in "ab"[:arity])
+        splats = ", ".join(f"ember_vsplat<ember_f32x{lanes}>({a})" for a in "ab"[:arity])
+        out.append(f"EMBER_INLINE float ember_s_{fname}({params}) {{ return ember_v{fname[:-1]}({splats})[0]; }}")
+    return "\n".join(out) + "\n"
+
+
 def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
     """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 calls Sleef's function
     where libmvec's is less accurate than eager's or slower (`_sleef.py`), else libmvec's variant of that width by
@@ -247,12 +282,12 @@ def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
         params = ", ".join(f"V {a}" for a in "ab"[:arity])
         for fname, ctype, vt in ((name + "f", "float", "ember_f32x$L"), (name, "double", "ember_f64x$L")):
             head = f"EMBER_INLINE {vt} ember_v{name}({params.replace('V ', vt + ' ')})"
-            isa = _ISA_BY_LANES.get(lanes)
-            sleef = sleef_functions(lanes).get(fname) if ctype == "float" else None
-            if sleef:
+            how = _float_implementation(fname, lanes, simd) if ctype == "float" else "scalar"
+            if how == "sleef":
+                sleef = sleef_functions(lanes)[fname]
                 out.append(f'extern "C" {vt} {sleef}({", ".join([vt] * arity)});')
                 out.append(f"{head} {{ return {sleef}({', '.join('ab'[:arity])}); }}")
-            elif fname in simd and ctype == "float" and fname in IN_HALVES.get(lanes, ()):
+            elif how == "halves":
                 half, mangled = "ember_halves<ember_f32x$L>::H", f"_ZGV{_ISA_BY_LANES[lanes // 2]}N{lanes // 2}"
                 mangled += f"{'v' * arity}_{fname}"
                 out.append(f'extern "C" {half} {mangled}({", ".join([half] * arity)});')
@@ -260,8 +295,8 @@ def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
                 calls = " ".join(f"r[{h}] = {mangled}({', '.join(f'{a}h[{h}]' for a in 'ab'[:arity])});"
                                  for h in (0, 1))
                 out.append(f"{head} {{{splits} {half} r[2]; {calls} return ember_join<{vt}>(r); }}")
-            elif fname in simd and ctype == "float" and isa:
-                mangled = f"_ZGV{isa}N{lanes}{'v' * arity}_{fname}"
+            elif how == "libmvec":
+                mangled = f"_ZGV{_ISA_BY_LANES[lanes]}N{lanes}{'v' * arity}_{fname}"
                 out.append(f'extern "C" {vt} {mangled}({", ".join([vt] * arity)});')
                 out.append(f"{head} {{ return {mangled}({', '.join('ab'[:arity])}); }}")
             else:
