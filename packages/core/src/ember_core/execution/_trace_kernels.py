@@ -1,4 +1,4 @@
-"""ember's Autograd kernels for traces, in place of torch's for two margin losses.
+"""ember's Autograd kernels for traces: in place of torch's for two margin losses, and for cosine_similarity.
 
 torch registers Python kernels at the Autograd key of a few ops, which the Python dispatcher of a trace (make_fx
 enables it) runs before autograd: they decompose the op, and autograd then differentiates the pieces. Those of
@@ -7,6 +7,12 @@ derivative passes the gradient where z = 0 exactly (a margin met exactly, common
 and whose value is NaN where z is; eager's kernels count a term only where z > 0, in value and in gradient, so a NaN
 score drops out of eager's loss. The kernels here compute the same losses with `where(z > 0, z, 0)`, so the
 captured pieces have eager's values and eager's derivative (`eager_derivatives` in `_tracing.py` installs them).
+
+`cosine_similarity` has no kernel of torch's above autograd: ATen's composite runs, and clamps the two norms to eps
+in place under no_grad, which a functional graph cannot say (capture refused the graph: it ran eagerly). Eager's
+value is the clamped norm's, its gradient passes through the clamp as if it were not there. The kernel here says
+that with out-of-place ops: `where(n < eps, eps + (n - n.detach()), n)`, eps exactly where eager clamps, and a
+derivative of 1 everywhere.
 """
 
 from __future__ import annotations
@@ -79,7 +85,28 @@ def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor,
 
 
 # op name → ember's kernel for traces, installed in place of torch's Autograd kernel where torch has one
+def _clamped_under_no_grad(norm: torch.Tensor, eps: float) -> torch.Tensor:
+    """`norm.clamp_min_(eps)` run under no_grad, out of place: the clamped value, the gradient of `norm` itself."""
+    passes = norm - norm.detach()  # 0 in value (a norm below eps is finite), 1 in derivative
+    return torch.where(norm < eps, passes + eps, norm)
+
+
+def cosine_similarity(x1: torch.Tensor, x2: torch.Tensor, dim: int = 1, eps: float = 1e-8) -> torch.Tensor:
+    """ATen's: integer inputs in the common dtype, both broadcast, each divided by its norm along `dim` clamped to
+    eps, the products summed along `dim`."""
+    common = torch.result_type(x1, x2)
+    torch._check(common.is_floating_point or common.is_complex,
+                 lambda: f"expected common dtype to be floating point, yet common dtype is {common}")
+    x1 = x1 if x1.is_floating_point() or x1.is_complex() else x1.to(common)
+    x2 = x2 if x2.is_floating_point() or x2.is_complex() else x2.to(common)
+    x1, x2 = torch.broadcast_tensors(x1, x2)
+    n1 = _clamped_under_no_grad(torch.linalg.vector_norm(x1, 2, dim=dim, keepdim=True), eps)
+    n2 = _clamped_under_no_grad(torch.linalg.vector_norm(x2, 2, dim=dim, keepdim=True), eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
 TRACE_KERNELS = {
     "aten.multi_margin_loss.default": multi_margin_loss,
     "aten.multilabel_margin_loss_forward.default": multilabel_margin_loss_forward,
+    "aten.cosine_similarity.default": cosine_similarity,
 }

@@ -9,7 +9,8 @@ call a stage that takes it again (the runtime tracing the joint graph inside a f
 ops, which the Python dispatcher a trace enables runs before autograd (they decompose the op, and autograd
 differentiates the pieces): those of the ops ember keeps whole for their derivatives (`NUMERICALLY_KEPT`) are set
 aside, so autograd takes eager's formula; those of the margin losses are replaced by ember's (`_trace_kernels.py`),
-whose pieces have eager's values and derivative.
+whose pieces have eager's values and derivative, and cosine_similarity, which torch decomposes in C++ (clamping in
+place under no_grad, which a graph cannot say), gets ember's kernel at its composite key.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from ._trace_kernels import TRACE_KERNELS
 
 _LOCK = threading.RLock()
 _AUTOGRAD = torch._C.DispatchKey.Autograd
-_swapped: list[tuple[Any, Callable]] = []  # (op, torch's kernel) while swapped
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+_swapped: list[tuple[Any, Any, Callable | None]] = []  # (op, key, torch's kernel there or None) while swapped
 _depth = 0  # nested `eager_derivatives` blocks (one thread: they hold the lock)
 
 
@@ -51,8 +53,11 @@ def eager_derivatives() -> Iterator[None]:
         finally:
             _depth -= 1
             if _depth == 0:
-                for op, kernel in _swapped:
-                    op.py_kernels[_AUTOGRAD] = kernel
+                for op, key, kernel in _swapped:
+                    if kernel is None:  # torch had none: ours goes
+                        op.py_kernels.pop(key, None)
+                    else:
+                        op.py_kernels[key] = kernel
                     op._dispatch_cache.clear()
                 _swapped.clear()
 
@@ -61,10 +66,13 @@ def _swap_in() -> None:
     ours: dict[str, Callable | None] = {name: None for name in NUMERICALLY_KEPT} | TRACE_KERNELS
     for name, kernel in ours.items():
         op = resolve_op(name)
-        kernels = getattr(op, "py_kernels", {})
-        if _AUTOGRAD not in kernels:  # torch (this version) decomposes it nowhere above autograd
+        kernels = getattr(op, "py_kernels", None)
+        if kernels is None or (kernel is None and _AUTOGRAD not in kernels):  # nothing of torch's to set aside
             continue
-        _swapped.append((op, kernels.pop(_AUTOGRAD)))
+        # where torch has a Python kernel above autograd, ours takes its key; an op whose C++ composite decomposes
+        # it (cosine_similarity) takes ours at that composite's key, which the Python dispatcher resolves it to
+        key = _AUTOGRAD if _AUTOGRAD in kernels or not op.has_kernel_for_dispatch_key(_COMPOSITE) else _COMPOSITE
+        _swapped.append((op, key, kernels.pop(key, None)))
         if kernel is not None:
-            kernels[_AUTOGRAD] = kernel
+            kernels[key] = kernel
         op._dispatch_cache.clear()
