@@ -252,10 +252,10 @@ def test_bfloat16_forward_and_backward(frontend):
     torch.testing.assert_close(x.grad, xr.grad)
 
 
-def test_a_bfloat16_chain_is_no_further_from_exact_than_eagers_and_thresholds_answer_as_eager(frontend):
-    """Fused bfloat16 ops keep float32 between them (lowering's keep-float32): the chain's error against float64
-    is at most eager's (which rounds after each op), forward and backward; an op with a threshold (floor, a
-    comparison) reads the rounded value, so its answers are eager's exactly."""
+def test_a_bfloat16_chain_rounds_as_eager_and_thresholds_answer_as_eager(frontend):
+    """Fused bfloat16 ops round each result to bfloat16 as eager stores it: the chain's error against float64 is
+    eager's (up to the order of a sum), forward and backward; an op with a threshold (floor, a comparison) reads
+    the rounded value, so its answers are eager's exactly."""
     def chain(x):
         return (torch.sigmoid(x) * torch.tanh(x * 3) + torch.exp(-x * x) * 0.5).sin().square().sum()
 
@@ -275,7 +275,7 @@ def test_a_bfloat16_chain_is_no_further_from_exact_than_eagers_and_thresholds_an
     eager_out, eager_grad = error(chain, torch.bfloat16)
     got_out, got_grad = error(compile_with(frontend, chain), torch.bfloat16)
     assert (got_out - exact_out).abs() <= (eager_out - exact_out).abs() * 3 + 1e-3
-    assert (got_grad - exact_grad).abs().mean() <= (eager_grad - exact_grad).abs().mean()
+    assert (got_grad - exact_grad).abs().mean() <= (eager_grad - exact_grad).abs().mean() * 1.1
     for got, want in zip(compile_with(frontend, thresholds)(x), thresholds(x)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 

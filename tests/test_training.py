@@ -143,6 +143,88 @@ def test_an_int_argument_that_changes_sign_between_calls(frontend):
     assert not [e for e in rec.events if e.kind == "fallback"]
 
 
+def running_products(x, w):
+    return (torch.tanh(x) * 0.5 + 1).cumprod(1) * w
+
+
+def test_a_backward_that_reads_a_size_as_an_int_trains_per_value_of_that_size(frontend):
+    """cumprod's backward reads the scanned dim's size as an int (a size of one takes another path), which fixes
+    that symbol of a dynamic graph at its traced value: the joint graph came out with the value in place of the
+    symbol, failed verification, and the graph ran under eager autograd. Now the graph is compiled per value of the
+    fixed symbol (a `graph_specialized` event each), the other symbols stay symbolic: a new batch size reuses the
+    build, a new width makes another; every call matches eager, forward and backward, and nothing falls back."""
+    compiled = ember.compile(running_products, options={"frontend": frontend}, dynamic=True)
+    with ember.record_events() as rec:
+        for batch, width in ((4, 16), (6, 16), (4, 9), (3, 16)):
+            x_eager = torch.randn(batch, width, requires_grad=True)
+            x_ember = x_eager.detach().clone().requires_grad_()
+            w = torch.randn(width)
+            eager, out = running_products(x_eager, w), compiled(x_ember, w)
+            torch.testing.assert_close(out, eager)
+            weights = torch.linspace(-1, 2, width)
+            (eager * weights).sum().backward()
+            (out * weights).sum().backward()
+            torch.testing.assert_close(x_ember.grad, x_eager.grad)
+    assert not [e for e in rec.events if e.kind == "fallback"]
+    specialized = [e.data["values"] for e in rec.events if e.kind == "graph_specialized"]
+    assert [sorted(v.values()) for v in specialized] == [[16], [9]]
+
+
+def test_past_its_limit_of_builds_a_specialized_graph_runs_new_values_under_eager_autograd(monkeypatch):
+    import ember_runtime._specialized_graph as specialized
+
+    monkeypatch.setattr(specialized, "MAX_SPECIALIZATIONS", 1)
+    compiled = ember.compile(running_products, dynamic=True)
+    with ember.record_events() as rec:
+        for width in (16, 9, 7):
+            x_eager = torch.randn(4, width, requires_grad=True)
+            x_ember = x_eager.detach().clone().requires_grad_()
+            w = torch.randn(width)
+            eager, out = running_products(x_eager, w), compiled(x_ember, w)
+            eager.sum().backward()
+            out.sum().backward()
+            torch.testing.assert_close((out, x_ember.grad), (eager, x_eager.grad))
+    fallbacks = [e.message for e in rec.events if e.kind == "fallback"]
+    assert len(fallbacks) == 1 and "new values run under eager autograd" in fallbacks[0]
+
+
+def bf16_batch_norm(x, w, b):
+    v = x / (x.abs() + 1)
+    return F.batch_norm(v, torch.zeros(17, dtype=x.dtype), torch.ones(17, dtype=x.dtype), w, b, training=True)
+
+
+def bf16_manual_norm(x, w, b):
+    v = x / (x.abs() + 1)
+    mu = v.mean(0)
+    return (v - mu) * torch.rsqrt(((v - mu) ** 2).mean(0) + 1e-5) * w + b
+
+
+@pytest.mark.parametrize("fn", [bf16_batch_norm, bf16_manual_norm])
+def test_a_bfloat16_norm_of_rows_that_are_all_equal_has_eagers_zero_gradient(frontend, fn):
+    """Every row the same (an expanded input): each column's variance is 0, x - mean is exactly 0 in eager, the
+    norm's output is the bias and the weight's gradient 0. Lowering's keep-float32 left `v` unrounded inside each
+    kernel, while the mean the forward stored was rounded to bfloat16: the backward subtracted a rounded mean from
+    unrounded values, an error of 2^-9 that 1/sqrt(eps) made a weight gradient of order 1 (tests/training_fuzz,
+    --dtype bfloat16, seed 109). Every bfloat16 result is now rounded as eager rounds it."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 17).to(torch.bfloat16).expand(5, 17)
+    w, b = (torch.randn(17).to(torch.bfloat16) for _ in range(2))
+    g = torch.randn(5, 17).to(torch.bfloat16)
+
+    def run(f):
+        leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+        out = f(*leaves)
+        return [out.detach(), *torch.autograd.grad(out, leaves, g)]
+
+    eager, got = run(fn), run(ember.compile(fn, options={"frontend": frontend}))
+    zero = torch.zeros(17, dtype=torch.bfloat16)
+    assert torch.equal(eager[2], zero) and torch.equal(got[2], zero)
+    torch.testing.assert_close(got[0], eager[0])  # bfloat16's tolerance: ATen's norm kernels sum in another order
+    torch.testing.assert_close(got[3], eager[3])
+    # x's gradient is 1/sqrt(eps) times g less its mean: a few bfloat16 steps of its own largest value apart
+    torch.testing.assert_close(got[1], eager[1], rtol=0, atol=2 ** -5 * float(eager[1].abs().max()))
+
+
 def max_of_products_with_recomputed_inputs(x):
     v = F.tanhshrink(x)
     top = torch.maximum((v.unsqueeze(2) * (-x).unsqueeze(1)).amax(1), v)

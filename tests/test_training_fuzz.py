@@ -14,8 +14,11 @@ from training_fuzz import judge, programs
 SETTINGS = {
     "dynamo": (judge.Setting(), [233, 37, 196]),
     "trace": (judge.Setting(frontend="trace"), [138, 11]),
-    "dynamic": (judge.Setting(dynamic=True), [11]),
+    "dynamic": (judge.Setting(dynamic=True), [11, 38]),  # 38: a cumprod's backward fixes a symbol
     "autocast": (judge.Setting(autocast=True), [37]),
+    "bfloat16": (judge.Setting(dtype="bfloat16"), [109]),  # 109: a batch norm of equal rows
+    "inference": (judge.Setting(inference=True), [196]),
+    "steps": (judge.Setting(steps=3), [233]),
 }
 
 

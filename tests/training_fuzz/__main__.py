@@ -25,11 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--codegen", default="cpp", choices=("cpp", "interpreter"), help="the CPU codegen")
     run.add_argument("--dynamic", action="store_true", help="dynamic=True, and a second batch size")
     run.add_argument("--autocast", action="store_true", help="eager and ember under CPU autocast to bfloat16")
+    run.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the module's and inputs'")
+    run.add_argument("--inference", action="store_true", help="under no_grad: loss, output and buffers only")
+    run.add_argument("--steps", type=int, default=1, help="training steps, SGD between them (each compared)")
     run.add_argument("--show", action="store_true", help="print the programs, check nothing")
     run.add_argument("--verbose", action="store_true", help="say which graphs ran eagerly (fallback events)")
     args = parser.parse_args(argv)
 
-    setting = Setting(args.frontend, args.codegen, args.dynamic, args.autocast)
+    setting = Setting(args.frontend, args.codegen, args.dynamic, args.autocast, args.dtype, args.inference,
+                      args.steps)
     bad, fell_back, start = 0, 0, time.monotonic()
     for seed in args.seeds:
         program = generate(seed)

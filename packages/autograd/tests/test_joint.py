@@ -423,6 +423,31 @@ def test_an_int_input_may_be_negative(k):
         torch.testing.assert_close((out, grad), (x.detach() * value, tangent * value))
 
 
+def test_a_backward_that_fixes_a_symbol_asks_for_a_graph_per_value():
+    """cumprod's backward reads the scanned dim's size as an int, which replaces symbol s1 by its traced value in
+    the trace: the joint is right at that value only. It says so (`SpecializationNeeded`, with the value); the graph
+    with s1 replaced by it (`specialize_symbols`) traces, keeps s0 symbolic, and computes eager's gradient."""
+    from ember_core import SpecializationNeeded, specialize_symbols
+
+    graph = parse_graph("# ember graph v1.1\n"
+                        "# symbols: s0=3 in [2, inf], s1=5 in [2, inf]\n"
+                        "def g(s0: sym:i64, s1: sym:i64, x: f32[s0, s1] requires_grad):\n"
+                        "  y: f32[s0, s1] requires_grad = aten.cumprod.default(x, 1)\n"
+                        "  return (y)\n")
+    x = torch.randn(3, 5, requires_grad=True)
+    with pytest.raises(SpecializationNeeded, match="fixed s1 = 5") as raised:
+        joint(graph, [3, 5, x])
+    assert raised.value.values == {"s1": 5}
+    traced = joint(specialize_symbols(graph, raised.value.values), [3, 5, x])
+    assert [s.name for s in traced.graph.symbols] == ["s0"]
+    for rows in (3, 4):
+        x = torch.randn(rows, 5, requires_grad=True)
+        tangent = torch.randn(rows, 5)
+        out, grad = Interpreter(traced.graph).run([rows, 5, x.detach(), tangent])
+        expected = x.cumprod(1)
+        torch.testing.assert_close((out, grad), (expected, torch.autograd.grad(expected, x, tangent)[0]))
+
+
 def test_an_op_fake_tensors_cannot_run_is_refused_with_a_reason(monkeypatch):
     # FakeTensor refuses an ATen op without a Meta kernel (UnsupportedOperatorException). Escaping the backend, Dynamo
     # turns that into a graph break that runs the graph eagerly, without ember's fallback event; as a GraphError the

@@ -96,3 +96,25 @@ def test_canonical_battery_graphs_verify_and_compute_the_same(name):
     inputs = case.make_inputs(OTHER_SIZE, 2)
     for got, want in zip(interpret(g, inputs), interpret(case.graph, case.make_inputs(OTHER_SIZE, 2))):
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_specialize_symbols_puts_values_where_the_symbols_were():
+    """A symbol specialized to a value is gone from the table, sizes, strides and `Sym` arguments (an expression
+    left constant is an int); its `sym` input stays, and the graph computes what the symbolic one did there."""
+    from ember_core import GraphError, specialize_symbols
+
+    graph = traced_by_dynamo()
+    at = specialize_symbols(graph, {"s27": 3})
+    verify(at)
+    assert [s.name for s in at.symbols] == ["s77"]
+    assert at.input_names == graph.input_names
+    assert at.values["x"].shape == ("s77", 3) and at.values["x"].stride == (3, 1)
+    assert at.nodes[0].args[1] == (Sym("3*s77"),) and at.values["v"].shape == ("3*s77",)
+    assert at.nodes[1].args == (Ref("v"), Ref("s77"))  # s77 still a symbol: its input is read
+    assert specialize_symbols(graph, {"s77": 4}).nodes[1].args == (Ref("v"), 4)  # a read of its input: the value
+    whole = specialize_symbols(graph, {"s27": 3, "s77": 4})
+    assert whole.nodes[0].args[1] == (12,) and whole.values["w"].shape == (12,) and not whole.symbols
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(interpret(whole, [4, 3, x]), interpret(graph, [4, 3, x]))
+    with pytest.raises(GraphError, match="no symbol 's5'"):
+        specialize_symbols(graph, {"s5": 1})

@@ -30,6 +30,7 @@ from ember_core import (
     Interpreter,
     JointGraph,
     Output,
+    SpecializationNeeded,
     decompositions,
     eager_derivatives,
     from_fx,
@@ -51,6 +52,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from ._grad_boundaries import insert_grad_boundaries
 from ._locations import Locations, location_meta
 from ._primals import FakePrimals, differentiable_dtype, requires_grad
+from ._symbols import SymbolTable
 
 PRODUCER = "ember-autograd 0.1.0"
 _REGION = "ember_region"  # fx meta key: set on every node recorded while the forward ran
@@ -68,6 +70,7 @@ def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
         trace = JointTrace(insert_grad_boundaries(graph), FakePrimals(graph, example_inputs, grads))
         try:
             gm = trace.run()
+            _check_symbols_kept(graph, trace.primals.symbols)
         except GuardOnDataDependentSymNode as e:
             raise GraphError(_data_dependent(graph, e)) from e
         except _FAKE_REFUSALS as e:
@@ -76,6 +79,17 @@ def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
                              f"Meta kernel, or a result whose shape or value depends on the data)") from e
     joint_graph = _to_graph(graph, gm, trace, grads)
     return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
+
+
+def _check_symbols_kept(graph: Graph, symbols: SymbolTable) -> None:
+    """Raise `SpecializationNeeded` when the trace fixed some of the graph's symbols (`SymbolTable.fixed`): the
+    joint graph is then right at their traced values only, and the runtime compiles the graph per value of them."""
+    fixed = symbols.fixed()
+    if fixed:
+        what = ", ".join(f"{name} = {by}" for name, by in sorted(fixed.items()))
+        raise SpecializationNeeded(f"graph {graph.name!r}: the joint trace fixed {what} (a backward formula that "
+                                   f"reads a size as an int): it is compiled per value of "
+                                   f"{', '.join(sorted(fixed))}", {name: symbols.hints[name] for name in fixed})
 
 
 def _data_dependent(graph: Graph, e: GuardOnDataDependentSymNode) -> str:

@@ -23,6 +23,7 @@ class SymbolTable:
         self.shape_env = ShapeEnv() if graph.symbols or reads_scalars else None
         self.symints: dict[str, Any] = {}  # graph's symbol name → SymInt
         self.graph_names: dict[str, str] = {}  # ShapeEnv's symbol name → graph's symbol name
+        self.hints: dict[str, int] = {}  # graph's symbol name → its value when traced
         self.symbols: dict[str, Symbol] = {s.name: s for s in graph.symbols}
         for s in graph.symbols:
             self.add(s.name, s.hint)
@@ -40,8 +41,22 @@ class SymbolTable:
         symint = self.shape_env.create_symintnode(expr, hint=hint, source=source)
         self.symints[name] = symint
         self.graph_names[str(expr)] = name
+        self.hints[name] = hint
         self.symbols.setdefault(name, Symbol(name, hint))
         return symint
+
+    def fixed(self) -> dict[str, str]:
+        """The graph's symbols that the trace replaced (the ShapeEnv's `replacements`): each with what replaced it,
+        in the graph's names. A formula that reads a size as an int (`guard_int`) replaces it by its value, one that
+        needs two sizes equal replaces one by the other; the trace then holds that value, valid at it only."""
+        if self.shape_env is None:
+            return {}
+        fixed = {}
+        for symbol, by in self.shape_env.replacements.items():
+            name = self.graph_names.get(str(symbol))
+            if name is not None and by != symbol:
+                fixed[name] = str(rename_symbols_in(by, self.graph_names))
+        return fixed
 
     def dim(self, d: int | str) -> Any:
         """A dimension of the schema (an int or an expression over the graph's symbols) as an int or SymInt."""
@@ -56,6 +71,11 @@ class SymbolTable:
             return graph
         renamed = rename_symbols(graph, self.graph_names)
         return renamed.replace(symbols=_ordered(tuple(self.symbols.get(s.name, s) for s in renamed.symbols)))
+
+
+def rename_symbols_in(expr: Any, names: dict[str, str]) -> Any:
+    """A ShapeEnv expression with its symbols called by the graph's names."""
+    return expr.xreplace({s: type(s)(names[s.name], **s.assumptions0) for s in expr.free_symbols if s.name in names})
 
 
 def _ordered(symbols: tuple[Symbol, ...]) -> tuple[Symbol, ...]:

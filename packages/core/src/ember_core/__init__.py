@@ -1,7 +1,7 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
 from ._builtin import InterpreterCodegen, interpreter_codegen
-from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError
+from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError, SpecializationNeeded
 from ._regular_file import FileRefused, read_at_most, read_regular_file, regular_file
 from .caches import (
     CacheLookup,
@@ -128,6 +128,7 @@ from .graph import (
     returns_new_storage,
     save,
     source_identifier,
+    specialize_symbols,
     subgraph_scope,
     text_constants,
     to_dtype,
@@ -187,4 +188,5 @@ __all__ = [
     "WARNED_CAUSES", "warn_fallback", "parse_integer", "layout_problem", "arguments_problem", "LAYOUTS",
     "MEMORY_FORMATS", "FileRefused", "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor",
     "break_site", "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
+    "specialize_symbols", "SpecializationNeeded",
 ]

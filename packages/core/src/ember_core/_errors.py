@@ -19,6 +19,18 @@ class GraphError(EmberError):
     """A graph breaks a rule (undefined value, unknown op ...). The message shows the node in context."""
 
 
+class SpecializationNeeded(GraphError):
+    """A stage could trace a graph only at the values some of its symbols had when traced: a backward formula
+    read a symbolic size as a plain int (`cumprod`'s backward asks whether the dim has one element) or equated two
+    symbols, and the trace came out with that value in it. `values`: each such symbol's name and the value traced.
+    The runtime then compiles the graph once per value of those symbols, each with them substituted
+    (`specialize_symbols`), and picks the build by the values of each call."""
+
+    def __init__(self, message: str, values: dict[str, int]):
+        super().__init__(message)
+        self.values = dict(values)
+
+
 class OptionError(EmberError):
     """An option key is unknown or its value has the wrong type."""
 

@@ -19,6 +19,7 @@ from ember_core import (
     Partitioned,
     PluginError,
     PluginManager,
+    SpecializationNeeded,
     Stopwatch,
     autocast_disabled,
     dumping_to,
@@ -33,6 +34,7 @@ from ember_core import (
 from ._frozen_graph import FrozenGraph, freezing_wanted
 from ._graph_cache import GraphCache
 from ._partition_cache import PARTITIONS, encode_partition, partition_facts, read_partition
+from ._specialized_graph import SpecializedGraph
 
 log = logging.getLogger("ember.runtime")
 
@@ -120,7 +122,20 @@ class Pipeline:
         autograd = self.autograd()
         if autograd is None:
             return self.eager_autograd(graph, example_inputs)
-        return self.compile_training(autograd, self.run_passes(graph, "pre_autograd"), example_inputs)
+        return self.train(autograd, self.run_passes(graph, "pre_autograd"), example_inputs)
+
+    def train(self, autograd, graph: Graph, example_inputs: Sequence[Any]) -> Any:
+        """`compile_training`, or a `SpecializedGraph` when the joint trace fixed some of the graph's symbols."""
+        try:
+            return self.compile_training(autograd, graph, example_inputs)
+        except SpecializationNeeded as needed:
+            log.info("runtime: %s", needed)
+            try:
+                return SpecializedGraph(self, autograd, graph, example_inputs, needed)
+            except GraphError as e:  # no input carries a fixed symbol on its own
+                self.manager.emit(Event("fallback", "autograd", f"graph {graph.name!r}: {e}; it runs under eager "
+                                        "autograd", graph=graph, data={"reason": str(e), "cause": "autograd"}))
+                return self.eager_autograd(graph, example_inputs)
 
     def eager_autograd(self, graph: Graph, example_inputs: Sequence[Any]) -> CompiledGraph:
         """A graph that needs grad under eager autograd (`autograd="eager"`, or no autograd plugin installed): its
@@ -159,6 +174,8 @@ class Pipeline:
         try:
             with Stopwatch() as clock:
                 joint = autograd.impl.joint(graph, example_inputs)
+        except SpecializationNeeded:
+            raise
         except GraphError as e:
             self.manager.emit(Event("fallback", "autograd", f"graph {graph.name!r}: {e}; it runs under eager autograd",
                                     graph=graph, data={"reason": str(e), "cause": "autograd"}))

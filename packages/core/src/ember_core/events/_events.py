@@ -99,6 +99,8 @@ _KINDS = (
     EventKind("graph_frozen", "graphs", "freezing made an inference graph's parameters and buffers constants and "
               "folded them (runtime, stage `freezing`); data: frozen, folded_constants, folded_batch_norms, "
               "prepacked_weights, fused_epilogues, reason (`first call`, or the input whose tensor changed), seconds"),
+    EventKind("graph_specialized", "graphs", "a training graph whose joint trace fixed some of its symbols was "
+              "compiled for the values of a call (runtime); data: values, builds (how many so far), reason"),
     EventKind("graph_compiled", "graphs", "a codegen compiled a graph (runtime, stage `codegen`)", GraphCompiled),
     EventKind("joint_traced", "joint", "autograd traced a joint forward+backward graph (runtime, stage `autograd`)",
               JointTraced),

@@ -41,7 +41,7 @@ from ._schema import (
     returned_views,
 )
 from ._sizes import contiguous_stride, layout_problem
-from ._symbol_names import canonical_symbols, rename_symbols
+from ._symbol_names import canonical_symbols, rename_symbols, specialize_symbols
 from ._symbolic import evaluate as dim_value
 from ._verify import verify
 
@@ -57,4 +57,5 @@ __all__ = [
     "rename_reads", "rename_symbols", "resolve_op", "returns_new_storage", "is_view_op", "save", "SCHEMA_VERSION",
     "SHORT_DTYPE_NAMES", "source_identifier", "subgraph_scope", "Sym", "Symbol", "text_constants", "to_dtype",
     "to_fx", "Value", "value_of", "verify",
+    "specialize_symbols",
 ]

@@ -5,6 +5,9 @@ as the name of each `sym` input (a frontend names such an input after the symbol
 the frontends' runners bind symbols from those inputs by name, so they are symbols here too). `rename_symbols`
 changes all of these together.
 
+`specialize_symbols` replaces symbols by values: the graph as it is at those values (the `sym` inputs stay, so
+that the graph takes the same arguments, and bind symbols nothing reads).
+
 `canonical_symbols` names the symbols `s0, s1, ...` in order of first appearance: the inputs in order (a `sym`
 input's own name, then each input's sizes, strides and offset), then each node's arguments and results, then the
 declared symbols that appear nowhere. Both capture frontends call it on every graph they make, so a function gives
@@ -19,8 +22,9 @@ from typing import Any
 
 import sympy
 
+from .._errors import GraphError
 from ._expr import ExprTree, parse_expr, parse_tree
-from ._schema import Graph, Input, Output, Sym, Symbol, Value, map_args, rename_reads
+from ._schema import Graph, Input, Output, Ref, Sym, Symbol, Value, map_args, rename_reads
 
 
 def rename_dim(d: int | str, names: Mapping[str, str]) -> int | str:
@@ -64,6 +68,47 @@ def rename_symbols(graph: Graph, names: Mapping[str, str]) -> Graph:
         outputs=tuple(Output(refs.get(o.name, o.name), o.kind, o.input) for o in graph.outputs),
         values=values,
     )
+
+
+def _specialize_dim(d: int | str, values: Mapping[str, int]) -> int | str:
+    if isinstance(d, int):
+        return d
+    expr = parse_expr(d)
+    swap = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}
+    if not swap:
+        return d
+    expr = expr.xreplace(swap)
+    return int(expr) if expr.is_Integer else str(expr)
+
+
+def _specialize_arg(arg: Any, values: Mapping[str, int], carriers: set[str]) -> Any:
+    def one(a: Any) -> Any:
+        if isinstance(a, Ref) and a.name in carriers:
+            return values[a.name]  # a read of a specialized symbol's `sym` input
+        if not isinstance(a, Sym):
+            return a
+        d = _specialize_dim(a.expr, values)
+        return d if isinstance(d, int) else Sym(d)
+    return map_args(arg, one)
+
+
+def specialize_symbols(graph: Graph, values: Mapping[str, int]) -> Graph:
+    """The graph at `values` (symbol name → int): each of those symbols replaced by its value in sizes, strides,
+    offsets and `Sym` arguments (an expression left constant becomes an int) and dropped from the symbol table.
+    Its `sym` inputs stay inputs; the nodes that read one read its value instead (outputs still return it)."""
+    unknown = sorted(set(values) - {s.name for s in graph.symbols} - set(sym_inputs(graph)))
+    if unknown:
+        raise GraphError(f"graph {graph.name!r} has no symbol {unknown[0]!r} to specialize")
+    carriers = set(sym_inputs(graph)) & set(values)
+    nodes = tuple(n.replace(args=_specialize_arg(n.args, values, carriers),
+                            kwargs={k: _specialize_arg(v, values, carriers) for k, v in n.kwargs.items()})
+                  for n in graph.nodes)
+    fields = {}
+    for name, v in graph.values.items():
+        fields[name] = v.replace(shape=tuple(_specialize_dim(d, values) for d in v.shape),
+                                 stride=tuple(_specialize_dim(d, values) for d in v.stride),
+                                 storage_offset=_specialize_dim(v.storage_offset, values))
+    return graph.replace(symbols=tuple(s for s in graph.symbols if s.name not in values), nodes=nodes, values=fields)
 
 
 # ---------------------------------------------------------------------------------------------- canonical names

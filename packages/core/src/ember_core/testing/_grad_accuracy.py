@@ -130,19 +130,20 @@ def too_far(errors: Sequence[GradError], factor: float = FACTOR) -> list[GradErr
     return [e for e in errors if e.compiled > factor * max(e.eager, e.floor)]
 
 
-def floor(scale: float, largest: float, level: float) -> float:
+def floor(scale: float, largest: float, level: float, eps: float = EPS32) -> float:
     """The error below which a float32 gradient is as good as float32 gets: `scale` its float64 RMS, `largest` the
-    step's largest, `level` eager's error relative to all of the step's gradients (`relative_error`).
+    step's largest, `level` eager's error relative to all of the step's gradients (`relative_error`). `eps` is the
+    machine epsilon of the dtype compared (bfloat16's, for a model that runs in bfloat16).
 
     A gradient that is zero in exact arithmetic (under float32's resolution at the step's largest gradient: the
     bias of a convolution before a batch norm) is rounding noise of terms the size of the other gradients in every
     float32 run: NOISE_ULPS ulps of `largest`. Any other: NOISE_ULPS ulps of its own scale, or eager's error level
     on the model, whichever is larger. (Eager's error on a gradient of a few elements can land several times under
     its level by chance; eager without oneDNN, another float32 implementation, came out 2.6x eager's on a bias.)"""
-    zero = NOISE_ULPS * EPS32 * largest
+    zero = NOISE_ULPS * eps * largest
     if scale < zero:
         return zero
-    return max(NOISE_ULPS * EPS32 * scale, level * scale)
+    return max(NOISE_ULPS * eps * scale, level * scale)
 
 
 def relative_error(errors: Sequence[float], scales: Sequence[float], sizes: Sequence[int]) -> float:
@@ -152,14 +153,16 @@ def relative_error(errors: Sequence[float], scales: Sequence[float], sizes: Sequ
 
 
 def errors_against(names: Sequence[str], ref: Sequence[torch.Tensor], eager: Sequence[torch.Tensor],
-                   compiled: Sequence[torch.Tensor], step: int = 0, threads: int = 0) -> list[GradError]:
+                   compiled: Sequence[torch.Tensor], step: int = 0, threads: int = 0, eps: float = EPS32
+                   ) -> list[GradError]:
     """Each tensor's RMS error against its float64 reference, eager's and the compiled one's, with its floor: one
-    training step's gradients, or any results a float64 run can check (a model's outputs, a loss, ...)."""
+    training step's gradients, or any results a float64 run can check (a model's outputs, a loss, ...). `eps`: the
+    machine epsilon of the dtype the runs computed in (`floor`)."""
     scales = [rms(r) for r in ref]
     eager_errors = [rms(e.double() - r) for e, r in zip(eager, ref)]
     largest = max(scales, default=0.0)
     level = relative_error(eager_errors, scales, [r.numel() for r in ref])
-    return [GradError(name, step, threads, e, rms(c.double() - r), scale, floor(scale, largest, level))
+    return [GradError(name, step, threads, e, rms(c.double() - r), scale, floor(scale, largest, level, eps))
             for name, r, c, e, scale in zip(names, ref, compiled, eager_errors, scales, strict=True)]
 
 

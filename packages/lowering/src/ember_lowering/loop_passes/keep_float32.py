@@ -8,6 +8,12 @@ TorchInductor computes such chains. It stays where the value is stored, and wher
 reads it (a comparison, floor, sign, mod, argmax: not in `CONTINUOUS`), so that such an op cannot give another
 answer than eager's; a cast the program asked for (`Tensor.to`) is never dropped. float16 keeps every rounding: a
 float32 intermediate could hold a value beyond float16's range where eager has an infinity.
+
+Not a default pass (`default_passes`): the value a kernel reads unrounded is rounded wherever another kernel stores
+it or a value made from it, and the two can meet. A bf16 batch norm over a channel equal in every row took its
+mean from unrounded values, stored the mean rounded, and the backward subtracted it from the unrounded values
+again: 2^-9 where eager has an exact 0, times 1/sqrt(eps), a weight gradient of 0.7 where eager's is 0. A pass that
+widens safely must decide per graph value, for every kernel that computes it, not per kernel.
 """
 
 from __future__ import annotations
