@@ -203,6 +203,31 @@ def test_training_is_never_frozen(frontend):
     torch.testing.assert_close(model.bn1.running_mean, twin.bn1.running_mean)
 
 
+class RunningScale(nn.Module):
+    """Reads nothing but a buffer it updates in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running", torch.zeros(6))
+
+    def forward(self, x):
+        return x - self.running.mul_(0.9).add_(x.mean(0), alpha=0.1)
+
+
+def test_a_graph_whose_every_buffer_it_writes_is_not_frozen_and_nothing_falls_back(frontend):
+    """Under no_grad a graph that reads parameters and buffers only to write them has nothing to freeze: it was
+    compiled as a FrozenGraph, which then gave up on its first call with a `fallback` event ("no input can be
+    frozen") for a graph that ran compiled all along. Freezing is now not asked for where no input can be frozen."""
+    model, twin = RunningScale(), RunningScale()
+    compiled = ember.compile(model, options={"frontend": frontend})
+    with torch.no_grad(), ember.record_events() as rec:
+        for _ in range(2):
+            x = torch.randn(4, 6)
+            torch.testing.assert_close(compiled(x), twin(x))
+    torch.testing.assert_close(model.running, twin.running)
+    assert rec.kinds("fallback") == [] and rec.kinds("graph_frozen") == []
+
+
 def test_inference_mode_and_dynamic_batch(frontend):
     model = _inference(nn.Sequential(conv_bn_relu(3, 8), nn.Flatten(), nn.Linear(8 * 8 * 8, 4), nn.ReLU()))
     compiled = ember.compile(model, dynamic=True, options={"frontend": frontend})

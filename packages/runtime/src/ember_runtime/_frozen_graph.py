@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from ember_core import Event, Graph, Stopwatch
 
-from .freezing import FreezeResult, freezable, freeze
+from .freezing import FreezeResult, freezable, freeze, frozen_candidates
 
 if TYPE_CHECKING:
     from ._pipeline import Pipeline
@@ -31,8 +31,9 @@ MAX_REFREEZES = 8
 
 def freezing_wanted(option: bool | None, graph: Graph, example_inputs: Sequence[Any]) -> bool:
     """Whether an inference graph (one that needs no grad) is frozen: option `freezing` True, or None (default)
-    under no_grad / inference mode when no parameter or buffer the graph reads requires grad."""
-    if option is False or not any(i.kind in ("param", "buffer") for i in graph.inputs):
+    under no_grad / inference mode when no parameter or buffer the graph reads requires grad. Never when the graph
+    writes or hands out every parameter and buffer it takes (`frozen_candidates`: nothing could be frozen)."""
+    if option is False or not frozen_candidates(graph):
         return False
     if option:
         return True

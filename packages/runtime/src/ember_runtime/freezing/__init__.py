@@ -31,9 +31,9 @@ from ._freeze import WATCHED_NUMEL, BufferWatch, FreezeResult, freeze
 from .fold_batch_norm import FoldBatchNorm, fold_batch_norm
 from .fold_constants import FoldConstants, fold_constants
 from .follow_layouts import follow_layouts
-from .freeze_params import freezable, freeze_params
+from .freeze_params import freezable, freeze_params, frozen_candidates
 from .prepack_weights import PrepackWeights, prepack_weights
 
 __all__ = ["WATCHED_NUMEL", "BufferWatch", "DropDead", "FoldBatchNorm", "FoldConstants", "FreezeResult",
            "PrepackWeights", "epilogue_chains", "epilogue_rules", "fold_batch_norm", "fold_constants",
-           "follow_layouts", "freezable", "freeze", "freeze_params", "prepack_weights"]
+           "follow_layouts", "freezable", "freeze", "freeze_params", "frozen_candidates", "prepack_weights"]

@@ -23,14 +23,19 @@ def _aliased_by_outputs(graph: Graph) -> set[str]:
     return names
 
 
-def freezable(graph: Graph, inputs: Sequence[Any]) -> list[int]:
-    """Indices of the inputs that may become constants: parameters and buffers the graph does not write or hand
-    out, given as real (not fake, not meta) tensors."""
+def frozen_candidates(graph: Graph) -> list[int]:
+    """Indices of the inputs the graph lets become constants: parameters and buffers it does not write or hand out."""
     aliased = _aliased_by_outputs(graph)
+    return [k for k, inp in enumerate(graph.inputs)
+            if inp.kind in ("param", "buffer") and not inp.mutated and inp.name not in aliased]
+
+
+def freezable(graph: Graph, inputs: Sequence[Any]) -> list[int]:
+    """Indices of the inputs that may become constants: `frozen_candidates` given as real (not fake, not meta)
+    tensors."""
     out = []
-    for k, (inp, x) in enumerate(zip(graph.inputs, inputs)):
-        if inp.kind not in ("param", "buffer") or inp.mutated or inp.name in aliased:
-            continue
+    for k in frozen_candidates(graph):
+        x = inputs[k]
         if not isinstance(x, torch.Tensor) or x.device.type == "meta" or isinstance(
                 x, torch._subclasses.fake_tensor.FakeTensor):
             continue
