@@ -12,7 +12,7 @@ from training_fuzz import judge, programs
 # scatters, norms, a matmul, a convolution, losses, a buffer updated in place and inputs in every layout
 # (`python -m tests.training_fuzz run --seeds S --show` prints one); none has a graph that runs eagerly.
 SETTINGS = {
-    "dynamo": (judge.Setting(), [233, 37, 196]),
+    "dynamo": (judge.Setting(), [233, 37, 196, 273]),  # 273: a gather by an index stored in the same kernel
     "trace": (judge.Setting(frontend="trace"), [138, 11]),
     "dynamic": (judge.Setting(dynamic=True), [11, 38]),  # 38: a cumprod's backward fixes a symbol
     "autocast": (judge.Setting(autocast=True), [37]),

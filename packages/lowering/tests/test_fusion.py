@@ -133,3 +133,42 @@ def g(x):
     load = order.index(("Instr", Op.LOAD, "s"))
     assert store < load, order
     assert isinstance(folded.body[-2], Loop) and len(folded.body) - 2 > load  # the second loop after it
+
+
+def test_a_loop_that_indexes_with_a_masked_load_after_the_first_loop_is_not_folded_into_it():
+    """As above, with the masked load's value an index of the second loop's load (a gather by an index computed and
+    stored in the same kernel: tests/training_fuzz seed 273). The check that the second loop needs nothing the
+    first one leaves behind looked at its operands and not at its indices: the loops were folded, the load stayed
+    after them, and the plan read an index before defining it (a PlanError, the graph ran in the interpreter)."""
+    text = """\
+# ember kernel plan 'g' on cpu
+def g(x):
+  x: f32[4, 8] input
+  s: i64[4] temp
+  u: f32[4, 1] output
+  w: f32[4, 1] output
+  kernel k[i0 < 4, r0 < 8]:
+    loop:
+      t3: f32 = load x[i0, r0]
+      t4: f32 = reduce_sum t3
+    store u[i0, 0] = t4
+    t0: i64 = index i0
+    t1: i64 = const 3
+    t2: i64 = fmod t0, t1
+    store s[i0] = t2
+    t5: b8 = lt t0, t1
+    t6: i64 = load s[i0] if t5 else 0
+    loop:
+      t7: f32 = load x[r0, t6] if t5 else 0.0
+      t8: f32 = reduce_sum t7
+    store w[i0, 0] = t8
+  return (u, w)
+"""
+    folded = merge_loops(parse_plan(text).kernels[0])
+    where = {}  # value → position of the statement that defines it (a loop's position for what it defines)
+    for k, s in enumerate(folded.body):
+        for i in s.body if isinstance(s, Loop) else (s,):
+            where.update(dict.fromkeys(i.outs, k))
+    gather = next(k for k, s in enumerate(folded.body) if isinstance(s, Loop)
+                  and any(str(e) == "t6" for i in s.body for e in i.index))
+    assert where["t6"] < gather, folded

@@ -274,7 +274,7 @@ def _independent(first: Sequence[Instr], second: Sequence[Instr], results: set[s
     """Can `second` run interleaved with `first`? It must not use `results` (values `first` finishes) nor read
     what `first` stores at another element."""
     stored = _stores(first)
-    defined = set(defined_names(first)) | set(defined_names(second))
+    defined = set(defined_names(first)) | set(defined_names(second)) | results  # an index may read a result
     for i in second:
         if used_names(i, defined) & results:
             return False
