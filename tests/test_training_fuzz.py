@@ -42,6 +42,29 @@ def test_the_judge_finds_a_wrong_gradient_a_nan_and_a_missing_one():
     assert sorted(f.what for f in found) == ["a", "b", "c"], found
 
 
+def test_a_loss_whose_terms_cancel_is_judged_by_the_size_of_its_terms():
+    """Seed 310's loss (0.57) sums terms of -0.74, 1.86 and -0.55 (0.16 a step later): their float32 rounding is
+    many ulps of the loss, and eager's error on it may land far under that by chance. The loss's floor counts every
+    element it sums; a loss off by more than that is still a finding, and working out the floor leaves the model's
+    buffers alone."""
+    eps = torch.finfo(torch.float32).eps
+    program = programs.generate(310)
+    model = programs.Module(program).double()
+    inputs = program.make_inputs(torch.float64)
+    running = model.running.clone()
+    loss = model(*inputs)[0].detach().reshape(1)
+    model.running.copy_(running)
+    floor = judge._loss_floor(model, inputs, eps)
+    assert torch.equal(model.running, running)
+    assert floor > 3 * judge.NOISE_ULPS * eps * float(loss.abs())
+    exact = [loss, loss.float()]  # eager exact to float32 rounding: its error is under a tenth of an ulp
+    noisy = [(loss + floor).float()]
+    assert judge._compare(0, ["loss"], [loss], exact[1:], noisy), "the plain floor (ulps of the loss) is too tight"
+    assert not judge._compare(0, ["loss"], [loss], exact[1:], noisy, floors={"loss": floor})
+    wrong = [(loss * 1.01).float()]
+    assert judge._compare(0, ["loss"], [loss], exact[1:], wrong, floors={"loss": floor})
+
+
 def test_a_seed_names_one_program():
     assert programs.generate(7) == programs.generate(7) != programs.generate(8)
     assert str(programs.generate(7)).startswith("seed 7:")

@@ -226,6 +226,9 @@ def fit(x: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     return flat[:size].reshape(shape)
 
 
+LOSS_WEIGHTS = (0.3, 0.4, 0.5)
+
+
 class Module(torch.nn.Module):
     """A program as a module: returns a weighted sum of its last three values (the loss) and its last value."""
 
@@ -242,6 +245,12 @@ class Module(torch.nn.Module):
         self.register_buffer("running", torch.zeros(n))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        last = self.last_values(*inputs)
+        loss = torch.stack([v.sum() * w for v, w in zip(last, LOSS_WEIGHTS)]).sum()
+        return loss, last[-1]
+
+    def last_values(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        """The program's last three values, which the loss sums (weighted by `LOSS_WEIGHTS`)."""
         values = list(inputs)
         shape = tuple(inputs[0].shape)
         for step in self.steps:
@@ -257,6 +266,4 @@ class Module(torch.nn.Module):
             else:
                 y = MIXED[name](self, a, b, step[4]).to(a.dtype)
             values.append(fit(y, shape))
-        last = values[len(inputs):][-3:]
-        loss = torch.stack([v.sum() * (0.3 + 0.1 * i) for i, v in enumerate(last)]).sum()
-        return loss, last[-1]
+        return values[len(inputs):][-3:]

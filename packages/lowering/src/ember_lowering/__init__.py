@@ -36,7 +36,7 @@ from ._reduction_semantics import (
     ReductionSemantics,
 )
 from ._rules_pointwise import elementwise
-from ._scheduler import Pass, buffers_read, buffers_written, default_passes, schedule
+from ._scheduler import Pass, bind_passes, buffers_read, buffers_written, default_passes, schedule
 from ._split_reductions import SplitPolicy
 from ._verify import check_round_trip, verify_plan
 from .loop_passes.decompose_ops import Prints, decompose_ops
@@ -52,7 +52,8 @@ __all__ = [
     "Op", "OpSemantics", "Pass", "PlanError", "PlanInterpreter", "Ranges", "SplitPolicy", "Unsupported",
     # the reduction table: each reduction's identity, combine op, NaN rule, state and reference
     "NAN_ARITHMETIC", "NAN_EXTREME", "NAN_IS_TRUE", "NAN_PROPAGATES", "REDUCTION_SEMANTICS", "ReductionSemantics",
-    "__version__", "bind_args", "check_round_trip", "decompose_ops", "default_passes", "define_op", "elementwise",
+    "__version__", "bind_args", "bind_passes", "check_round_trip", "decompose_ops", "default_passes", "define_op",
+    "elementwise",
     "flat_index", "forget_op", "format_instr", "format_plan", "interpreter_rules", "kind_of", "lower", "lower_cached",
     "lower_graph", "lowering_rules", "opmath", "parse_plan", "plan_facts", "read_plan", "recompute_locals",
     "run_plan", "schedule", "select_passes", "simplify", "storage_size", "sym_rules", "verify_plan",

@@ -46,7 +46,7 @@ from ._rules_norm import norm_rules
 from ._rules_pointwise import pointwise_rules
 from ._rules_reduction import reduction_rules
 from ._rules_view import view_rules
-from ._scheduler import drop_unused_buffers, name_kernels, order_buffers, schedule
+from ._scheduler import bind_passes, default_passes, drop_unused_buffers, name_kernels, order_buffers, schedule
 from ._split_reductions import SplitPolicy
 from ._verify import verify_plan
 
@@ -404,6 +404,7 @@ def lower_with_text(graph: Graph, *, passes: Any = None, check: bool = False, sp
 
 def _lower(graph: Graph, passes: Any, check: bool, split: SplitPolicy | None, graph_passes: Sequence[str] | None,
            decisions: list[Decision]) -> KernelPlan:
+    passes = bind_passes(default_passes() if passes is None else passes, graph)
     plan = schedule(lower_graph(graph, split, decisions, graph_passes), passes=passes, check=check,
                     decisions=decisions)
     if not check:  # (with check, every pass's result was verified)

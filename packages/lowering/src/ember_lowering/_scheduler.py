@@ -4,7 +4,8 @@ Each pass is a class with a kebab-case `id` (matching its file under `loop_passe
 and `run(plan, note) -> plan`; `note(verdict, reason, subjects, detail)` records a `Decision`
 (`_decisions.py`). After each pass the plan is put in normal form (kernels named by kind and shape, buffers in
 order of use, unused ones dropped) and its id is appended to `plan.passes`. Decisions go to the
-`ember.kernels` logger (DEBUG) and to `decisions`.
+`ember.kernels` logger (DEBUG) and to `decisions`. A pass whose choices depend on the graph the plan lowers
+(keep-float32) also has `for_graph(graph) -> pass`, which `lower` calls (`bind_passes`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from ember_core import Ref
+from ember_core import Graph, Ref
 
 from ._decisions import Decision, Note, make_decision
 from ._loop_ir import Extern, Kernel, KernelPlan
@@ -25,6 +26,7 @@ from .loop_passes.extern_in_place import ExternInPlace
 from .loop_passes.fuse_inline import FuseInline
 from .loop_passes.fuse_siblings import FuseSiblings
 from .loop_passes.fuse_vertical import FuseVertical
+from .loop_passes.keep_float32 import KeepFloat32
 from .loop_passes.order_dims import OrderDims
 from .loop_passes.plan_buffers import PlanBuffers
 from .loop_passes.split_moments import SplitMoments
@@ -41,17 +43,17 @@ class Pass(Protocol):
 
 
 def default_passes() -> tuple[Pass, ...]:
-    """Fusion first (it matches iteration spaces dim by dim), the shape of each kernel's loops (order-dims,
-    coalesce-dims, split-moments, stash-values), then storage (extern-in-place, plan-buffers).
-
-    Not by default: keep-float32 (a pass a caller may still give `schedule`). A bfloat16 value it leaves
-    unrounded in one kernel is rounded where another stores it, and the two meet: a batch norm over a channel that
-    is the same in every row took its mean (stored, rounded) from the unrounded values and subtracted it from them
-    again, a rounding error where eager has an exact 0, which the norm's 1/sqrt(eps) made a gradient of order 1
-    where eager's is 0."""
-    return (FuseInline(), FuseVertical(), FuseSiblings(), OrderDims(), CoalesceDims(), SplitMoments(),
+    """Fusion first (it matches iteration spaces dim by dim), then what fusion made of bfloat16 chains
+    (keep-float32, which widens only in a plan `lower` bound it to: see `bind_passes`), the shape of each kernel's
+    loops (order-dims, coalesce-dims, split-moments, stash-values), then storage (extern-in-place, plan-buffers)."""
+    return (FuseInline(), FuseVertical(), FuseSiblings(), KeepFloat32(), OrderDims(), CoalesceDims(), SplitMoments(),
             StashValues(), ExternInPlace(), PlanBuffers())
 
+
+def bind_passes(passes: Sequence[Pass], graph: Graph) -> tuple[Pass, ...]:
+    """`passes` for lowering `graph`: a pass whose choices depend on the graph (`for_graph(graph)`, keep-float32's
+    on whether the graph is half of a training step) bound to it; the others as they are."""
+    return tuple(p.for_graph(graph) if hasattr(p, "for_graph") else p for p in passes)
 
 
 def schedule(plan: KernelPlan, passes: Sequence[Pass] | None = None, *, check: bool = False,

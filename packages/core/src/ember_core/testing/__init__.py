@@ -31,7 +31,7 @@ _EXPORTS = {
     "Gate": "._custom_function", "gate_graph": "._custom_function",
     "in_threads": "._threads",
     "GradError": "._grad_accuracy", "errors_against": "._grad_accuracy", "gradient_errors": "._grad_accuracy",
-    "too_far": "._grad_accuracy", "training_gradients": "._grad_accuracy",
+    "too_far": "._grad_accuracy", "training_gradients": "._grad_accuracy", "NOISE_ULPS": "._grad_accuracy",
     "restamp": "._cache_entries",
     "PAYLOADS": "._fuzz", "assert_no_code_ran": "._fuzz", "fuzz_examples": "._fuzz", "fuzz_settings": "._fuzz",
     "FuzzTally": "._fuzz", "FuzzFailure": "._fuzz", "accepted_graph_problem": "._fuzz",

@@ -9,14 +9,26 @@ reads it (a comparison, floor, sign, mod, argmax: not in `CONTINUOUS`), so that 
 answer than eager's; a cast the program asked for (`Tensor.to`) is never dropped. float16 keeps every rounding: a
 float32 intermediate could hold a value beyond float16's range where eager has an infinity.
 
-Not a default pass (`default_passes`): the value a kernel reads unrounded is rounded wherever another kernel stores
-it or a value made from it, and the two can meet. A bf16 batch norm over a channel equal in every row took its
-mean from unrounded values, stored the mean rounded, and the backward subtracted it from the unrounded values
-again: 2^-9 where eager has an exact 0, times 1/sqrt(eps), a weight gradient of 0.7 where eager's is 0. A pass that
-widens safely must decide per graph value, for every kernel that computes it, not per kernel.
+When it is safe, and only then. A value left unrounded in one kernel is rounded where another kernel stores it or
+something made from it, and the two must never meet: a bf16 batch norm over a channel equal in every row took its
+mean from unrounded values, stored the mean rounded, and a kernel that computed the values again subtracted it
+from them unrounded: 2^-9 where eager has an exact 0, times 1/sqrt(eps), a weight gradient of 0.7 where eager's is
+0. Inside one kernel they cannot meet: a rounding is dropped for all of a value's readers or for none. So a kernel
+widens only when
+- its graph is not half of a training step (`for_graph`): a backward computes again what its forward computed, and
+  the two are lowered apart. A pass not bound to a graph (`schedule` called with the plan alone) widens nothing
+  unless made with `widen=True`;
+- no graph node it computes is computed by another kernel of the plan too (fuse-inline copies a cheap producer
+  into each of its consumers; a norm's statistics and its normalising can be two kernels that each compute the
+  value normalised);
+- it loads no bfloat16 buffer after storing it (a loop that reads what an earlier loop stored reads it rounded).
 """
 
 from __future__ import annotations
+
+from collections import Counter
+
+from ember_core import Graph
 
 from .._decisions import Note
 from .._loop_ir import IMPLICIT_CAST, TRANSCENDENTAL, Instr, Kernel, KernelPlan, Loop, Op
@@ -31,14 +43,72 @@ CONTINUOUS = frozenset(TRANSCENDENTAL - {Op.LGAMMA} | {
 })
 
 
+TRAINING_INPUTS = frozenset({"tangent", "saved"})
+TRAINING_OUTPUTS = frozenset({"saved", "grad"})
+
+
 class KeepFloat32:
     id = "keep-float32"
-    # widened: readers take the float32 value; kept: an op that jumps at a threshold reads it too
-    reasons = frozenset({"continuous-readers", "threshold-reader"})
+    # widened: readers take the float32 value; kept: an op that jumps at a threshold reads it, the kernel computes
+    # a value another kernel computes too or reads back what it stored, the graph is half of a training step, or
+    # the pass knows no graph
+    reasons = frozenset({"continuous-readers", "threshold-reader", "computed-elsewhere", "reads-back",
+                         "training-graph", "graph-unknown"})
+
+    def __init__(self, widen: bool | None = None, why: str = "graph-unknown"):
+        self.widen = widen  # None: not bound to a graph (`for_graph`), nothing widened
+        self.why = why
+
+    def for_graph(self, graph: Graph) -> KeepFloat32:
+        """The pass for lowering `graph`: it widens unless the graph is a forward or backward of a training step."""
+        if self.widen is False:
+            return self
+        training = (any(i.kind in TRAINING_INPUTS for i in graph.inputs)
+                    or any(o.kind in TRAINING_OUTPUTS for o in graph.outputs))
+        return KeepFloat32(widen=not training, why="training-graph" if training else "")
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
-        steps = tuple(_widen(s, note) if isinstance(s, Kernel) else s for s in plan.steps)
-        return plan.replace(steps=steps)
+        if not self.widen:
+            if any(_roundings(k) for k in plan.kernels):
+                note("kept", self.why, (plan.name,), f"{plan.name}: every bfloat16 rounding kept ("
+                     + ("a backward computes again what its forward computes" if self.why == "training-graph"
+                        else "the pass was not told which graph the plan lowers") + ")")
+            return plan
+        computed = Counter(o for k in plan.kernels for o in set(k.origins))
+        steps = []
+        for s in plan.steps:
+            if isinstance(s, Kernel):
+                shared = sorted(o for o in s.origins if computed[o] > 1)
+                read_back = _reads_back(s)
+                if not shared and not read_back:
+                    s = _widen(s, note)
+                elif shared and _roundings(s):
+                    note("kept", "computed-elsewhere", (s.name, *shared),
+                         f"{s.name}: every bfloat16 rounding kept; another kernel computes {', '.join(shared)} too")
+                elif _roundings(s):
+                    note("kept", "reads-back", (s.name, *read_back),
+                         f"{s.name}: every bfloat16 rounding kept; it loads {', '.join(read_back)} after storing it")
+            steps.append(s)
+        return plan.replace(steps=tuple(steps))
+
+
+def _reads_back(kernel: Kernel) -> list[str]:
+    """The bfloat16 buffers `kernel` loads after it has stored them: it would read rounded what it computed (a
+    float32 temp, softmax's exp kept for its last loop, holds the value as computed)."""
+    stored: set[str] = set()
+    out: list[str] = []
+    for i in kernel.instrs():
+        if i.op is Op.STORE:
+            stored.add(i.buffer)
+        elif i.op is Op.LOAD and i.dtype == "bfloat16" and i.buffer in stored and i.buffer not in out:
+            out.append(i.buffer)
+    return out
+
+
+def _roundings(kernel: Kernel) -> bool:
+    """Whether `kernel` reads a bfloat16 rounding of a float32 value back as float32 (what `_widen` may drop)."""
+    defs = {o: i for i in kernel.instrs() for o in i.outs}
+    return any(_unrounded(i, defs) is not None for i in kernel.instrs())
 
 
 def _widen(kernel: Kernel, note: Note) -> Kernel:
