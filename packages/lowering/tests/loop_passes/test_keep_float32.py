@@ -156,3 +156,19 @@ def test_a_kernel_that_loads_what_it_stored_keeps_its_roundings():
     after = schedule(plan, passes=[KeepFloat32(widen=True)], decisions=decisions)
     assert [(d.verdict, d.reason) for d in decisions] == [("kept", "reads-back")]
     assert _casts_to(after, "bfloat16") == _casts_to(plan, "bfloat16") == 2
+
+
+def test_a_comparison_reads_a_value_made_as_eager_makes_it():
+    """`x * 3` is read by an add, the add by `>`: left unrounded, `x * 3` made `x * 3 + 1` round up past 1 where
+    eager's rounded `x * 3` is half a step at 1 and the sum ties down to 1. Every rounding the comparison depends
+    on stays, so its answer is eager's for every bf16 value near the tie."""
+    near = torch.arange(0.0012, 0.0014, 2e-6).to(torch.bfloat16).unique()
+    x = torch.cat([near, -near, _bf16(512, seed=7)])
+
+    def f(x):
+        return torch.where(x * 3 + 1 > 1, x.exp(), -x)
+
+    _, after, decisions = before_after(f, x, passes=PASSES)
+    assert ("kept", "threshold-reader") in verdicts(decisions)
+    (got,) = run_plan(after, [x])
+    torch.testing.assert_close(got > 0, f(x) > 0, rtol=0, atol=0)

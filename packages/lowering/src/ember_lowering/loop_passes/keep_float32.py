@@ -5,8 +5,9 @@ kernel, the rounding between two of them (an implicit cast, `IMPLICIT_CAST`: the
 its buffer, read back as float32 by the consumer) stores nothing: here the consumer takes the float32 value
 instead. That saves a rounding per op (several instructions a vector) and is closer to the exact result, as
 TorchInductor computes such chains. It stays where the value is stored, and where an op that jumps at a threshold
-reads it (a comparison, floor, sign, mod, argmax: not in `CONTINUOUS`), so that such an op cannot give another
-answer than eager's; a cast the program asked for (`Tensor.to`) is never dropped. float16 keeps every rounding: a
+(a comparison, floor, sign, mod, argmax, a cast to an integer: not in `CONTINUOUS`) reads the value or anything made
+from it in the kernel, so that such an op cannot give another answer than eager's; a cast the program asked for
+(`Tensor.to`) is never dropped. float16 keeps every rounding: a
 float32 intermediate could hold a value beyond float16's range where eager has an infinity.
 
 When it is safe, and only then. A value left unrounded in one kernel is rounded where another kernel stores it or
@@ -31,8 +32,8 @@ from collections import Counter
 from ember_core import Graph
 
 from .._decisions import Note
-from .._loop_ir import IMPLICIT_CAST, TRANSCENDENTAL, Instr, Kernel, KernelPlan, Loop, Op
-from .._rewrite import canonicalize, rename_values, used_names
+from .._loop_ir import FLOAT_DTYPES, IMPLICIT_CAST, TRANSCENDENTAL, Instr, Kernel, KernelPlan, Loop, Op
+from .._rewrite import canonicalize, rename_values
 
 # Ops whose result moves little when an operand moves by a rounding error: they read a bfloat16 intermediate
 # unrounded. Not here: what jumps at a threshold (comparisons, floor, sign, mod, argmax...), so that a rounding
@@ -114,23 +115,21 @@ def _roundings(kernel: Kernel) -> bool:
 def _widen(kernel: Kernel, note: Note) -> Kernel:
     instrs = [i for s in kernel.body for i in (s.body if isinstance(s, Loop) else (s,))]
     defs = {o: i for i in instrs for o in i.outs}
-    readers: dict[str, list[Instr]] = {}
-    for i in instrs:
-        for n in used_names(i):
-            readers.setdefault(n, []).append(i)
     widened: dict[str, str] = {}  # a float32 read of a rounded value → the value before the rounding
+    exact = _threshold_inputs(instrs, defs)
     kept = 0
     for i in instrs:
         source = _unrounded(i, defs)
         if source is None:
             continue
-        if all(r.op in CONTINUOUS for r in readers.get(i.out, ())):
-            widened[i.out] = source
-        else:
+        if i.out in exact:
             kept += 1
+        else:
+            widened[i.out] = source
     if kept:
         note("kept", "threshold-reader", (kernel.name,),
-             f"{kernel.name}: {kept} bfloat16 rounding(s) kept, an op that jumps at a threshold reads the value")
+             f"{kernel.name}: {kept} bfloat16 rounding(s) kept, an op that jumps at a threshold reads a value made "
+             "from them")
     if not widened:
         return kernel
     note("widened", "continuous-readers", (kernel.name,),
@@ -142,6 +141,29 @@ def _widen(kernel: Kernel, note: Note) -> Kernel:
     body = [Loop(tuple(filter(stays, s.body))) if isinstance(s, Loop) else s
             for s in kernel.body if isinstance(s, Loop) or stays(s)]
     return canonicalize(kernel.replace(body=rename_values(body, widened)))
+
+
+def _threshold_inputs(instrs: list[Instr], defs: dict[str, Instr]) -> set[str]:
+    """The values an op that jumps at a threshold reads, and every value of the kernel they are made from: all of
+    them computed as eager computes them, so that the op gives eager's answer. (`x * 3 + 1 > 1` with `x * 3` left
+    unrounded flipped where `x * 3` rounds to half a step above 1.)"""
+    stack = [s for i in instrs if _jumps(i) for s in i.srcs]
+    seen: set[str] = set()
+    while stack:
+        v = stack.pop()
+        if v not in seen:
+            seen.add(v)
+            d = defs.get(v)
+            stack.extend(d.srcs if d is not None else ())
+    return seen
+
+
+def _jumps(i: Instr) -> bool:
+    """Whether `i`'s result can jump when an operand moves by a rounding: not in `CONTINUOUS`, not memory or a leaf,
+    not a cast between float dtypes (a cast to an integer or bool truncates: it jumps)."""
+    if i.op in CONTINUOUS or i.op in (Op.LOAD, Op.STORE, Op.CONST, Op.INDEX):
+        return False
+    return not (i.op is Op.CAST and i.dtype in FLOAT_DTYPES)
 
 
 def _unrounded(i: Instr, defs: dict[str, Instr]) -> str | None:
