@@ -4,6 +4,7 @@ eager twin, and counts the backward captures from `backward_captured` events."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import subprocess
@@ -269,3 +270,34 @@ def test_without_compiled_autograd_nothing_is_captured():
         compiled(torch.randn(10)).sum().backward()
     assert not captures(rec) and not backward_graphs(rec)
     assert not ember.compiled_autograd.is_enabled()
+
+
+def test_a_captured_backward_of_a_bfloat16_norm_of_equal_rows_keeps_eagers_zero_gradient():
+    """The captured backward is one graph of plain inputs (the forward's saved values among them) that computes
+    again what the forward computed: lowering must round its bfloat16 values as the forward's kernels did. Left
+    unrounded there (keep-float32 took it for a graph that trains nothing), `v` less the mean the forward saved
+    rounded was 2^-9 where eager has an exact 0, and 1/sqrt(eps) made the weight's gradient of order 1."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 17).to(torch.bfloat16).expand(5, 17)
+    w, b = (torch.randn(17).to(torch.bfloat16) for _ in range(2))
+
+    def norm(x, w, b):
+        v = x / (x.abs() + 1)
+        mu = v.mean(0)
+        return (v - mu) * torch.rsqrt(((v - mu) ** 2).mean(0) + 1e-5) * w + b
+
+    grads = []
+    for fn, capture in ((norm, False), (ember.compile(norm), True)):
+        leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+        with ember.record_events() as rec, (ember.compiled_autograd.enable() if capture else contextlib.nullcontext()):
+            fn(*leaves).pow(2).sum().backward()
+        grads.append([t.grad for t in leaves])
+        if capture:
+            assert captures(rec) and backward_graphs(rec)
+            assert_no_fallback(rec)
+            planned = [e for e in rec.kinds("kernels_planned") if e.get("graph").startswith("backward_")]
+            decisions = [d for e in planned for d in e.get("decisions") if d.pass_id == "keep-float32"]
+            assert [(d.verdict, d.reason) for d in decisions] == [("kept", "training-graph")]
+    assert torch.equal(grads[0][1], torch.zeros(17, dtype=torch.bfloat16))
+    assert torch.equal(grads[1][1], grads[0][1])
+    torch.testing.assert_close(grads[1][2], grads[0][2])

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import EmberError, Stopwatch, warn_fallback
+from ember_core import EmberError, Graph, Stopwatch, warn_fallback
 from torch._guards import CompileContext, TracingContext, detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental._backward_state import BackwardState
@@ -164,6 +164,22 @@ def _graph_name(compile_id: Any) -> str:
     return f"backward_{text[1:]}" if text.startswith("!") else f"dynamo_{text}"
 
 
+def _captured_backward(compile_id: Any) -> bool:
+    """Whether Dynamo is compiling a graph of a backward that compiled autograd captured (compile ids `!2/0/1`)."""
+    if compile_id is None:
+        return False
+    if getattr(compile_id, "compiled_autograd_id", None) is not None:
+        return True
+    return str(compile_id).startswith("!")
+
+
+def _in_backward_region(graph: Graph) -> Graph:
+    """`graph` with every node in the backward region (`meta["region"]`): a captured backward computes again
+    values its forward computed, and later stages (lowering's keep-float32) must know it is half of a training
+    step, which its plain inputs do not say."""
+    return graph.replace(nodes=tuple(n.replace(meta={**n.meta, "region": "backward"}) for n in graph.nodes))
+
+
 def _guards_text(guards: Any) -> str:
     lines = []
     for g in guards:
@@ -211,6 +227,8 @@ class DynamoBackend:
             graph = capture_graph(gm, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode)
         except EmberError as e:  # a construct the graph cannot hold: this graph runs eagerly
             return self._eager(dynamo_gm, name, e)
+        if _captured_backward(compile_id):
+            graph = _in_backward_region(graph)
         report("graph_captured", f"captured graph {name} ({len(graph.nodes)} nodes)", graph=graph,
                seconds=clock.seconds)
         runner = GraphRunner(graph, self.compile_graph(graph, fakes))

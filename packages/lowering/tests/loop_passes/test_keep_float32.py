@@ -114,8 +114,10 @@ def test_a_plan_not_bound_to_a_graph_or_bound_to_half_of_a_training_step_keeps_e
     widened = schedule(lower_graph(graph), passes=bind_passes(default_passes(), graph))
     assert _casts_to(widened, "bfloat16") == 1
     saved = graph.replace(outputs=(*graph.outputs, Output(graph.nodes[0].outputs[0], "saved")))
+    # a backward compiled autograd captured: plain inputs, every node in the backward region
+    backward = graph.replace(nodes=tuple(n.replace(meta={**n.meta, "region": "backward"}) for n in graph.nodes))
     unbound = (lower_graph(graph), default_passes())
-    for plan, bound in [unbound, (lower_graph(saved), bind_passes(default_passes(), saved))]:
+    for plan, bound in [unbound, *((lower_graph(g), bind_passes(default_passes(), g)) for g in (saved, backward))]:
         decisions = []
         kept = schedule(plan, passes=bound, decisions=decisions)
         assert _casts_to(kept, "bfloat16") >= 5

@@ -61,11 +61,14 @@ class KeepFloat32:
         self.why = why
 
     def for_graph(self, graph: Graph) -> KeepFloat32:
-        """The pass for lowering `graph`: it widens unless the graph is a forward or backward of a training step."""
+        """The pass for lowering `graph`: it widens unless the graph is a forward or backward of a training step
+        (its inputs' and outputs' kinds say so, or its nodes' regions: compiled autograd's captured backward has
+        plain inputs, and its capture puts every node in the backward region)."""
         if self.widen is False:
             return self
         training = (any(i.kind in TRAINING_INPUTS for i in graph.inputs)
-                    or any(o.kind in TRAINING_OUTPUTS for o in graph.outputs))
+                    or any(o.kind in TRAINING_OUTPUTS for o in graph.outputs)
+                    or any("region" in n.meta for n in graph.nodes))  # a joint, or a backward compiled autograd took
         return KeepFloat32(widen=not training, why="training-graph" if training else "")
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
