@@ -19,6 +19,7 @@ SETTINGS = {
     "bfloat16": (judge.Setting(dtype="bfloat16"), [109]),  # 109: a batch norm of equal rows
     "inference": (judge.Setting(inference=True), [196]),
     "steps": (judge.Setting(steps=3), [233]),
+    "compiled autograd": (judge.Setting(compiled_autograd=True, dtype="bfloat16"), [109]),  # 109: a batch norm
 }
 
 

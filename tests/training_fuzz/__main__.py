@@ -28,12 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the module's and inputs'")
     run.add_argument("--inference", action="store_true", help="under no_grad: loss, output and buffers only")
     run.add_argument("--steps", type=int, default=1, help="training steps, SGD between them (each compared)")
+    run.add_argument("--compiled-autograd", action="store_true",
+                     help="ember's backward captured whole at run time (ember.compiled_autograd)")
     run.add_argument("--show", action="store_true", help="print the programs, check nothing")
     run.add_argument("--verbose", action="store_true", help="say which graphs ran eagerly (fallback events)")
     args = parser.parse_args(argv)
 
     setting = Setting(args.frontend, args.codegen, args.dynamic, args.autocast, args.dtype, args.inference,
-                      args.steps)
+                      args.steps, args.compiled_autograd)
     bad, fell_back, start = 0, 0, time.monotonic()
     for seed in args.seeds:
         program = generate(seed)

@@ -41,6 +41,7 @@ class Setting:
     dtype: str = "float32"  # the module's and the inputs' dtype in the runs checked (the reference is float64)
     inference: bool = False  # called under no_grad: loss, output and buffers compared, no backward
     steps: int = 1  # training steps, an SGD update of the parameters between them (each step compared)
+    compiled_autograd: bool = False  # ember's runs' backward captured whole at run time and compiled by ember
 
     def __str__(self) -> str:
         changed = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
@@ -58,9 +59,10 @@ def _names(program: Program, model: torch.nn.Module, setting: Setting) -> list[s
 
 
 def _results(module: torch.nn.Module, run, inputs: Sequence[torch.Tensor], setting: Setting,
-             autocast: bool | None = None) -> list:
+             autocast: bool | None = None, captured: bool = False) -> list:
     """Loss, output, the inputs' gradients, the parameters' (None where autograd leaves none) and the buffers after
-    the call; under `setting.inference` loss, output and buffers."""
+    the call; under `setting.inference` loss, output and buffers. `captured`: the backward under
+    `ember.compiled_autograd`."""
     autocast = setting.autocast if autocast is None else autocast
     cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     if setting.inference:
@@ -71,7 +73,8 @@ def _results(module: torch.nn.Module, run, inputs: Sequence[torch.Tensor], setti
     module.zero_grad(set_to_none=True)
     with cast:
         loss, out = run(*leaves)
-    (loss + out.sum()).backward()
+    with ember.compiled_autograd.enable() if captured else contextlib.nullcontext():
+        (loss + out.sum()).backward()
     return ([loss.detach(), out.detach()] + [x.grad for x in leaves] + [p.grad for p in module.parameters()]
             + [b.detach().clone() for b in module.buffers()])
 
@@ -98,6 +101,7 @@ def check(program: Program, setting: Setting = Setting()) -> Verdict:
 
 def _check(program: Program, setting: Setting) -> list[Finding]:
     torch._dynamo.reset()
+    ember.compiled_autograd.reset()
     torch.manual_seed(program.seed)
     dtype = getattr(torch, setting.dtype)
     inputs = program.make_inputs(dtype)
@@ -112,7 +116,7 @@ def _check(program: Program, setting: Setting) -> list[Finding]:
         reference = _results(reference_model, reference_model, reference_inputs, setting, autocast=False)
         eager = _results(model, model, inputs, setting)
         try:
-            got = _results(twin, compiled, inputs, setting)
+            got = _results(twin, compiled, inputs, setting, captured=setting.compiled_autograd)
         except Exception as e:  # noqa: BLE001 - a compile or run error is the finding
             return [Finding(program.seed, "compile", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}")]
         where = [f"step {step}: {n}" for n in names] if setting.steps > 1 else names
@@ -182,7 +186,7 @@ def _second_batch(program: Program, setting: Setting, model: torch.nn.Module, tw
     reference_model.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
     reference = _results(reference_model, reference_model, other.make_inputs(torch.float64), setting, autocast=False)
     eager = _results(model, model, other.make_inputs(dtype), setting)
-    got = _results(twin, compiled, other.make_inputs(dtype), setting)
+    got = _results(twin, compiled, other.make_inputs(dtype), setting, captured=setting.compiled_autograd)
     where = [f"at batch {other.batch}: {n}" for n in names]
     eps = torch.finfo(dtype).eps
     floor = _loss_floor(reference_model, other.make_inputs(torch.float64), eps)
