@@ -228,9 +228,9 @@ def test_a_bfloat16_norm_of_rows_that_are_all_equal_has_eagers_zero_gradient(fro
 @pytest.mark.parametrize("fn", [bf16_batch_norm, bf16_manual_norm])
 def test_a_bfloat16_norm_of_rows_that_are_all_equal_gives_its_bias_without_grad_too(frontend, fn):
     """The same norm under no_grad, where keep-float32 widens (no backward computes anything again): `v`'s
-    statistics and the normalising are kernels that each compute `v`, so neither reads it unrounded, and x - mean
-    is 0 as in float64: the output is the bias in every row (eager's ATen batch norm lands a bf16 step off in a
-    few columns)."""
+    statistics and the normalising are one kernel, which drops `v`'s rounding for all its readers alike, so the
+    mean is taken of the very values it is subtracted from and x - mean is 0 as in float64: the output is the bias
+    in every row (eager's ATen batch norm lands a bf16 step off in a few columns)."""
     torch.manual_seed(0)
     x = torch.randn(1, 17).to(torch.bfloat16).expand(5, 17)
     w, b = (torch.randn(17).to(torch.bfloat16) for _ in range(2))

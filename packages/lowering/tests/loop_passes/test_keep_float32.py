@@ -116,12 +116,16 @@ def test_a_plan_not_bound_to_a_graph_or_bound_to_half_of_a_training_step_keeps_e
     saved = graph.replace(outputs=(*graph.outputs, Output(graph.nodes[0].outputs[0], "saved")))
     # a backward compiled autograd captured: plain inputs, every node in the backward region
     backward = graph.replace(nodes=tuple(n.replace(meta={**n.meta, "region": "backward"}) for n in graph.nodes))
-    unbound = (lower_graph(graph), default_passes())
-    for plan, bound in [unbound, *((lower_graph(g), bind_passes(default_passes(), g)) for g in (saved, backward))]:
+    cases = [(graph, default_passes(), "graph-unknown"),
+             (saved, bind_passes(default_passes(), saved), "training-graph"),
+             (backward, bind_passes(default_passes(), backward), "training-graph"),
+             (graph, bind_passes([FuseInline(), KeepFloat32(widen=False)], graph), "turned-off")]
+    for g, passes, why in cases:
         decisions = []
-        kept = schedule(plan, passes=bound, decisions=decisions)
+        kept = schedule(lower_graph(g), passes=passes, decisions=decisions)
         assert _casts_to(kept, "bfloat16") >= 5
-        assert any(d.pass_id == "keep-float32" and d.verdict == "kept" for d in decisions)
+        (said,) = [d for d in decisions if d.pass_id == "keep-float32"]
+        assert (said.verdict, said.reason) == ("kept", why)
         torch.testing.assert_close(run_plan(kept, [x])[0], chain(x), rtol=0, atol=0)
 
 

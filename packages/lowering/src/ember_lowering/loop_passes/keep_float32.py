@@ -51,14 +51,18 @@ TRAINING_OUTPUTS = frozenset({"saved", "grad"})
 class KeepFloat32:
     id = "keep-float32"
     # widened: readers take the float32 value; kept: an op that jumps at a threshold reads it, the kernel computes
-    # a value another kernel computes too or reads back what it stored, the graph is half of a training step, or
-    # the pass knows no graph
+    # a value another kernel computes too or reads back what it stored, the graph is half of a training step, the
+    # pass knows no graph, or it was made not to widen
     reasons = frozenset({"continuous-readers", "threshold-reader", "computed-elsewhere", "reads-back",
-                         "training-graph", "graph-unknown"})
+                         "training-graph", "graph-unknown", "turned-off"})
+    _kept_whole = {"training-graph": "a backward computes again what its forward computes",
+                   "graph-unknown": "the pass was not told which graph the plan lowers",
+                   "turned-off": "made with widen=False"}
 
-    def __init__(self, widen: bool | None = None, why: str = "graph-unknown"):
-        self.widen = widen  # None: not bound to a graph (`for_graph`), nothing widened
-        self.why = why
+    def __init__(self, widen: bool | None = None):
+        # None: not bound to a graph (`for_graph` binds it), nothing widened; False: never widens
+        self.widen = widen
+        self._kept_why = "graph-unknown" if widen is None else "turned-off"
 
     def for_graph(self, graph: Graph) -> KeepFloat32:
         """The pass for lowering `graph`: it widens unless the graph is a forward or backward of a training step
@@ -69,14 +73,15 @@ class KeepFloat32:
         training = (any(i.kind in TRAINING_INPUTS for i in graph.inputs)
                     or any(o.kind in TRAINING_OUTPUTS for o in graph.outputs)
                     or any("region" in n.meta for n in graph.nodes))  # a joint, or a backward compiled autograd took
-        return KeepFloat32(widen=not training, why="training-graph" if training else "")
+        bound = KeepFloat32(widen=not training)
+        bound._kept_why = "training-graph"
+        return bound
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         if not self.widen:
             if any(_roundings(k) for k in plan.kernels):
-                note("kept", self.why, (plan.name,), f"{plan.name}: every bfloat16 rounding kept ("
-                     + ("a backward computes again what its forward computes" if self.why == "training-graph"
-                        else "the pass was not told which graph the plan lowers") + ")")
+                note("kept", self._kept_why, (plan.name,),
+                     f"{plan.name}: every bfloat16 rounding kept ({self._kept_whole[self._kept_why]})")
             return plan
         computed = Counter(o for k in plan.kernels for o in set(k.origins))
         steps = []
@@ -86,12 +91,13 @@ class KeepFloat32:
                 read_back = _reads_back(s)
                 if not shared and not read_back:
                     s = _widen(s, note)
-                elif shared and _roundings(s):
-                    note("kept", "computed-elsewhere", (s.name, *shared),
-                         f"{s.name}: every bfloat16 rounding kept; another kernel computes {', '.join(shared)} too")
                 elif _roundings(s):
-                    note("kept", "reads-back", (s.name, *read_back),
-                         f"{s.name}: every bfloat16 rounding kept; it loads {', '.join(read_back)} after storing it")
+                    if shared:
+                        why, named, told = "computed-elsewhere", shared, "another kernel computes {} too"
+                    else:
+                        why, named, told = "reads-back", read_back, "it loads {} after storing it"
+                    note("kept", why, (s.name, *named),
+                         f"{s.name}: every bfloat16 rounding kept; " + told.format(", ".join(named)))
             steps.append(s)
         return plan.replace(steps=tuple(steps))
 
