@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--layout", default="", choices=cases.LAYOUTS,
                      help="give every input this layout, the same values in other memory (noncontiguous: strides "
                           "doubled and an offset; transposed: column-major); its own --out, failures judged by hand")
+    run.add_argument("--dynamic", action="store_true",
+                     help="compile each op once with dynamic=True for all its samples, so a graph of symbolic "
+                          "sizes made from one sample runs the next ones; its own --out, failures judged by hand")
     run.add_argument("--jobs", type=int, default=1, help="worker processes at once")
     run.add_argument("--chunk", type=int, default=sweep.CHUNK, help="ops per worker process (default %(default)s)")
     run.add_argument("--timeout", type=float, default=300.0, help="seconds one sample may take")
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {len(keys)} ops, {args.jobs} worker(s)", flush=True)
             ran += sweep.run_shard(keys, dtype, _list(args.phases), args.compiler, args.samples, args.jobs,
                                    args.timeout, args.out / name, args.out / (name[:-6] + ".log"), cases.DEVICE,
-                                   args.chunk, args.grid, args.layout)
+                                   args.chunk, args.grid, args.layout, args.dynamic)
         print(f"ran {len(ran)} cases in {time.monotonic() - start:.0f} s", flush=True)
     return summarize(args, ran if args.command == "run" else None)
 

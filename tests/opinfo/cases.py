@@ -65,6 +65,9 @@ GRID = 0.0  # `run --grid STEP`: float inputs rounded to multiples of STEP (`on_
 # "" leaves them as torch's samples make them (mostly contiguous)
 LAYOUTS = ("noncontiguous", "transposed")
 LAYOUT = ""
+# `run --dynamic`: each op compiled once with dynamic=True for all its samples (a phase's compiled function takes
+# the sample's args and kwargs), so a graph made with symbolic sizes from one sample runs the next samples' sizes
+DYNAMIC = False
 
 
 @dataclasses.dataclass
@@ -201,13 +204,13 @@ def tolerances(op: Any, dtype: str) -> tuple[float, float]:
 # ---------------------------------------------------------------------------------------------------- running
 
 
-def compile_with(compiler: str, fn: Callable) -> Callable:
+def compile_with(compiler: str, fn: Callable, dynamic: bool | None = None) -> Callable:
     if compiler == "ember":
         import ember
 
-        return ember.compile(fn)
+        return ember.compile(fn, dynamic=dynamic)
     if compiler == "inductor":
-        return torch.compile(fn)
+        return torch.compile(fn, dynamic=dynamic)
     if compiler == "eager":
         return fn
     raise ValueError(f"unknown compiler {compiler!r}; one of {COMPILERS}")
@@ -271,6 +274,28 @@ def call_op(op: Any, kwargs: dict) -> Callable:
     return lambda *args: op(*args, **kwargs)
 
 
+# run --dynamic: (op key, phase, compiler) → the op compiled once, `fn(args, kwargs)`, for every sample of the op
+_SHARED: dict[tuple[str, str, str], Callable] = {}
+
+
+def compiled_op(op: Any, kwargs: dict, phase: str, compiler: str) -> Callable:
+    """The op compiled for one sample: its own compiled function, or under `DYNAMIC` the one compiled function of
+    the op and phase (dynamic=True), the sample's kwargs passed to it, so that Dynamo reuses a graph across samples
+    where its guards let it."""
+    if not DYNAMIC:
+        torch._dynamo.reset()
+        return compile_with(compiler, call_op(op, kwargs))
+    key = (op_key(op), phase, compiler)
+    if key not in _SHARED:
+
+        def apply(args: tuple, kwargs: dict) -> Any:
+            return op(*args, **kwargs)
+
+        _SHARED[key] = compile_with(compiler, apply, dynamic=True)
+    shared = _SHARED[key]
+    return lambda *args: shared(args, kwargs)
+
+
 def run_phase(op: Any, sample: Any, dtype: str, phase: str, compiler: str) -> tuple[Run | None, Any, Exception | None]:
     """Eager's run of the phase, then the compiled one: (eager, (compiled run or error), eager's error)."""
     backward = phase == "backward"
@@ -281,9 +306,8 @@ def run_phase(op: Any, sample: Any, dtype: str, phase: str, compiler: str) -> tu
     except Exception as e:  # noqa: BLE001 - eager's own refusal of the sample
         return None, None, e
     args, kwargs = copy_inputs(((sample.input, *sample.args), sample.kwargs), backward)
-    torch._dynamo.reset()
     try:
-        compiled = compile_with(compiler, call_op(op, kwargs))
+        compiled = compiled_op(op, kwargs, phase, compiler)
         return eager, execute(compiled, args, kwargs, sample, torch_dtype, backward), None
     except Exception as e:  # noqa: BLE001 - recorded, never raised: one op's failure must not stop the sweep
         return eager, e, None
@@ -516,7 +540,8 @@ def run_sample(op: Any, sample: Any, index: int, dtype: str, phases: Sequence[st
             result.klass = classify(result)
         result.seconds = round(time.perf_counter() - start, 3)
         results.append(result)
-    torch._dynamo.reset()
+    if not DYNAMIC:
+        torch._dynamo.reset()
     return results
 
 
@@ -524,6 +549,8 @@ def run_op(op: Any, dtype: str, phases: Sequence[str], compiler: str = "ember", 
            skip: int = -1, on_begin: Callable[[int], None] | None = None) -> Any:
     """Yield the CaseResults of an op's first `count` samples, after sample `skip` (a resumed worker's place)."""
     phases = [p for p in phases if p == "forward" or wants_backward(op, dtype)]
+    torch._dynamo.reset()
+    _SHARED.clear()
     try:
         chosen = samples(op, dtype, "backward" in phases, count)
     except Exception as e:  # noqa: BLE001

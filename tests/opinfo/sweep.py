@@ -61,6 +61,7 @@ class Job:
     device: str = "cpu"
     grid: float = 0.0
     layout: str = ""
+    dynamic: bool = False
 
 
 # ---------------------------------------------------------------------------------------------------- worker side
@@ -69,7 +70,7 @@ class Job:
 def worker_main(job_text: str) -> int:
     """Run a Job given as JSON; protocol lines go to the real stdout, everything else printed goes to stderr."""
     job = Job(**json.loads(job_text))
-    cases.DEVICE, cases.GRID, cases.LAYOUT = job.device, job.grid, job.layout
+    cases.DEVICE, cases.GRID, cases.LAYOUT, cases.DYNAMIC = job.device, job.grid, job.layout, job.dynamic
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -141,14 +142,15 @@ def run_job(job: Job, timeout: float, log: IO[str]) -> Iterator[cases.CaseResult
 
 def run_shard(keys: Sequence[str], dtype: str, phases: Sequence[str], compiler: str, samples: int, jobs: int,
               timeout: float, results: Path, log_path: Path, device: str = "cpu", chunk: int = CHUNK,
-              grid: float = 0.0, layout: str = "") -> list[cases.CaseResult]:
+              grid: float = 0.0, layout: str = "", dynamic: bool = False) -> list[cases.CaseResult]:
     """Run the ops in chunks on `jobs` workers at once; results are appended to `results` (JSON lines) as they come.
-    `device`: where the workers make and run the samples (cases.DEVICE); `grid`: cases.GRID; `layout`: cases.LAYOUT."""
+    `device`: where the workers make and run the samples (cases.DEVICE); `grid`: cases.GRID; `layout`: cases.LAYOUT;
+    `dynamic`: cases.DYNAMIC."""
     chunks = [list(keys[i:i + chunk]) for i in range(0, len(keys), max(1, chunk))]
     pending: queue.Queue = queue.Queue()
     for chunk in chunks:
         pending.put(Job(chunk, dtype, list(phases), compiler, samples, device=device, grid=grid,
-                        layout=layout))
+                        layout=layout, dynamic=dynamic))
     lock = threading.Lock()
     collected: list[cases.CaseResult] = []
     failures: list[BaseException] = []
