@@ -30,3 +30,38 @@ def test_the_decode_loop_reuses_its_symbolic_graph_from_the_in_process_cache_aft
     decode(frontend, dynamic=True)
     again = decode(frontend, dynamic=True)
     assert compiled(again) == 1 and again["events"].get("graph_cache_hit/runtime") == 1
+
+
+INDEXED_VIEWS = {
+    "select": lambda x, k: x.select(1, k) * 2,
+    "first_dim": lambda x, k: x[k] * 2,
+    "start": lambda x, k: x[:, k:] * 2,
+    "window": lambda x, k: x[:, k - 1:k + 1] * 2,
+    "flat": lambda x, k: x.reshape(20)[k] * 2,
+}
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("name", sorted(INDEXED_VIEWS))
+def test_an_int_index_that_turns_negative_counts_from_the_end(name, dynamic):
+    """An int index that changes between calls is a symbol of the graph (automatic dynamic, or dynamic=True); once
+    it is negative Dynamo makes a graph for negative values (its guard: `k <= -1`), and the view's offset is
+    `k + size`. Lowering read the index as it was, so `x[-1]` loaded x[-1 * stride], outside the row it selects:
+    silently wrong numbers (select, x[k], x[:, k:]; found by `python -m tests.opinfo run --dynamic`). The symbol's
+    range says its sign (lowering counts a negative index from the end); the joint trace took it for a size and
+    refused the negative value."""
+    import ember
+    import torch
+
+    fn = INDEXED_VIEWS[name]
+    compiled = ember.compile(fn, dynamic=dynamic)
+    with ember.record_events() as rec:
+        for k in (2, 1, -1, -2, 0, 3, -3):
+            x = torch.randn(4, 5)
+            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
+            eager, out = fn(x_eager, k), compiled(x_ember, k)
+            torch.testing.assert_close(out, eager, msg=lambda m, k=k: f"k={k}: {m}")
+            weights = torch.randn(out.shape)
+            torch.testing.assert_close(torch.autograd.grad((out * weights).sum(), x_ember),
+                                       torch.autograd.grad((eager * weights).sum(), x_eager))
+    assert not [e.message for e in rec.events if e.kind == "fallback"]

@@ -120,6 +120,29 @@ def test_training_with_dynamic_shapes_and_a_pad_by_a_symbolic_amount(frontend):
 
 
 
+def unbatched_conv(x, w, b, stride, padding, groups):
+    return F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+
+
+def test_a_dynamic_conv_recompiled_for_an_unbatched_input_trains_its_graph():
+    """`dynamic=True`, a batched then an unbatched input: the second graph takes its strides, padding and groups
+    as int inputs `s3`..`s6` next to the sizes `s0`..`s2`. The joint trace's ShapeEnv called the graph's `s2` `s6`, the
+    name of another input, and mapping its names back renamed input `s6` to `s2` ('value s2 is defined twice'):
+    the graph's gradient ran under eager autograd (found by `python -m tests.opinfo run --dynamic`)."""
+    compiled = ember.compile(unbatched_conv, dynamic=True)
+    with ember.record_events() as rec:
+        for shape in ((1, 3, 4, 4), (3, 4, 4), (3, 6, 5)):
+            x, w, b = torch.randn(*shape), torch.randn(3, 3, 3, 3), torch.randn(3)
+            eager_leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+            ember_leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+            eager, out = unbatched_conv(*eager_leaves, (2, 2), 2, 1), compiled(*ember_leaves, (2, 2), 2, 1)
+            torch.testing.assert_close(out, eager)
+            weights = torch.randn(out.shape)
+            torch.testing.assert_close(torch.autograd.grad((out * weights).sum(), ember_leaves),
+                                       torch.autograd.grad((eager * weights).sum(), eager_leaves))
+    assert not [e.message for e in rec.events if e.kind == "fallback"]
+
+
 def sum_over_and_scale_by(x, dim, k):
     return x.sum(dim, keepdim=True) * x * k + k
 
@@ -141,6 +164,58 @@ def test_an_int_argument_that_changes_sign_between_calls(frontend):
                 (out * weights).sum().backward()
                 torch.testing.assert_close(x_ember.grad, x_eager.grad)
     assert not [e for e in rec.events if e.kind == "fallback"]
+
+
+INT_ARGUMENTS = {
+    "pow": lambda x, k: torch.pow(x, k),  # C++ backward compares the Scalar exponent with 0
+    "rpow": lambda x, k: torch.pow(k, x),
+    "celu": lambda x, k: F.celu(x, alpha=k),  # the joint trace fixes the int input (a Python branch on it)
+    "norm": lambda x, k: x.norm(p=k),
+    "renorm": lambda x, k: x.renorm(k, 0, 1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INT_ARGUMENTS))
+def test_an_int_argument_a_backward_branches_on_trains_per_value(name):
+    """`dynamic=True` makes an int argument a symbolic input. pow's backward compares it with 0 in C++, which raised
+    'NYI SymInt equality' out of the joint trace: the call failed (as under torch.compile). celu's, norm's and
+    renorm's backwards branch on it in Python, which fixes it in the trace, and the graph ran under eager autograd
+    (the specialization took declared symbols only). Now each value of the int gets a build of its own."""
+    fn = INT_ARGUMENTS[name]
+    compiled = ember.compile(fn, dynamic=True)
+    with ember.record_events() as rec:
+        for k in (2, 3, 2, 4):
+            x = torch.randn(3, 5)
+            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
+            eager, out = fn(x_eager, k), compiled(x_ember, k)
+            torch.testing.assert_close(out, eager)
+            weights = torch.randn(out.shape)
+            torch.testing.assert_close(torch.autograd.grad((out * weights).sum(), x_ember),
+                                       torch.autograd.grad((eager * weights).sum(), x_eager))
+    assert not [e.message for e in rec.events if e.kind == "fallback"]
+    built = [e.data["values"] for e in rec.events if e.kind == "graph_specialized"]
+    assert sorted(v for values in built for v in values.values()) == [2, 3, 4]
+
+
+def test_softshrink_trains_with_dynamic_shapes():
+    """softshrink is kept whole (its gradient at NaN), so autograd calls ATen's softshrink_backward, a TensorIterator
+    kernel fake tensors of symbolic sizes cannot run: the joint trace raised out of the compile under dynamic=True.
+    A joint trace of symbolic sizes takes its formula instead; every size matches eager."""
+    def fn(x):
+        return F.softshrink(x, 0.5)
+
+    compiled = ember.compile(fn, dynamic=True)
+    with ember.record_events() as rec:
+        for n in (5, 8, 3):
+            x = torch.randn(4, n)
+            x[0, :2] = torch.tensor([0.5, -0.5])  # the edges of the interval the gradient is 0 in
+            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
+            eager, out = fn(x_eager), compiled(x_ember)
+            weights = torch.randn(out.shape)
+            torch.testing.assert_close(
+                (out, *torch.autograd.grad((out * weights).sum(), x_ember)),
+                (eager, *torch.autograd.grad((eager * weights).sum(), x_eager)))
+    assert not [e.message for e in rec.events if e.kind == "fallback"]
 
 
 def running_products(x, w):

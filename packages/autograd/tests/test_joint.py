@@ -534,3 +534,50 @@ def test_an_op_given_a_list_of_symbolic_sizes_runs_on_the_fake_primals():
         eager = f(x)
         eager.backward(eager.detach() + 1)
         torch.testing.assert_close((out, x2.grad), (eager, x.grad))
+
+
+def test_int_inputs_named_like_the_trace_names_other_symbols_keep_their_own():
+    """The trace's ShapeEnv names its symbols by a hash of their source: graph's `s2` came out of it as `s6`, while
+    the graph had an int input `s6` of its own (conv2d's strides and padding, recompiled with dynamic=True). The
+    placeholders had the graph's names and the sizes the trace's, so mapping the trace's names back renamed the
+    input `s6` to `s2`: 'value s2 is defined twice', and the graph's backward ran eagerly. Every input keeps its
+    name and every size its symbol, whatever the trace called them."""
+    names = [f"s{k}" for k in range(12)]
+    header = ", ".join(f"{n}=3 in [2, inf]" for n in names[:3])
+    graph = parse_graph("# ember graph v1.1\n"
+                        f"# symbols: {header}\n"
+                        f"def g(s0: sym:i64, s1: sym:i64, s2: sym:i64, x: f32[s0, s1, s2] requires_grad, "
+                        + ", ".join(f"{n}: sym:i64" for n in names[3:]) + "):\n"
+                        "  y: f32[s0, s1, s2] requires_grad = aten.mul.Tensor(x, s11)\n"
+                        "  return (y)\n")
+    x = torch.randn(3, 3, 3, requires_grad=True)
+    ints = list(range(4, 4 + len(names) - 3))
+    traced = joint(graph, [3, 3, 3, x, *ints])
+    assert [i.name for i in traced.graph.inputs][:len(graph.inputs)] == [i.name for i in graph.inputs]
+    assert traced.graph.values["x"].shape == ("s0", "s1", "s2")
+    for shape, k in (((3, 3, 3), ints[-1]), ((2, 4, 5), -2)):
+        x = torch.randn(*shape)
+        tangent = torch.randn(*shape)
+        out, grad = Interpreter(traced.graph).run([*shape, x, *ints[:-1], k, tangent])
+        torch.testing.assert_close((out, grad), (x * k, tangent * k))
+
+
+def test_a_backward_that_compares_an_int_input_in_cpp_asks_for_a_graph_per_value():
+    """pow's backward (C++) asks whether the exponent is 0; with the exponent a symbolic int input ATen raised
+    'NYI SymInt equality' out of the trace, and compiling the graph failed (torch.compile's own AOT autograd fails
+    the same way). It says `SpecializationNeeded` for the int inputs instead; at a value the joint traces."""
+    from ember_core import SpecializationNeeded, specialize_symbols
+
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[4] requires_grad, k: sym:i64):\n"
+                        "  y: f32[4] requires_grad = aten.pow.Tensor_Scalar(x, k)\n"
+                        "  return (y)\n")
+    x = torch.randn(4, requires_grad=True)
+    with pytest.raises(SpecializationNeeded, match="compares an int input with a number") as raised:
+        joint(graph, [x, 3])
+    assert raised.value.values == {"k": 3}
+    traced = joint(specialize_symbols(graph, raised.value.values), [x, 3])
+    tangent = torch.randn(4)
+    out, grad = Interpreter(traced.graph).run([x.detach(), 3, tangent])
+    expected = x.pow(3)
+    torch.testing.assert_close((out, grad), (expected, torch.autograd.grad(expected, x, tangent)[0]))

@@ -88,3 +88,22 @@ def test_vector_norm_keeps_eager_gradient_at_zero(ord):
         (got_grad,) = torch.autograd.grad(got, traced_x, allow_unused=True)
         zero = torch.zeros_like(value)
         torch.testing.assert_close(zero if got_grad is None else got_grad, zero if want_grad is None else want_grad)
+
+
+def test_softshrink_backward_as_its_formula_for_symbolic_traces_is_atens_kernel_but_at_nan():
+    """Joint traces of symbolic sizes decompose softshrink's backward (ATen's TensorIterator kernel, which fake
+    tensors of symbolic sizes cannot run); the formula gives ATen's gradient at ±lambd and the infinities. At NaN it
+    passes the gradient, as ATen's scalar loop does (its vector lanes give 0: eager itself differs by position)."""
+    from ember_core import symbolic_backward_formulas
+
+    formula = symbolic_backward_formulas()[torch.ops.aten.softshrink_backward.default]
+    assert torch.ops.aten.softshrink_backward.default not in decompositions()  # static traces keep ATen's kernel
+    x = torch.tensor([-0.5, 0.5, -0.50001, 0.50001, 0.0, float("inf"), -float("inf"), 2.0, -1.0, 0.25])
+    g = torch.arange(1.0, 11.0)
+    for dtype in (torch.float32, torch.bfloat16):
+        expected = torch.ops.aten.softshrink_backward.default(g.to(dtype), x.to(dtype), 0.5)
+        got = formula(g.to(dtype), x.to(dtype), 0.5)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    nan = formula(g[:3], torch.tensor([float("nan"), 0.0, 1.0]), 0.5)
+    torch.testing.assert_close(nan, torch.tensor([1.0, 0.0, 3.0]), rtol=0, atol=0)

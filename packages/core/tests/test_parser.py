@@ -225,6 +225,20 @@ def test_symbol_table_round_trips_with_unbounded_and_bounded_ranges():
     assert parse_graph(format_graph(g)) == g
 
 
+def test_an_int_symbol_that_may_be_negative_round_trips_in_text_and_json():
+    """An int the program passed (Dynamo makes one a symbol once it changes) may be negative: its range goes below
+    0, down to INT64_MIN when nothing bounds it; the readers refused such a symbol as no size."""
+    from ember_core import INT64_MIN, loads
+
+    g = Graph(symbols=(Symbol("s0", 8, 2, None), Symbol("s1", -1, INT64_MIN, -1), Symbol("s2", 3, INT64_MIN, None)),
+              inputs=(Input("x"), Input("s1"), Input("s2")), outputs=(Output("x"),),
+              values={"x": Value(shape=("s0",), stride=(1,)), "s1": Value(type="sym", dtype="int64"),
+                      "s2": Value(type="sym", dtype="int64")})
+    assert f"s1=-1 in [{INT64_MIN}, -1]" in format_graph(g)
+    assert parse_graph(format_graph(g)) == g
+    assert loads(dumps(g)) == g
+
+
 # ---------------------------------------------------------------------------------------------- numbers that do not fit
 
 def dims(n: int, size: int = 10) -> str:

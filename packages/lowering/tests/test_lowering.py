@@ -92,6 +92,63 @@ def test_symbolic_int_inputs_and_outputs():
     torch.testing.assert_close(run_plan(plan, [x, 3])[0], x * 3)
 
 
+def test_an_int_input_as_an_ops_scalar_argument():
+    """Under dynamic=True Dynamo makes an int argument a `sym` input, which an op may take as a Scalar (add's alpha,
+    softplus's beta, elu's alpha, a pad value): the rules read it as a Python number and lowering failed
+    ("float() argument must be ... not 'Ref'"), so the graph ran in the interpreter codegen."""
+    graph = parse_graph("""# ember graph v1.1
+# symbols: s0=3 in [2, inf]
+def g(s0: sym:i64, x: f32[s0, 4], k: sym:i64):
+  added: f32[s0, 4] = aten.add.Tensor(x, x, alpha=k)
+  soft: f32[s0, 4] = aten.softplus.default(x, k, 20)
+  elu: f32[s0, 4] = aten.elu.default(x, k)
+  padded: f32[s0, 6] = aten.constant_pad_nd.default(x, [1, 1], k)
+  return (added, soft, elu, padded)
+""")
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs
+    for rows, k in ((3, 2), (5, -3)):
+        x = torch.randn(rows, 4)
+        expected = (torch.add(x, x, alpha=k), torch.nn.functional.softplus(x, k), torch.nn.functional.elu(x, k),
+                    torch.nn.functional.pad(x, (1, 1), value=k))
+        torch.testing.assert_close(run_plan(plan, [rows, x, k]), list(expected))
+
+
+@pytest.mark.parametrize("k", [-1, -4])
+def test_a_symbolic_index_known_negative_counts_from_the_end(k):
+    """The graph Dynamo makes for an int index once it is negative (range [-inf, -1], the view's offset `s1 + k`):
+    select and slice count it from the end of the dim, as ATen does."""
+    graph = parse_graph(f"""# ember graph v1.1
+# symbols: s0=4 in [2, inf], s1=5 in [2, inf], k={k} in [-9223372036854775808, -1]
+def g(s0: sym:i64, s1: sym:i64, x: f32[s0, s1], k: sym:i64):
+  picked: f32[s0]{{s1}} offset=sym(s1 + k) = aten.select.int(x, 1, k)
+  doubled: f32[s0] = aten.mul.Tensor(picked, 2)
+  tail: f32[s0, -k]{{s1, 1}} offset=sym(s1 + k) = aten.slice.Tensor(x, 1, k)
+  tripled: f32[s0, -k] = aten.mul.Tensor(tail, 3)
+  return (doubled, tripled)
+""")
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs
+    for rows, cols in ((4, 5), (3, 7)):
+        x = torch.randn(rows, cols)
+        torch.testing.assert_close(run_plan(plan, [rows, cols, x, k]), [x[:, k] * 2, x[:, k:] * 3])
+
+
+def test_a_symbolic_index_of_unknown_sign_runs_as_an_aten_call():
+    graph = parse_graph("""# ember graph v1.1
+# symbols: s0=4 in [2, inf], s1=5 in [2, inf], k=2 in [-9223372036854775808, inf]
+def g(s0: sym:i64, s1: sym:i64, x: f32[s0, s1], k: sym:i64):
+  picked: f32[s0]{s1} offset=sym(k) = aten.select.int(x, 1, k)
+  doubled: f32[s0] = aten.mul.Tensor(picked, 2)
+  return (doubled)
+""")
+    plan = lower(graph, check=True, emit_event=False)
+    assert [e.op for e in plan.externs] == ["aten.select.int"]
+    x = torch.randn(4, 5)
+    for k in (2, -2):
+        torch.testing.assert_close(run_plan(plan, [4, 5, x, k])[0], x[:, k] * 2)
+
+
 def test_float_read_from_a_zero_dim_tensor_is_loaded_by_the_kernel():
     # Dynamo's form of a Python float that changed between calls: a 0-d float64 input read back with .item()
     values = {"x": Value(shape=(4,), stride=(1,)), "scale": Value(shape=(), stride=(), dtype="float64"),

@@ -36,6 +36,7 @@ from ember_core import (
     from_fx,
     grad_rules,
     node_refs,
+    symbolic_backward_formulas,
     tracing_lock,
     verify,
 )
@@ -58,6 +59,9 @@ PRODUCER = "ember-autograd 0.1.0"
 _REGION = "ember_region"  # fx meta key: set on every node recorded while the forward ran
 
 
+# ATen's refusal (c10's Scalar::equal) to compare a Scalar holding a symbolic int with a number
+_SYMBOLIC_SCALAR_REFUSAL = "NYI SymInt equality"
+
 # FakeTensor's refusals of an op it cannot run without data; escaping the backend, Dynamo would turn them into a
 # graph break that runs the graph eagerly with no ember event
 _FAKE_REFUSALS = (UnsupportedOperatorException, DynamicOutputShapeException, DataDependentOutputException)
@@ -77,6 +81,16 @@ def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
             raise GraphError(f"graph {graph.name!r}: the joint trace's fake tensors cannot run "
                              f"{getattr(e, 'func', None) or type(e).__name__} ({type(e).__name__}: an op without a "
                              f"Meta kernel, or a result whose shape or value depends on the data)") from e
+        except RuntimeError as e:
+            ints = trace.primals.symbols.ints
+            if not (ints and _SYMBOLIC_SCALAR_REFUSAL in str(e)):
+                raise
+            # a C++ backward formula compares an int input given as a Scalar with a number (`pow`'s backward asks
+            # whether the exponent is 0), which ATen cannot do for a symbolic int: traced at each value instead
+            values = {name: trace.primals.symbols.hints[name] for name in ints}
+            raise SpecializationNeeded(
+                f"graph {graph.name!r}: a backward formula in C++ compares an int input with a number, which it "
+                f"cannot do for a symbolic one: the graph is compiled per value of {', '.join(ints)}", values) from e
     joint_graph = _to_graph(graph, gm, trace, grads)
     return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
 
@@ -119,7 +133,8 @@ class JointTrace:
         # compiled autograd off: the joint's `autograd.grad` is traced here, not a backward to capture at run time
         with fake, enable_python_dispatcher(), torch.enable_grad(), torch.autograd.set_multithreading_enabled(False), \
                 torch._dynamo.compiled_autograd._disable():
-            gm = make_fx(fn, decomposition_table=decompositions())(*self.primals.values, *tangents)
+            table = decompositions() | (symbolic_backward_formulas() if self.primals.symbols.shape_env else {})
+            gm = make_fx(fn, decomposition_table=table)(*self.primals.values, *tangents)
         _drop_aliases(gm)
         gm.graph.eliminate_dead_code()  # random ops count as impure and stay
         return gm
@@ -241,7 +256,7 @@ def _to_graph(graph: Graph, gm: fx.GraphModule, trace: JointTrace, grads: list[b
     """The traced module as an ember Graph: names, kinds, regions and metadata of the joint layout."""
     tangent_names = [f"tangent_{i}" for i, d in enumerate(trace.differentiable) if d]
     inputs = [*(Input(i.name, i.kind, i.mutated) for i in graph.inputs), *(Input(t, "tangent") for t in tangent_names)]
-    _name_placeholders(gm, inputs)
+    _name_placeholders(gm, trace.primals.symbols.traced_inputs(inputs, graph))
     for node in gm.graph.nodes:
         if node.op == "call_function":
             node.meta["ember_meta"] = {"region": node.meta.get(_REGION, "backward"), **location_meta(node)}

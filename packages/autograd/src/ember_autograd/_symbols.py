@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember_core import Graph, GraphError, Symbol, dim_value, rename_symbols
+from ember_core import Graph, GraphError, Input, Symbol, dim_value, rename_symbols
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 
@@ -24,9 +24,10 @@ class SymbolTable:
         self.symints: dict[str, Any] = {}  # graph's symbol name → SymInt
         self.graph_names: dict[str, str] = {}  # ShapeEnv's symbol name → graph's symbol name
         self.hints: dict[str, int] = {}  # graph's symbol name → its value when traced
+        self.ints: list[str] = []  # the graph's int inputs that carry no size (`add(size=False)`)
         self.symbols: dict[str, Symbol] = {s.name: s for s in graph.symbols}
         for s in graph.symbols:
-            self.add(s.name, s.hint)
+            self.add(s.name, s.hint, size=s.lower >= 0)  # a declared int that may be negative is no size
 
     def add(self, name: str, hint: int, size: bool = True) -> Any:
         """A new symbol called `name` in the graph, with the value `hint` when traced: a size (never negative) or,
@@ -43,6 +44,8 @@ class SymbolTable:
         self.graph_names[str(expr)] = name
         self.hints[name] = hint
         self.symbols.setdefault(name, Symbol(name, hint))
+        if not size:
+            self.ints.append(name)
         return symint
 
     def fixed(self) -> dict[str, str]:
@@ -64,6 +67,20 @@ class SymbolTable:
             return dim_value(d, self.symints)
         except KeyError as e:
             raise GraphError(f"size {d!r} uses symbol {e.args[0]!r}, which the graph does not declare") from None
+
+    def traced_inputs(self, inputs: list[Input], graph: Graph) -> list[Input]:
+        """`inputs` as the trace calls them: a `sym` input is named after the symbol it carries, which in the trace
+        is the ShapeEnv's name (`rename` maps the two back together). With the graph's names on the inputs and the
+        trace's in the sizes, one name could mean two things: graph's `s2` is the ShapeEnv's `s6` while the graph
+        has an input `s6` of its own."""
+        env_names = {name: env for env, name in self.graph_names.items()}
+        carried = {i.name: env_names[i.name] for i in inputs
+                   if i.name in env_names and (v := graph.values.get(i.name)) is not None and v.type == "sym"}
+        clash = sorted(set(carried.values()) & ({i.name for i in inputs} - set(carried)))
+        if clash:
+            raise GraphError(f"graph {graph.name!r}: the trace names a symbol {clash[0]!r}, the name of an input "
+                             "that carries no symbol")
+        return [Input(carried.get(i.name, i.name), i.kind, i.mutated) for i in inputs]
 
     def rename(self, graph: Graph) -> Graph:
         """The traced graph with the ShapeEnv's symbol names replaced by the graph's, and their records."""

@@ -69,6 +69,7 @@ from .execution import (
 )
 from .graph import (
     CUSTOM_FUNCTION,
+    INT64_MIN,
     LAYOUTS,
     MEMORY_FORMATS,
     SCHEMA_VERSION,
@@ -130,6 +131,8 @@ from .graph import (
     source_identifier,
     specialize_symbols,
     subgraph_scope,
+    sym_inputs,
+    symbolic_backward_formulas,
     text_constants,
     to_dtype,
     to_fx,
@@ -188,5 +191,5 @@ __all__ = [
     "WARNED_CAUSES", "warn_fallback", "parse_integer", "layout_problem", "arguments_problem", "LAYOUTS",
     "MEMORY_FORMATS", "FileRefused", "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor",
     "break_site", "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
-    "specialize_symbols", "SpecializationNeeded",
+    "specialize_symbols", "SpecializationNeeded", "sym_inputs", "INT64_MIN", "symbolic_backward_formulas",
 ]

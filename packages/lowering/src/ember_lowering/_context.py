@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import sympy
-from ember_core import Graph, Ref, Sym, as_sympy
+from ember_core import INT64_MIN, Graph, Ref, Sym, as_sympy
 
 from ._builder import KernelBuilder, Val
 from ._decisions import Decision, make_decision
-from ._errors import LoweringError
+from ._errors import LoweringError, Unsupported
 from ._indexing import ONE, ZERO, Ranges, contiguous_strides, linear_index, simplify, sym, to_expr
 from ._loop_ir import Buffer, Dim, Op
 from ._split_reductions import SPLIT_OPS, SplitPolicy, plan_split, split_reduction
@@ -76,6 +76,7 @@ class LoweringContext:
         self.values = graph.values
         self.ranges = Ranges(lowers={s.name: s.lower for s in graph.symbols})
         self.hints = {s.name: s.hint for s in graph.symbols}
+        self.symbols = {s.name: s for s in graph.symbols}
         self.buffers: dict[str, Buffer] = {}
         self.steps: list = []
         self.env: dict[str, Any] = {}
@@ -121,6 +122,40 @@ class LoweringContext:
         if isinstance(arg, Sym):
             return to_expr(arg.expr)
         return arg
+
+    def from_end(self, index: Any, size: Any) -> bool:
+        """Whether an index or start (select's, slice's, their scatters') is negative: ATen then counts it from the
+        end of a dim of `size`. A symbolic one is an int the program passed, whose sign Dynamo guards when it traces
+        such an op, so its symbols' ranges tell it; where they leave it open the op runs as an ATen call."""
+        index = to_expr(index)
+        if index.is_number:
+            return bool(index < 0)
+        lo, hi = self._interval(sympy.expand(index))
+        if lo is not None and lo >= 0:
+            return False
+        if hi is not None and hi < 0:
+            return True
+        raise Unsupported(f"the sign of index {index} is not known from its symbols' ranges")
+
+    def _interval(self, expr: Any) -> tuple[Any, Any]:
+        """Bounds of a linear expression over graph symbols from their declared ranges (None: unbounded)."""
+        if expr.is_number:
+            return expr, expr
+        if isinstance(expr, sympy.Add):
+            lo, hi = ZERO, ZERO
+            for term in expr.args:
+                tlo, thi = self._interval(term)
+                lo = None if lo is None or tlo is None else lo + tlo
+                hi = None if hi is None or thi is None else hi + thi
+            return lo, hi
+        coeff, rest = expr.as_coeff_Mul()
+        symbol = self.symbols.get(getattr(rest, "name", None))
+        if symbol is None or not coeff.is_number:
+            return None, None
+        lower = None if symbol.lower <= INT64_MIN else sympy.Integer(symbol.lower)
+        upper = None if symbol.upper is None else sympy.Integer(symbol.upper)
+        lo, hi = (lower, upper) if coeff >= 0 else (upper, lower)
+        return (None if lo is None else coeff * lo), (None if hi is None else coeff * hi)
 
     def read_at_run_time(self, name: str) -> bool:
         """Is graph value `name` a number read from a 0-d tensor (`_local_scalar_dense`), which kernels read from

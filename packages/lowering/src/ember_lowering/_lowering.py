@@ -176,7 +176,7 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
     if reason is None:
         steps, buffers = len(ctx.steps), dict(ctx.buffers)
         try:
-            results = lowering_rules[node.op](ctx, node, bind_args(node))
+            results = lowering_rules[node.op](ctx, node, _symbolic_ints(ctx, bind_args(node)))
         except Unsupported as e:
             ctx.steps[steps:] = []
             ctx.buffers = buffers
@@ -186,6 +186,19 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
             return
     log.debug("extern %s (%s): %s", node.op, node.outputs[0], reason)
     extern(ctx, node)
+
+
+def _symbolic_ints(ctx: LoweringContext, args: dict[str, Any]) -> dict[str, Any]:
+    """A rule's arguments with each read of a symbolic int (a `sym` input or node, alone or in a list: an alpha,
+    a pad value, a stride Dynamo made an input) as its sympy value, as a rule takes a Python number; tensors and
+    numbers read from tensors at run time stay refs (the rule loads them)."""
+    def one(a: Any) -> Any:
+        if isinstance(a, Ref) and not isinstance(ctx.env.get(a.name), TensorRef):
+            return ctx.scalar(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(one(x) for x in a)
+        return a
+    return {k: one(v) for k, v in args.items()}
 
 
 def _scalar_tensor(ctx: LoweringContext, node: Node) -> TensorRef | None:

@@ -174,7 +174,7 @@ def _slice_scatter(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     d = a.get("dim", 0) % x.rank
     start = to_expr(ctx.scalar(a.get("start")) or 0)
     step = to_expr(ctx.scalar(a.get("step")) or 1)
-    if start.is_number and start < 0:
+    if ctx.from_end(start, x.shape[d]):
         start = start + x.shape[d]
     if start == 0 and step == 1 and to_expr(src.shape[d]) == to_expr(x.shape[d]):
         # the source covers the whole dim (a gradient written into zeros): the result is the source, with no
@@ -197,7 +197,7 @@ def _select_scatter(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     shape, dtype = _out(ctx, node)
     d = a["dim"] % x.rank
     index = to_expr(ctx.scalar(a["index"]))
-    if index.is_number and index < 0:
+    if ctx.from_end(index, x.shape[d]):
         index = index + x.shape[d]
 
     def fn(b: KernelBuilder, idx: list) -> Val:

@@ -8,7 +8,6 @@ as_strided is the one view of storage rather than of elements, so it becomes a `
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import sympy
 from ember_core import Node
@@ -125,25 +124,19 @@ def _slice(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     x = ctx.tensor(a["self"])
     d = _norm(a["dim"], x.rank)
     start, step = ctx.scalar(a.get("start")), ctx.scalar(a.get("step")) or 1
-    start = _normalize_start(x.shape[d], 0 if start is None else start)
+    start = to_expr(0 if start is None else start)
+    if ctx.from_end(start, x.shape[d]):  # else a start past the end gives an empty view: nothing reads it
+        start = start + x.shape[d]
+        start = sympy.Max(start, 0) if not start.is_number else max(start, ZERO)
     shape = ctx.shape_of(node.outputs[0])
     return x.view(shape, lambda v: [start + step * v[k] if k == d else v[k] for k in range(x.rank)])
-
-
-def _normalize_start(size: Expr, start: Any) -> Expr:
-    start = to_expr(start)
-    if start.is_number:
-        if start < 0:
-            start = start + size
-            return sympy.Max(start, 0) if not start.is_number else max(start, ZERO)
-    return start  # a start past the end gives an empty view: nothing reads it
 
 
 def _select(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     x = ctx.tensor(a["self"])
     d = _norm(a["dim"], x.rank)
     index = to_expr(ctx.scalar(a["index"]))
-    if index.is_number and index < 0:
+    if ctx.from_end(index, x.shape[d]):
         index = index + x.shape[d]
     return x.view([*x.shape[:d], *x.shape[d + 1:]], lambda v: [*v[:d], index, *v[d:]])
 

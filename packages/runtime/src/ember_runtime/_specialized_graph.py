@@ -11,17 +11,20 @@ with new ones run the graph under eager autograd (a `fallback` event, cause `aut
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from ember_core import Event, Graph, GraphError, SpecializationNeeded, specialize_symbols
+from ember_core import Event, Graph, GraphError, SpecializationNeeded, specialize_symbols, sym_inputs
 
 if TYPE_CHECKING:
     from ._pipeline import Pipeline
 
 MAX_SPECIALIZATIONS = 8
+# set while a specialized graph is compiled: a specialization asked for inside one is refused (`SpecializedGraph`)
+_BUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("ember_specializing", default=False)
 
 
 def symbol_reader(graph: Graph, symbol: str) -> Callable[[Sequence[Any]], int]:
@@ -60,10 +63,13 @@ class SpecializedGraph:
                  needed: SpecializationNeeded):
         self.pipeline, self.autograd, self.graph = pipeline, autograd, graph
         self.symbols = tuple(sorted(needed.values))
-        declared = {s.name for s in graph.symbols}
-        if not set(self.symbols) <= declared:  # a graph specialized already: the same again would never end
+        if _BUILDING.get():  # a specialized graph asked for it again: specializing again might never end
+            raise GraphError(f"graph {graph.name!r}, compiled at given values of some of its symbols, needs "
+                             f"{', '.join(self.symbols)} fixed too")
+        known = {s.name for s in graph.symbols} | set(sym_inputs(graph))
+        if not set(self.symbols) <= known:
             raise GraphError(f"graph {graph.name!r}: the joint trace fixed "
-                             f"{', '.join(sorted(set(self.symbols) - declared))}, which the graph does not declare")
+                             f"{', '.join(sorted(set(self.symbols) - known))}, which the graph does not declare")
         self.readers = [symbol_reader(graph, s) for s in self.symbols]
         self.builds: dict[tuple[int, ...], Any] = {}
         self.reason = str(needed)
@@ -97,7 +103,11 @@ class SpecializedGraph:
         self.pipeline.manager.emit(Event(
             "graph_specialized", "runtime", f"graph {self.graph.name!r} compiled at {what}", graph=graph,
             data={"values": values, "builds": len(self.builds) + 1, "reason": self.reason}))
-        with self.pipeline.dumping():
-            build = self.pipeline.train(self.autograd, graph, [_example_value(x) for x in inputs])
+        building = _BUILDING.set(True)
+        try:
+            with self.pipeline.dumping():
+                build = self.pipeline.train(self.autograd, graph, [_example_value(x) for x in inputs])
+        finally:
+            _BUILDING.reset(building)
         self.builds[key] = build
         return build

@@ -14,11 +14,12 @@ from ._fx_bridge import from_fx, to_fx, value_of
 from ._identifiers import is_source_identifier, source_identifier
 from ._int_expr import IntExpr
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
-from ._op_set import decompositions, is_random
+from ._op_set import decompositions, is_random, symbolic_backward_formulas
 from ._ops import is_view_op, resolve_op, returns_new_storage
 from ._parser import load_text, parse_graph, text_constants
 from ._printer import format_graph, format_node
 from ._schema import (
+    INT64_MIN,
     SCHEMA_VERSION,
     Constant,
     Graph,
@@ -41,7 +42,7 @@ from ._schema import (
     returned_views,
 )
 from ._sizes import contiguous_stride, layout_problem
-from ._symbol_names import canonical_symbols, rename_symbols, specialize_symbols
+from ._symbol_names import canonical_symbols, rename_symbols, specialize_symbols, sym_inputs
 from ._symbolic import evaluate as dim_value
 from ._verify import verify
 
@@ -57,5 +58,5 @@ __all__ = [
     "rename_reads", "rename_symbols", "resolve_op", "returns_new_storage", "is_view_op", "save", "SCHEMA_VERSION",
     "SHORT_DTYPE_NAMES", "source_identifier", "subgraph_scope", "Sym", "Symbol", "text_constants", "to_dtype",
     "to_fx", "Value", "value_of", "verify",
-    "specialize_symbols",
+    "specialize_symbols", "sym_inputs", "INT64_MIN", "symbolic_backward_formulas",
 ]

@@ -20,7 +20,7 @@ import torch.fx as fx
 from .._errors import GraphError
 from ._dtypes import dtype_name
 from ._ops import op_name, resolve_op
-from ._schema import Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value, node_refs
+from ._schema import INT64_MIN, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value, node_refs
 from ._symbolic import expr_text, free_symbols
 
 # ---------------------------------------------------------------------------------------------- values
@@ -76,7 +76,7 @@ def _symbols_in(values: dict[str, Value], vals: list[Any]) -> tuple[Symbol, ...]
                 hint = int(known[sym])
                 rng = shape_env.var_to_range.get(sym)
                 if rng is not None:
-                    lower = _finite(rng.lower, 0)
+                    lower = _finite(rng.lower, INT64_MIN)  # an int the program passed: maybe negative
                     upper = _finite(rng.upper, None)
         symbols.append(Symbol(name, hint, lower, upper))
     return tuple(symbols)

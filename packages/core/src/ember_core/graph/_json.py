@@ -298,9 +298,10 @@ def _read_symbol(data: Any, where: str, lenient: bool) -> Symbol:
 
 
 def make_symbol(name: str, hint: int, lower: int, upper: int | None, where: str) -> Symbol:
-    """A symbol record, its numbers checked: sizes in [0, 2**63), the hint inside [lower, upper]."""
-    int_in(hint, f"{where}.hint", 0, INT64[1], "a size")
-    int_in(lower, f"{where}.lower", 0, INT64[1], "a size")
+    """A symbol record, its numbers checked: int64s (a size is never negative, an int the program passed may be),
+    the hint inside [lower, upper]."""
+    int_in(hint, f"{where}.hint", *INT64, "an int64")
+    int_in(lower, f"{where}.lower", *INT64, "an int64")
     if upper is not None:
         int_in(upper, f"{where}.upper", lower, INT64[1], "an upper bound at least the lower bound")
     if not lower <= hint <= (hint if upper is None else upper):

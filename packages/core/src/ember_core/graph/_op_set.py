@@ -129,6 +129,20 @@ def decompositions() -> dict[Any, Callable]:
     return table | foreach_decompositions() | accurate_accumulation()
 
 
+def _softshrink_backward(grad_output: torch.Tensor, self: torch.Tensor, lambd: float) -> torch.Tensor:
+    inside = torch.logical_and(self >= -lambd, self <= lambd)
+    return torch.where(inside, 0, grad_output)  # NaN lies nowhere inside: its gradient passes
+
+
+@functools.cache
+def symbolic_backward_formulas() -> dict[Any, Callable]:
+    """For a joint trace of symbolic sizes: ATen backward kernels of kept ops that torch has no decomposition of,
+    as their formulas. ATen runs them as TensorIterator kernels, which fake tensors of symbolic sizes cannot run
+    (the trace raised out of the compile: softshrink's). Only there: at NaN ATen's own kernel gives 0 in its vector
+    lanes and passes the gradient in its scalar tail, and a static trace keeps the kernel, eager's very numbers."""
+    return {torch.ops.aten.softshrink_backward.default: _softshrink_backward}
+
+
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 

@@ -44,9 +44,16 @@ class Sym:
     expr: str
 
 
+# a symbol's lower bound when its range has none: an int the program passed may be any int64
+INT64_MIN = -(1 << 63)
+
+
 @dataclass(frozen=True, slots=True)
 class Symbol:
-    """A symbolic size: its name (`s0`), the value it had when traced, and its known range (upper None = inf)."""
+    """A symbolic size or int: its name (`s0`), the value it had when traced, and its known range (upper None =
+    inf). A size is never negative; an int the program passed (Dynamo makes one that changes a symbol: an index,
+    a start) may be, down to `INT64_MIN` when nothing bounds it below, so only a lower bound of 0 or more says
+    it is not negative."""
 
     name: str
     hint: int
