@@ -65,3 +65,27 @@ def test_an_int_index_that_turns_negative_counts_from_the_end(name, dynamic):
             torch.testing.assert_close(torch.autograd.grad((out * weights).sum(), x_ember),
                                        torch.autograd.grad((eager * weights).sum(), x_eager))
     assert not [e.message for e in rec.events if e.kind == "fallback"]
+
+
+def test_causal_attention_of_symbolic_head_size_compiles_its_graph():
+    """With every size symbolic SDPA's math path scales q and k by `(1 / sqrt(d)) ** 0.5`, a fourth root of the
+    head size that lowering had no float form of: the graph ran in the interpreter codegen. Forward and backward
+    match eager at two lengths, and nothing falls back."""
+    import ember
+    import torch
+    import torch.nn.functional as F
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    compiled = ember.compile(attend, dynamic=True)
+    with ember.record_events() as rec:
+        for lq, lk, d in ((3, 6, 8), (5, 7, 16)):
+            inputs = [torch.randn(4, n, d) for n in (lq, lk, lk)]
+            eager_in = [t.clone().requires_grad_() for t in inputs]
+            ember_in = [t.clone().requires_grad_() for t in inputs]
+            eager, out = attend(*eager_in), compiled(*ember_in)
+            weights = torch.randn(out.shape)
+            torch.testing.assert_close((out, *torch.autograd.grad((out * weights).sum(), ember_in)),
+                                       (eager, *torch.autograd.grad((eager * weights).sum(), eager_in)))
+    assert not [e.message for e in rec.events if e.kind == "fallback"]

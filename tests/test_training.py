@@ -143,6 +143,26 @@ def test_a_dynamic_conv_recompiled_for_an_unbatched_input_trains_its_graph():
     assert not [e.message for e in rec.events if e.kind == "fallback"]
 
 
+def pad_by(x, k):
+    return F.pad(x, (k, -1)) * 2
+
+
+def test_a_pad_by_an_int_argument_trains_its_backward_compiled():
+    """`pad(x, (k, -1))` under dynamic=True: the gradient is [n, s1] computed from a tangent of [n, s1 + k - 1], and
+    the partitioner gave the backward no input that shows s1 bare (it looked at the backward's arguments only), so
+    the backward ran in the interpreter codegen. x is saved for its shape now; every k matches eager."""
+    compiled = ember.compile(pad_by, dynamic=True)
+    with ember.record_events() as rec:
+        for k in (2, 3, 0, 4):
+            x = torch.randn(4, 5)
+            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
+            eager, out = pad_by(x_eager, k), compiled(x_ember, k)
+            weights = torch.randn(out.shape)
+            torch.testing.assert_close((out, *torch.autograd.grad((out * weights).sum(), x_ember)),
+                                       (eager, *torch.autograd.grad((eager * weights).sum(), x_eager)))
+    assert not [e.message for e in rec.events if e.kind == "fallback"]
+
+
 def sum_over_and_scale_by(x, dim, k):
     return x.sum(dim, keepdim=True) * x * k + k
 

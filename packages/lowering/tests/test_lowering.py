@@ -213,6 +213,17 @@ def test_symbolic_floats_of_sizes_are_computed_in_float64():
     assert "sqrt" in ops and not plan.externs
 
 
+def test_roots_of_symbolic_sizes_are_computed_in_float64():
+    """SDPA's math path scales q and k by sqrt(1 / sqrt(d)), which sympy keeps as `1.0 / d ** (1/4)`: there was no
+    float form of a fourth root, mul.Scalar ran as an ATen call given a float expression, and the plan did not
+    parse (the graph ran in the interpreter codegen)."""
+    def fn(x):
+        d = x.shape[1]
+        return x * (1.0 / d ** 0.5) ** 0.5, x * d ** (1 / 3)
+    plan = check(fn, torch.randn(5, 8), mode="symbolic", others=[(torch.randn(7, 3),), (torch.randn(2, 16),)])
+    assert not plan.externs
+
+
 def test_a_symbolic_value_without_a_rule_fails_lowering_instead_of_reading_an_unbound_symbol(monkeypatch):
     from ember_lowering import LoweringError, sym_rules
 

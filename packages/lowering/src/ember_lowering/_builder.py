@@ -179,17 +179,19 @@ class KernelBuilder:
             for f in factors[1:]:
                 out = out * f
             return out
-        if isinstance(e, sympy.Pow) and e.exp.is_Rational:
+        if isinstance(e, sympy.Pow) and e.exp.is_Rational and e.exp != 0:
             base, p = self.real(e.base), e.exp
-            if p == sympy.Rational(1, 2):
-                return self.sqrt(base)
-            if p == sympy.Rational(-1, 2):
-                return 1.0 / self.sqrt(base)
-            if p.is_Integer and p != 0:
+            if p.is_Integer:
                 out = base
                 for _ in range(abs(int(p)) - 1):
                     out = out * base
                 return out if p > 0 else 1.0 / out
+            root, q = base, int(p.q)
+            while q % 2 == 0:  # x ** (1/2**k): k square roots (SDPA's sqrt of its scale is d ** -1/4)
+                root, q = self.sqrt(root), q // 2
+            if q == 1 and abs(p.p) == 1:
+                return root if p > 0 else 1.0 / root
+            return base ** self.const(float(p), "float64")
         raise Unsupported(f"no float form for the symbolic value {e}")
 
     def const(self, value: Any, dtype: str) -> Val:

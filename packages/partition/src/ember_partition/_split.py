@@ -81,9 +81,21 @@ def _with_symbol_carriers(info: JointInfo, bw: set[int], saved: tuple[str, ...])
     shows as a bare dimension, so the backward can read every symbol's value off its inputs."""
     graph = info.graph
     used = {s for i in bw for a in (*graph.nodes[i].args, *graph.nodes[i].kwargs.values()) for s in _symbols(a)}
+    # and the sizes of what the backward computes: `pad(x, (k, -1))`'s gradient is [n, s1] from a tangent of
+    # [n, s1 + k - 1], and nothing showed s1 (its graph ran in the interpreter codegen)
+    used |= {s for i in bw for o in graph.nodes[i].outputs for s in _value_symbols(graph.values.get(o))}
     shown = {d for v in (*saved, *info.tangents) for d in graph.values[v].shape if isinstance(d, str)}
-    carriers = {next((p for p in info.primals if sym in graph.values[p].shape), None) for sym in used - shown}
+    shown |= {v for v in saved if graph.values[v].type == "sym"}  # a saved int carries its own symbol
+    carriers = {next((p for p in info.primals if sym in graph.values[p].shape
+                      or (p == sym and graph.values[p].type == "sym")), None) for sym in used - shown}
     return _in_definition_order(info, set(saved) | carriers - {None})
+
+
+def _value_symbols(value) -> set[str]:
+    if value is None or value.type != "tensor":
+        return set()
+    dims = (*value.shape, *value.stride, value.storage_offset)
+    return {s.name for d in dims if isinstance(d, str) for s in parse_dim(d).free_symbols}
 
 
 def _symbols(arg) -> set[str]:
