@@ -76,6 +76,21 @@ def test_op_on_inputs_in_other_layouts_matches_eager(key, layout, monkeypatch):
     assert_cases_pass(key, "float32", ("backward",), count=1)
 
 
+# each op compiled once with dynamic=True for all its samples (`python -m tests.opinfo run --dynamic`): a negative
+# int index (select, slice), int inputs the joint trace's ShapeEnv names like other symbols (conv2d, avg_pool2d,
+# movedim), ints a backward fixes or compares in C++ (pow, celu), a modulo of sizes as an ATen call's argument
+# (roll, fftshift), a specialized slice_scatter whose trace fails (a visible fallback), pads and SDPA
+DYNAMIC = ["select", "slice", "roll", "fft.fftshift", "nn.functional.conv2d", "nn.functional.avg_pool2d",
+           "slice_scatter", "nn.functional.pad.constant", "nn.functional.pad.replicate_negative", "movedim", "pow",
+           "nn.functional.celu", "nn.functional.scaled_dot_product_attention"]
+
+
+@pytest.mark.parametrize("key", DYNAMIC)
+def test_op_compiled_once_for_all_its_samples_with_dynamic_shapes_matches_eager(key, monkeypatch):
+    monkeypatch.setattr(cases, "DYNAMIC", True)
+    assert_cases_pass(key, "float32", cases.PHASES)
+
+
 @pytest.mark.parametrize("layout", cases.LAYOUTS)
 def test_relaid_inputs_keep_their_values_in_other_memory(layout):
     t = torch.arange(24.0).reshape(2, 3, 4)

@@ -238,6 +238,28 @@ def test_softshrink_trains_with_dynamic_shapes():
     assert not [e.message for e in rec.events if e.kind == "fallback"]
 
 
+def scatter_slice(x, src, start, end, step):
+    return torch.slice_scatter(x, src, 0, start, end, step)
+
+
+def test_a_joint_trace_that_cannot_relate_specialized_sizes_runs_under_eager_autograd():
+    """slice_scatter with int start, end and step under dynamic=True: the backward fixes the ints, and the graph
+    specialized at their values traced a source gradient of `(21 - s)//2` rows, which its symbols could not prove
+    equal to the source's (Dynamo's guards related them): ATen's check raised out of the call. Such a trace
+    failure is a visible fallback now (cause autograd), every call with eager's numbers."""
+    compiled = ember.compile(scatter_slice, dynamic=True)
+    with ember.record_events() as rec:
+        for rows, start, end, step in ((20, 0, 20, 1), (10, 10, 20, 1), (5, 10, 20, 2)):
+            x, src = torch.randn(20, 4), torch.randn(rows, 4)
+            eager_in = [x.clone().requires_grad_(), src.clone().requires_grad_()]
+            ember_in = [x.clone().requires_grad_(), src.clone().requires_grad_()]
+            eager, out = scatter_slice(*eager_in, start, end, step), compiled(*ember_in, start, end, step)
+            weights = torch.randn(out.shape)
+            torch.testing.assert_close((out, *torch.autograd.grad((out * weights).sum(), ember_in)),
+                                       (eager, *torch.autograd.grad((eager * weights).sum(), eager_in)))
+    assert {e.data.get("cause") for e in rec.events if e.kind == "fallback"} <= {"autograd"}
+
+
 def running_products(x, w):
     return (torch.tanh(x) * 0.5 + 1).cumprod(1) * w
 

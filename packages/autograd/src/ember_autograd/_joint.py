@@ -83,14 +83,21 @@ def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
                              f"Meta kernel, or a result whose shape or value depends on the data)") from e
         except RuntimeError as e:
             ints = trace.primals.symbols.ints
-            if not (ints and _SYMBOLIC_SCALAR_REFUSAL in str(e)):
+            if ints and _SYMBOLIC_SCALAR_REFUSAL in str(e):
+                # a C++ backward formula compares an int input given as a Scalar with a number (`pow`'s backward
+                # asks whether the exponent is 0), which ATen cannot do for a symbolic int: traced at each value
+                values = {name: trace.primals.symbols.hints[name] for name in ints}
+                raise SpecializationNeeded(
+                    f"graph {graph.name!r}: a backward formula in C++ compares an int input with a number, which it "
+                    f"cannot do for a symbolic one: the graph is compiled per value of {', '.join(ints)}",
+                    values) from e
+            if trace.primals.symbols.shape_env is None:
                 raise
-            # a C++ backward formula compares an int input given as a Scalar with a number (`pow`'s backward asks
-            # whether the exponent is 0), which ATen cannot do for a symbolic int: traced at each value instead
-            values = {name: trace.primals.symbols.hints[name] for name in ints}
-            raise SpecializationNeeded(
-                f"graph {graph.name!r}: a backward formula in C++ compares an int input with a number, which it "
-                f"cannot do for a symbolic one: the graph is compiled per value of {', '.join(ints)}", values) from e
+            # ATen refusing symbolic sizes (a kernel without a symbolic form; a gradient whose size the trace's
+            # symbols cannot prove equal to its input's, which Dynamo's guards related: slice_scatter's source
+            # after its step was specialized): the graph runs under eager autograd, visibly
+            first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            raise GraphError(f"graph {graph.name!r}: the joint trace of symbolic sizes failed: {first}") from e
     joint_graph = _to_graph(graph, gm, trace, grads)
     return JointGraph(verify(joint_graph), num_primals=len(graph.inputs), num_forward_outputs=len(graph.outputs))
 

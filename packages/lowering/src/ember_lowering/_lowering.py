@@ -371,7 +371,7 @@ def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
         if isinstance(value, TensorRef):
             return Ref(ctx.materialize(value))
         if isinstance(value, sympy.Basic):
-            if not value.is_integer:  # a plan's symbolic arguments are ints
+            if value.has(sympy.Float) or value.is_integer is False:  # a plan's symbolic arguments are ints
                 raise LoweringError(f"{a.name!r} is a symbolic float ({value}) and {', '.join(ctx.origin) or 'a node'}"
                                     " takes it as an argument of an ATen call; a plan's symbolic arguments are ints")
             return Sym(str(value))
