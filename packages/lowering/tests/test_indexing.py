@@ -60,3 +60,16 @@ def test_a_flatten_of_an_unflatten_over_a_symbolic_row_is_the_identity():
     index = (sympy.floor(i / s1), sympy.Mod(i, s1), j)
     ranges = Ranges({"i0": 6 * s1, "i1": s3}, {"s1": 2, "s3": 2})
     assert sympy.expand(flat_index(index, (s1 * s3, s3, 1), 0, ranges) - (i * s3 + j)) == 0
+
+
+def test_only_a_symbol_whose_range_starts_at_zero_or_above_is_taken_for_nonnegative():
+    """A graph symbol may be an int the program passed, below 0 (a negative index): it is nonnegative only when its
+    declared lower bound says so; one without a declared range is not assumed to be."""
+    from ember_core import INT64_MIN
+
+    k = sym("k")
+    assert is_nonneg(k, Ranges(lowers={"k": 0})) and is_nonneg(k - 2, Ranges(lowers={"k": 2}))
+    assert not is_nonneg(k, Ranges(lowers={"k": INT64_MIN}))
+    assert not is_nonneg(k, Ranges()) and not is_nonneg(k * s0, Ranges(lowers={"s0": 2}))
+    r = Ranges({"i0": sympy.Integer(8)}, {"k": INT64_MIN})
+    assert simplify(sympy.Mod(i0 + k, 8), r) == sympy.Mod(i0 + k, 8)  # i0 + k may leave [0, 8)

@@ -84,7 +84,8 @@ def substitute(expr: Expr, mapping: Mapping[sympy.Symbol, Expr]) -> Expr:
 
 
 class Ranges:
-    """What `simplify` knows: each loop var lies in [0, size), each graph symbol is at least its lower bound."""
+    """What `simplify` knows: each loop var lies in [0, size), each graph symbol is at least its lower bound (a
+    symbol without one may be negative)."""
 
     def __init__(self, sizes: Mapping[str, Expr] = (), lowers: Mapping[str, int] = ()):
         self.sizes = dict(sizes)
@@ -103,7 +104,9 @@ def is_nonneg(expr: Expr, ranges: Ranges) -> bool:
     if any(n in ranges.sizes for n in names):
         lo, _ = bounds(expr, ranges)
         return lo is not None and lo.is_number and bool(lo >= 0)
-    shift = {sym(n): sym(n) + ranges.lowers.get(n, 0) for n in names}
+    if any(n not in ranges.lowers for n in names):
+        return False  # a symbol of no declared range: an int the program passed may be negative
+    shift = {sym(n): sym(n) + ranges.lowers[n] for n in names}
     shifted = sympy.expand(expr.xreplace(shift))
     try:
         poly = sympy.Poly(shifted, *[sym(n) for n in sorted(names)])
