@@ -14,7 +14,8 @@ from training_fuzz import judge, programs
 SETTINGS = {
     "dynamo": (judge.Setting(), [233, 37, 196, 273]),  # 273: a gather by an index stored in the same kernel
     "trace": (judge.Setting(frontend="trace"), [138, 11]),
-    "dynamic": (judge.Setting(dynamic=True), [11, 38]),  # 38: a cumprod's backward fixes a symbol
+    # 38: a cumprod's backward fixes a symbol; 425: lerp's copy_strided of a transposed input
+    "dynamic": (judge.Setting(dynamic=True), [11, 38, 425]),
     "autocast": (judge.Setting(autocast=True), [37]),
     "bfloat16": (judge.Setting(dtype="bfloat16"), [109]),  # 109: a batch norm of equal rows
     "inference": (judge.Setting(inference=True), [196]),

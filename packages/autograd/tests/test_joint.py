@@ -365,6 +365,26 @@ def g(dst: f64[2, 3], src: f32[3] requires_grad):
     torch.testing.assert_close(grad, tangent.sum(0).float())
 
 
+def test_a_strided_copy_passes_its_gradient_on():
+    """lerp's decomposition lays its result out as eager's with `prims.copy_strided` (inputs of other layouts, under
+    symbolic sizes), which has no autograd formula: the joint trace raised, and so did eager autograd after it
+    (training fuzzer, --dynamic, seed 425). It runs as a copy into an empty tensor of that layout."""
+    graph = parse_graph("""# ember graph v1.1
+# symbols: s0=3 in [2, inf]
+def g(s0: sym:i64, x: f32[s0, 4] requires_grad):
+  y: f32[s0, 4] requires_grad = aten.mul.Tensor(x, 2)
+  z: f32[s0, 4]{1, s0} requires_grad = prims.copy_strided.default(y, [1, s0])
+  return (z)
+""")
+    x = torch.randn(3, 4, requires_grad=True)
+    traced = joint(graph, [3, x])
+    for rows in (3, 5):
+        x = torch.randn(rows, 4)
+        tangent = torch.randn(rows, 4)
+        out, grad = Interpreter(traced.graph).run([rows, x, tangent])
+        torch.testing.assert_close((out, grad), (x * 2, tangent * 2))
+
+
 def test_an_effectful_op_stays_in_the_forward_region():
     graph = parse_graph("""# ember graph v1.0
 def g(x: f32[3, 3] requires_grad):

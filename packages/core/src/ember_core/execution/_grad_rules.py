@@ -13,6 +13,10 @@ is overwritten).
 graph) has no autograd formula at all: it is `a` cast to `dtype`, so it runs as `aten._to_copy`, whose derivative
 casts the gradient back.
 
+`prims.copy_strided(a, stride)` (torch's decomposition of `lerp` leaves it where its result's strides would differ
+from eager's: inputs of other layouts, under symbolic sizes) has no autograd formula either: it is `a` laid out
+with `stride`, so it runs as a copy into an empty tensor of that layout, whose derivative passes the gradient on.
+
 `aten.rrelu_with_noise_functional(x, noise, ...)` is what functionalization makes of training-mode `rrelu`, which
 draws a slope per element into `noise` in place. It returns the drawn slopes as a second output, but ATen's
 formula for it reads the `noise` *argument*, the buffer before the draw (`empty`): the gradient came back zeros
@@ -53,6 +57,11 @@ def differentiable_convert(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ops.aten._to_copy.default(a, dtype=dtype)
 
 
+def differentiable_copy_strided(a: torch.Tensor, stride: Any) -> torch.Tensor:
+    """`prims.copy_strided` as a copy into `a.new_empty_strided`, which autograd can differentiate."""
+    return a.new_empty_strided(a.shape, stride).copy_(a)
+
+
 class _RReLUWithNoise(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, noise: torch.Tensor, lower: Any, upper: Any, training: bool,
@@ -82,5 +91,6 @@ def differentiable_rrelu_with_noise(x: torch.Tensor, noise: torch.Tensor, lower:
 grad_rules: dict[str, Callable[..., Any]] = {
     "aten.copy.default": differentiable_copy,
     "prims.convert_element_type.default": differentiable_convert,
+    "prims.copy_strided.default": differentiable_copy_strided,
     "aten.rrelu_with_noise_functional.default": differentiable_rrelu_with_noise,
 }
