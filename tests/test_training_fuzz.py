@@ -67,6 +67,21 @@ def test_a_loss_whose_terms_cancel_is_judged_by_the_size_of_its_terms():
     assert judge._compare(0, ["loss"], [loss], exact[1:], wrong, floors={"loss": floor})
 
 
+def test_a_loss_whose_equal_terms_round_alike_is_judged_by_eagers_errors_on_them():
+    """Seed 442 sums `fmod`s of a row product of an expanded input, all equal: each element's error is a few ulps of
+    the product, and they add up in ember's loss (3.4x eager's, whose partly cancel) though every element is within
+    1.3x of eager's. The loss's floor adds eager's element errors as if they lined up; a loss 1% off is still one."""
+    program = programs.generate(442)
+    reference_model, model = programs.Module(program).double(), programs.Module(program)
+    reference_inputs, inputs = program.make_inputs(torch.float64), program.make_inputs()
+    floor = judge._summed_element_errors(reference_model, reference_inputs, model, inputs)
+    assert floor > 1.95e-5 / 3  # ember's loss error on this program, measured
+    assert not judge.check(program).findings
+    loss = reference_model(*reference_inputs)[0].detach().reshape(1)
+    wrong = [(loss * 1.01).float()]
+    assert judge._compare(0, ["loss"], [loss], [loss.float()], wrong, floors={"loss": floor})
+
+
 def test_a_seed_names_one_program():
     assert programs.generate(7) == programs.generate(7) != programs.generate(8)
     assert str(programs.generate(7)).startswith("seed 7:")
