@@ -1,6 +1,7 @@
 """The lowering walk: extern fallback, outputs (aliases, inputs, symbols), symbolic floats, dead nodes, events."""
 
 import logging
+import math
 
 import ember_lowering
 import pytest
@@ -182,6 +183,69 @@ def test_int_or_bool_read_from_a_zero_dim_tensor_is_loaded_by_the_kernel(dtype, 
     for n in ((3, -7, 2**40) if dtype == "int64" else (True, False)):
         got = run_plan(plan, [x, torch.tensor(n, dtype=getattr(torch, name))])[0]
         torch.testing.assert_close(got, x * n)
+
+
+SGD_STEP = """# ember graph v1.1
+def step(lr: f64[], p: f32[6], grad: f32[6], n: i64[]):
+  lr_1: sym:f64 = aten._local_scalar_dense.default(lr)
+  n_1: sym:i64 = aten._local_scalar_dense.default(n)
+  neg: sym:f64 = operator.neg(lr_1)
+  decay: sym:f64 = operator.mul(lr_1, 0.001)
+  half: sym:f64 = operator.truediv(neg, 2)
+  sq: sym:f64 = operator.pow(lr_1, 2)
+  both: sym:f64 = operator.sub(operator.add(half, sq), decay)
+  root: sym:f64 = torch.sym_sqrt(lr_1)
+  count: sym:i64 = operator.add(n_1, 1)
+  shrunk: f32[6] = aten.add.Tensor(p, p, alpha=both)
+  stepped: f32[6] = aten.add.Tensor(shrunk, grad, alpha=neg)
+  scaled: f32[6] = aten.mul.Tensor(stepped, root)
+  counted: f32[6] = aten.mul.Tensor(scaled, count)
+  return (counted)
+"""
+
+
+def test_python_arithmetic_on_numbers_read_at_run_time_is_computed_by_a_kernel():
+    """An optimizer's step once Dynamo made its learning rate an input (a scheduler changed it): `-lr`,
+    `lr * weight_decay` are Python arithmetic on the number read from the 0-d tensor. Each is a 0-d kernel in the
+    number's dtype (a Python float: float64, as Python computes it), read by the kernels that use it; they were
+    symbols nothing binds, and the graph ran in the interpreter codegen."""
+    graph = parse_graph(SGD_STEP.replace("operator.sub(operator.add(half, sq), decay)", "operator.sub(hsq, decay)")
+                        .replace("  both:", "  hsq: sym:f64 = operator.add(half, sq)\n  both:"))
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs
+    p, grad = torch.randn(6), torch.randn(6)
+    for lr, n in ((0.1, 3), (0.0375, -2), (1e-5, 0)):
+        shrunk = torch.add(p, p, alpha=(-lr / 2 + lr ** 2) - lr * 0.001)
+        want = torch.add(shrunk, grad, alpha=-lr) * math.sqrt(lr) * (n + 1)
+        got = run_plan(plan, [torch.tensor(lr, dtype=torch.float64), p, grad, torch.tensor(n)])[0]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op, fn", [
+    ("aten.softplus.default(x, s, 1.5)", lambda x, s: torch.nn.functional.softplus(x, beta=s, threshold=1.5)),
+    ("aten.softplus.default(x, 2.0, s)", lambda x, s: torch.nn.functional.softplus(x, beta=2.0, threshold=s)),
+    ("aten.elu.default(x, s)", lambda x, s: torch.nn.functional.elu(x, alpha=s)),
+    ("aten.celu.default(x, s)", lambda x, s: torch.nn.functional.celu(x, alpha=s)),
+    ("aten.softshrink.default(x, s)", lambda x, s: torch.nn.functional.softshrink(x, s)),
+    ("aten.add.Tensor(x, x, alpha=s)", lambda x, s: torch.add(x, x, alpha=s)),
+    ("aten.addcmul.default(x, x, x, value=s)", lambda x, s: torch.addcmul(x, x, x, value=s)),
+    ("aten.hardtanh.default(x, -0.5, s)", lambda x, s: torch.nn.functional.hardtanh(x, -0.5, s)),
+])
+def test_a_rules_number_read_at_run_time_is_loaded_by_the_kernel(op, fn):
+    """An activation's beta, alpha or threshold, an add's alpha, that Dynamo made an input: the kernel loads it
+    and converts it to the op's compute dtype, as ATen converts a Python scalar (the rules did Python arithmetic
+    on the reference: a TypeError, and the graph ran in the interpreter codegen)."""
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[64], t: f64[]):\n"
+                        "  s: sym:f64 = aten._local_scalar_dense.default(t)\n"
+                        f"  y: f32[64] = {op}\n"
+                        "  return (y)\n")
+    plan = lower(graph, check=True, emit_event=False)
+    assert not plan.externs and "load t[]" in str(plan)
+    x = torch.linspace(-3, 3, 64)
+    for s in (0.37, 1.25, 2.5):
+        got = run_plan(plan, [x, torch.tensor(s, dtype=torch.float64)])[0]
+        torch.testing.assert_close(got, fn(x, s), msg=lambda m, s=s: f"s={s}: {m}")
 
 
 @pytest.mark.parametrize("use", ["select", "narrow"])

@@ -35,6 +35,7 @@ from ember_core import (
     run_graph_passes,
 )
 
+from ._builder import KernelBuilder, Val
 from ._context import LoweringContext, TensorRef
 from ._decisions import Decision
 from ._errors import LoweringError, Unsupported
@@ -169,6 +170,10 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
         ctx.env[node.outputs[0]] = scalar_of
         return
     if values and all(v is not None and v.type == "sym" for v in values):
+        computed = _run_time_arithmetic(ctx, node)
+        if computed is not None:
+            ctx.env[node.outputs[0]] = computed
+            return
         for o in node.outputs:
             ctx.env[o] = _sym_value(ctx, node) if len(node.outputs) == 1 else sym(o)
         return
@@ -214,6 +219,41 @@ def _scalar_tensor(ctx: LoweringContext, node: Node) -> TensorRef | None:
     if v is None or v.type != "tensor" or v.shape != () or not isinstance(ref, TensorRef):
         return None
     return None if v.dtype.startswith("complex") else ref
+
+
+# Python arithmetic a graph does on numbers it reads from tensors at run time (an optimizer's `-lr` and
+# `lr * weight_decay` once Dynamo made a learning rate that changes an input)
+_RUN_TIME_ARITHMETIC: dict[str, Callable[..., Any]] = {
+    "operator.add": lambda b, x, y: x + y,
+    "operator.sub": lambda b, x, y: x - y,
+    "operator.mul": lambda b, x, y: x * y,
+    "operator.truediv": lambda b, x, y: x / y,
+    "operator.neg": lambda b, x: -x,
+    "operator.pow": lambda b, x, y: x ** y,
+    "torch.sym_float": lambda b, x: x,
+    "torch.sym_sqrt": lambda b, x: b.sqrt(x),
+}
+
+
+def _run_time_arithmetic(ctx: LoweringContext, node: Node) -> TensorRef | None:
+    """A number computed from numbers read from tensors at run time (`_scalar_tensor`), as a 0-d kernel in the
+    result's dtype: float64 for a Python float, int64 for an int, with every operand converted to it first, as
+    Python converts an int it adds to a float. Kernels that use the number load it like the numbers it is made
+    from. None when no operand is such a number or Python's arithmetic has no kernel form here (floor division,
+    comparisons): the value then stays a symbol, which a plan cannot bind."""
+    fn = _RUN_TIME_ARITHMETIC.get(node.op)
+    out = ctx.values[node.outputs[0]]
+    if fn is None or len(node.outputs) != 1 or node.kwargs or out.dtype not in ("float64", "int64") or \
+            not any(isinstance(a, Ref) and ctx.read_at_run_time(a.name) for a in node.args):
+        return None
+    if node.op == "operator.truediv" and out.dtype != "float64":
+        return None
+    operands = [ctx.env[a.name] if isinstance(a, Ref) and ctx.read_at_run_time(a.name) else ctx.scalar(a)
+                for a in node.args]
+
+    def body(b: KernelBuilder, *vals: Any) -> Val:
+        return fn(b, *(b.cast(v, out.dtype) if isinstance(v, Val) else b.lift(v, out.dtype) for v in vals))
+    return ctx.pointwise(body, operands, (), out.dtype)
 
 
 def _sym_value(ctx: LoweringContext, node: Node) -> Any:

@@ -51,12 +51,23 @@ def elementwise(names: tuple[str, ...], fn: Fn, compute: str = "out", keep: tupl
         inputs = [_input(ctx, a[n]) for n in names]
         cdtype = {"out": lambda: opmath(out.dtype), "promote": lambda: opmath(promoted(inputs)),
                   "bool": lambda: "bool"}[compute]()
+        numbers = _run_time_numbers(ctx, a, names)
 
         def body(b: KernelBuilder, *vals: Any) -> Val:
+            vals, loaded = vals[:len(names)], vals[len(names):]
             vals = tuple(_convert(b, v, "bool" if n in keep else cdtype, n in keep) for n, v in zip(names, vals))
-            return fn(b, *vals, a)
-        return ctx.pointwise(body, inputs, ctx.shape_of(node.outputs[0]), out.dtype)
+            return fn(b, *vals, {**a, **{k: b.cast(v, cdtype) for k, v in zip(numbers, loaded)}})
+        loads = [ctx.env[a[k].name] for k in numbers]
+        return ctx.pointwise(body, [*inputs, *loads], ctx.shape_of(node.outputs[0]), out.dtype)
     return rule
+
+
+def _run_time_numbers(ctx: LoweringContext, a: dict, names: tuple[str, ...]) -> list[str]:
+    """The arguments other than `names` that are numbers read from tensors at run time (an add's alpha, an
+    activation's beta, once Dynamo made a Python float that changed an input): the kernel loads each and
+    converts it to the compute dtype, as ATen converts a Python scalar, and the rule's `fn` computes with it as a
+    `Val` (Python arithmetic on it builds instructions; `alpha == 1` is False for a loaded number)."""
+    return [k for k, v in a.items() if k not in names and isinstance(v, Ref) and ctx.read_at_run_time(v.name)]
 
 
 def _convert(b: KernelBuilder, v: Any, dtype: str, keep: bool) -> Any:
