@@ -151,6 +151,22 @@ def test_python_scalars_are_specialized_by_value(compile_graph, events):
     assert events.of("recompiled")[0].message.endswith("k: changed from 2 to 3")
 
 
+def test_a_float_argument_a_branch_reads_is_kept_constant_and_compiled_per_value(compile_graph, events):
+    """A float argument that changed becomes a graph input (automatic dynamic); when the trace then branches on it
+    (hardtanh checks its bounds are in order), the trace cannot know the way for every value. The function
+    compiles again with its floats constant, as before they changed, once per value up to the recompile limit:
+    it ran eagerly for good."""
+    compiled = wrap(lambda x, s: torch.nn.functional.hardtanh(x, -s, s), compile_graph)
+    x = torch.linspace(-2, 2, 9)
+    for s in (0.5, 0.75, 1.5, 0.75):
+        assert_close(compiled(x, s), torch.nn.functional.hardtanh(x, -s, s))
+    assert compiled.fallback_reason is None and not events.of("fallback")
+    assert compile_graph.count == 3 and compiled.compiles == 3
+    assert not [i.name for g in compile_graph.graphs for i in g.inputs if g.values[i.name].dtype == "float64"]
+    kept = [e.message for e in events.of("recompiled") if "float arguments stay constant" in e.message]
+    assert len(kept) == 1 and "data-dependent" in kept[0], [e.message for e in events.of("recompiled")]
+
+
 def test_kwargs_and_nested_containers(compile_graph):
     def f(xs, *, scale):
         return {"sum": xs[0] + xs[1]["b"], "scaled": xs[0] * scale}

@@ -125,7 +125,10 @@ def test_a_product_that_later_steps_read_is_stored_by_the_template_too(case):
           "viewed_later": lambda x: ((y := x @ W).relu(), y.t().cos()),
           "batched_returned": lambda x: ((y := x @ x.transpose(1, 2)), y.tanh())}[case]
     x = torch.randn(3, 20, 8) if case.startswith("batched") else torch.randn(20, 32)
-    compiled, _ = run(fn, (x,), ALWAYS)
+    # two products in a row: the second sums 48 terms up to ~40 made from the first, which the template rounds in
+    # another order than ATen's GEMM (its configuration is measured): a few ulps of those terms, ~2e-5, apart
+    tol = {"atol": 1e-4, "rtol": 1.3e-6} if case == "read_by_an_extern" else {}
+    compiled, _ = run(fn, (x,), ALWAYS, **tol)
     (gemm,) = gemms(compiled).values()
     assert gemm.t.stores_product and gemm.choice != UNFUSED and gemm.t.product in gemm.t.writes
 

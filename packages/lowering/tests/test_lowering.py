@@ -248,22 +248,59 @@ def test_a_rules_number_read_at_run_time_is_loaded_by_the_kernel(op, fn):
         torch.testing.assert_close(got, fn(x, s), msg=lambda m, s=s: f"s={s}: {m}")
 
 
-@pytest.mark.parametrize("use", ["select", "narrow"])
-def test_a_number_read_from_a_tensor_used_as_an_index_is_refused_with_its_reason(use):
-    """`take(x, i)` with a 0-d index (Dynamo of torch 2.14), `narrow(x, 0, start, 2)` with a 0-d start: the
-    number indexes a view. Kernels read such numbers from their tensor as operands, but a view's index or a size
-    is plan arithmetic over symbols bound from the inputs' shapes, so the graph is refused with that reason
-    (a `lowering` fallback: the interpreter codegen runs it), not with 'expected a scalar'."""
-    node = {"select": "y: f32[] = aten.select.int(x, 0, i_1)",
-            "narrow": "y: f32[2] = aten.narrow.default(x, 0, i_1, 2)"}[use]
+@pytest.mark.parametrize("op, fn", [
+    ("aten.addmm.default(x, x, x, beta=0.5, alpha=s)", lambda x, s: torch.addmm(x, x, x, beta=0.5, alpha=s)),
+    ("aten.addmm.default(x, x, x, beta=neg)", lambda x, s: torch.addmm(x, x, x, beta=-s)),
+    ("aten.linalg_vector_norm.default(x, s, [1])", lambda x, s: torch.linalg.vector_norm(x, s, [1])),
+])
+def test_an_aten_call_takes_a_number_read_at_run_time_as_the_number(op, fn):
+    """An ATen call given a number read from a tensor at run time (addmm's alpha or beta, a norm's order, that
+    Dynamo made an input): the call reads it from its 0-d buffer when it runs (`item(t)` in the plan's text). The
+    graph ran in the interpreter codegen."""
+    out = "f32[4, 4]" if "addmm" in op else "f32[4]"
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[4, 4], t: f64[]):\n"
+                        "  s: sym:f64 = aten._local_scalar_dense.default(t)\n"
+                        "  neg: sym:f64 = operator.neg(s)\n"
+                        f"  y: {out} = {op}\n"
+                        "  return (y)\n")
+    plan = lower(graph, check=True, emit_event=False)
+    assert len(plan.externs) == 1 and "item(" in str(plan), str(plan)
+    x = torch.randn(4, 4)
+    for s in (0.37, 1.5, 3.0):
+        got = run_plan(plan, [x, torch.tensor(s, dtype=torch.float64)])[0]
+        torch.testing.assert_close(got, fn(x, s), msg=lambda m, s=s: f"s={s}: {m}")
+
+
+def test_a_number_read_from_a_tensor_used_as_an_index_is_refused_with_its_reason():
+    """`take(x, i)` with a 0-d index (Dynamo of torch 2.14): the number indexes a view. Kernels read such numbers
+    from their tensor as operands, but a view's index or a size is plan arithmetic over symbols bound from the
+    inputs' shapes, so the graph is refused with that reason (a `lowering` fallback: the interpreter codegen runs
+    it), not with 'expected a scalar'."""
     graph = parse_graph("# ember graph v1.1\n"
                         "def g(x: f32[4], i: i64[]):\n"
                         "  i_1: sym:i64 = aten._local_scalar_dense.default(i)\n"
-                        f"  {node}\n"
+                        "  y: f32[] = aten.select.int(x, 0, i_1)\n"
                         "  return (y)\n")
     with pytest.raises(LoweringError, match=r"'i_1' is a number read from a tensor at run time .* y uses it as an "
-                                            r"(integer|argument of an ATen call)"):
+                                            r"integer"):
         lower_graph(graph)
+
+
+def test_a_view_at_a_number_read_from_a_tensor_is_an_aten_call_that_reads_it():
+    """`narrow(x, 0, start, 2)` with a 0-d start: narrow's rule cannot take it (a view's offset is plan
+    arithmetic), so narrow runs as an ATen call given `start.item()` when it runs."""
+    graph = parse_graph("# ember graph v1.1\n"
+                        "def g(x: f32[4], i: i64[]):\n"
+                        "  i_1: sym:i64 = aten._local_scalar_dense.default(i)\n"
+                        "  y: f32[2] = aten.narrow.default(x, 0, i_1, 2)\n"
+                        "  z: f32[2] = aten.exp.default(y)\n"
+                        "  return (z)\n")
+    plan = lower(graph, check=True, emit_event=False)
+    assert [e.op for e in plan.externs] == ["aten.narrow.default"] and "item(i)" in str(plan)
+    x = torch.randn(4)
+    for start in (0, 2, 1):
+        torch.testing.assert_close(run_plan(plan, [x, torch.tensor(start)])[0], x[start:start + 2].exp())
 
 
 def test_symbolic_floats_of_sizes_are_computed_in_float64():
@@ -395,12 +432,17 @@ def test_a_float_read_out_of_a_0d_tensor_is_read_by_the_kernels():
     assert not plan.externs and plan.kernels
 
 
-def test_a_float_read_out_of_a_tensor_that_an_aten_call_takes_is_refused():
-    # an extern cannot take the 0-d tensor where its schema wants a number: the graph is left to ATen whole
+def test_a_float_read_out_of_a_tensor_that_an_aten_call_takes_is_read_when_the_call_runs():
+    # the extern's schema wants a number where the graph has the 0-d tensor's value: it gets `t.item()` (it was
+    # refused, and the graph left to ATen whole)
     graph = trace(lambda x, s: (torch.special.zeta(x, s.item()),), torch.randn(4, 4),
                   torch.tensor(0.5, dtype=torch.float64))
-    with pytest.raises(LoweringError, match="read from a tensor"):
-        lower(graph)
+    plan = lower(graph, check=True, emit_event=False)
+    assert "item(" in str(plan)
+    x = torch.rand(4, 4) + 1.5
+    for s in (0.5, 2.0):
+        torch.testing.assert_close(run_plan(plan, [x, torch.tensor(s, dtype=torch.float64)])[0],
+                                   torch.special.zeta(x, s))
 
 
 def test_a_symbolic_float_input_is_refused():

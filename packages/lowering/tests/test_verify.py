@@ -2,7 +2,7 @@
 
 import pytest
 from ember_core import Ref
-from ember_lowering import Extern, KernelPlan, PlanError, parse_plan, verify_plan
+from ember_lowering import Extern, Item, KernelPlan, PlanError, parse_plan, verify_plan
 
 HEAD = """\
 # ember kernel plan 'g' on cpu
@@ -169,6 +169,9 @@ def extern_plan(op: str, args: tuple) -> KernelPlan:
     ("aten.neg.default", (Ref("x"), Ref("x")), "aten.neg.default takes at most 1 positional arguments, got 2"),
     ("aten.addmm.default", (Ref("x"), Ref("x"), (1, 2)), r"argument 'mat2' expects Tensor, got a list \[1, 2\]"),
     ("aten.sum.dim_IntList", (Ref("x"), (float("inf"),)), r"argument 'dim' expects Optional\[List\[int\]\]"),
+    # an Item is the number its 0-d buffer holds: a buffer of more elements is no number, and a number no tensor
+    ("aten.mul.Scalar", (Ref("x"), Item("x")), r"argument 'other' expects number, got value 'x' \(tensor"),
+    ("aten.mul.Scalar", (Ref("x"), Item("nowhere")), r"extern aten.mul.Scalar reads undeclared buffer 'nowhere'"),
 ])
 def test_extern_calls_must_name_an_op_and_match_its_schema(op, args, message):
     with pytest.raises(PlanError, match=message):

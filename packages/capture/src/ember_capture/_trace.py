@@ -107,6 +107,7 @@ class TracedFunction:
         self._dynamic_dims: set[tuple[int, int]] = set()  # (leaf, dim) pairs made symbolic by automatic dynamic
         self._dynamic_floats: set[int] = set()  # float leaves made graph inputs by automatic dynamic
         self._dynamic_reads: set[str] = set()  # labels of float globals and attributes made graph inputs
+        self._floats_constant = False  # set once a trace branched on a float input: floats stay constants
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.fallback_reason is not None:
@@ -142,7 +143,7 @@ class TracedFunction:
             return None
         self._grow_dynamic(flat, spec)
         try:
-            entry = self._compile(args, kwargs, flat, spec)
+            entry, kept = self._compile_keeping_floats_if_branched_on(args, kwargs, flat, spec)
         except CaptureError as e:
             if self.options["fullgraph"]:
                 raise
@@ -154,12 +155,32 @@ class TracedFunction:
             warn_fallback(f"ember: {self.name} runs eagerly (the trace frontend cannot capture it): {e}", "eager",
                           e.where, stacklevel=3)
             return None
+        if kept is not None:
+            reason = f"{reason}; float arguments stay constant from now on, compiled per value: {kept}"
         if reason is not None:
             report("recompiled", f"{self.name}: {reason}", function=self.name, reason=reason,
                    entries=len(self.entries) + 1)
         self.entries.append(entry)
         self._hot = (*self._hot, (entry.check, entry.run))  # a new tuple: calls in other threads walk a snapshot
         return entry.run
+
+    def _compile_keeping_floats_if_branched_on(self, args: tuple, kwargs: dict, flat: list,
+                                               spec: Any) -> tuple[Entry, str | None]:
+        """`_compile`, and why float arguments were kept constant, if they were. A trace with float arguments as
+        inputs (automatic dynamic made those that changed inputs) can stop at a branch on one (hardtanh checks its
+        bounds are in order, addmm's decomposition asks whether beta is 0), whose way it cannot know for every
+        value. The function is then traced again with every float a constant, as before they changed, and from
+        then on compiles once per value up to the recompile limit, instead of running eagerly for good."""
+        try:
+            return self._compile(args, kwargs, flat, spec), None
+        except CaptureError as e:
+            if self._floats_constant or not (self._dynamic_floats or self._dynamic_reads) or \
+                    not e.reason.startswith("data-dependent"):
+                raise
+            self._floats_constant = True
+            self._dynamic_floats.clear()
+            self._dynamic_reads.clear()
+            return self._compile(args, kwargs, flat, spec), e.reason
 
     def _explain(self, flat: list, spec: Any) -> str | None:
         """Why no entry took the call, in words: one reason, or one per entry."""
@@ -182,6 +203,14 @@ class TracedFunction:
         if self.options["dynamic"] is not None or not self.entries or self.entries[-1].spec != spec:
             return
         last = self.entries[-1]
+        if not self._floats_constant:
+            self._grow_dynamic_floats(last, flat)
+        for i, sizes in zip(last.tensor_leaves, last.static_sizes):
+            x = flat[i]
+            if isinstance(x, torch.Tensor) and x.dim() == len(sizes):
+                self._dynamic_dims |= {(i, d) for d, n in enumerate(sizes) if n is not None and x.size(d) != n}
+
+    def _grow_dynamic_floats(self, last: Entry, flat: list) -> None:
         self._dynamic_floats |= {i for i, v in last.floats.items() if type(flat[i]) is float and flat[i] != v}
         for r, v in last.read_floats:
             try:
@@ -190,10 +219,6 @@ class TracedFunction:
                 continue
             if type(now) is float and now != v:
                 self._dynamic_reads.add(r.label)
-        for i, sizes in zip(last.tensor_leaves, last.static_sizes):
-            x = flat[i]
-            if isinstance(x, torch.Tensor) and x.dim() == len(sizes):
-                self._dynamic_dims |= {(i, d) for d, n in enumerate(sizes) if n is not None and x.size(d) != n}
 
     def _is_dynamic(self, leaf: int, dim: int) -> bool:
         dynamic = self.options["dynamic"]

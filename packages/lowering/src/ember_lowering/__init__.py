@@ -15,6 +15,7 @@ from ._loop_ir import (
     Dim,
     Extern,
     Instr,
+    Item,
     Kernel,
     KernelPlan,
     Loop,
@@ -22,7 +23,7 @@ from ._loop_ir import (
     opmath,
 )
 from ._loop_ir import POINTWISE as POINTWISE_OPS
-from ._lowering import bind_args, lower, lower_graph, lowering_rules, sym_rules
+from ._lowering import bind_args, lower, lower_graph, lowering_rules
 from ._op_semantics import SEMANTICS, OpSemantics, define_op, forget_op, kind_of
 from ._parser import parse_plan
 from ._plan_cache import PLANS, lower_cached, plan_facts, read_plan
@@ -36,6 +37,7 @@ from ._reduction_semantics import (
     ReductionSemantics,
 )
 from ._rules_pointwise import elementwise
+from ._scalars import sym_rules
 from ._scheduler import Pass, bind_passes, buffers_read, buffers_written, default_passes, schedule
 from ._split_reductions import SplitPolicy
 from ._verify import check_round_trip, verify_plan
@@ -48,8 +50,9 @@ __all__ = [
     # what the shared codegen layer (ember_lowering.codegen) reads of the loop IR beside the above
     "ITEMSIZE", "Prints", "buffers_read", "buffers_written", "size_of", "sym", "to_expr",
     "KERNEL_DTYPES", "NAN", "PLANS", "POINTWISE_OPS", "REDUCTIONS", "SEMANTICS", "TRANSCENDENTAL", "VERDICTS",
-    "Buffer", "Capabilities", "Decision", "Dim", "Extern", "Instr", "Kernel", "KernelPlan", "Loop", "LoweringError",
-    "Op", "OpSemantics", "Pass", "PlanError", "PlanInterpreter", "Ranges", "SplitPolicy", "Unsupported",
+    "Buffer", "Capabilities", "Decision", "Dim", "Extern", "Instr", "Item", "Kernel", "KernelPlan", "Loop",
+    "LoweringError", "Op", "OpSemantics", "Pass", "PlanError", "PlanInterpreter", "Ranges", "SplitPolicy",
+    "Unsupported",
     # the reduction table: each reduction's identity, combine op, NaN rule, state and reference
     "NAN_ARITHMETIC", "NAN_EXTREME", "NAN_IS_TRUE", "NAN_PROPAGATES", "REDUCTION_SEMANTICS", "ReductionSemantics",
     "__version__", "bind_args", "bind_passes", "check_round_trip", "decompose_ops", "default_passes", "define_op",

@@ -18,7 +18,7 @@ from ember_core import Ref, Sym, as_sympy, dtype_name, resolve_op, to_dtype
 
 from ._errors import PlanError
 from ._indexing import parse_expr, storage_size, to_expr
-from ._loop_ir import FLOAT_DTYPES, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
+from ._loop_ir import FLOAT_DTYPES, Buffer, Extern, Instr, Item, Kernel, KernelPlan, Loop, Op
 from ._op_semantics import SEMANTICS
 from ._printer import format_instr
 from ._reduction_semantics import REDUCTION_SEMANTICS
@@ -331,6 +331,8 @@ class PlanInterpreter:
 
     def call(self, ext: Extern, tensors: dict[str, torch.Tensor], syms: dict[str, int]) -> None:
         def read(a: Any) -> Any:
+            if isinstance(a, Item):
+                return tensors[a.name].item()
             if isinstance(a, Ref):
                 return tensors[a.name]
             if isinstance(a, Sym):

@@ -41,7 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
-from ember_core import SHORT_DTYPE_NAMES, Symbol, to_dtype
+from ember_core import SHORT_DTYPE_NAMES, Ref, Symbol, to_dtype
+
+from ._open_enum import OpenEnum
 
 # ---------------------------------------------------------------------------------------------- dtypes
 
@@ -76,36 +78,7 @@ def scalar_of(value: Any, dtype: str) -> int | float | bool:
 # ---------------------------------------------------------------------------------------------- ops
 
 
-class _OpRegistry(type):
-    """Makes `Op` read like an enum (`Op.ADD`, `Op("add")`, `for op in Op`, members written as `ADD = "add"` in the
-    class body) while staying open: `define_op` (`_op_semantics.py`) adds an op, with its semantics, at run time."""
-
-    def __new__(mcs, name: str, bases: tuple, namespace: dict):
-        members = {k: v for k, v in namespace.items() if k.isupper() and isinstance(v, str)}
-        cls = super().__new__(mcs, name, bases, {k: v for k, v in namespace.items() if k not in members})
-        cls._members = {}
-        for member, value in members.items():
-            cls._add(member, value)
-        return cls
-
-    def __iter__(cls):
-        return iter(tuple(cls._members.values()))
-
-    def __len__(cls) -> int:
-        return len(cls._members)
-
-    def named(cls, value: str) -> Op | None:
-        """The op whose text name is `value`, or None."""
-        return cls._members.get(value)
-
-    def __call__(cls, value: str) -> Op:
-        try:
-            return cls._members[value]
-        except KeyError:
-            raise ValueError(f"{value!r} is not a loop-IR op") from None
-
-
-class Op(metaclass=_OpRegistry):
+class Op(metaclass=OpenEnum):
     """Every instruction of the loop IR, interned by its text name: ops compare by identity, as enum members do.
     Grouped by kind; the sets below say what each kind needs, `_op_semantics.py` what each pointwise op computes."""
 
@@ -364,9 +337,16 @@ class Kernel:
 
 
 @dataclass(frozen=True, slots=True)
+class Item(Ref):
+    """An extern argument that is the number a 0-d buffer holds, read when the call runs (`item(t)` in the text):
+    a Python float Dynamo made an input (addmm's alpha, a norm's order), or one computed from it. A `Ref` to the
+    buffer for everything that tracks what a step reads; the call gets `t.item()`, as ATen takes a Scalar."""
+
+
+@dataclass(frozen=True, slots=True)
 class Extern:
-    """A call of an ATen op. Args hold `ember_core.Ref(buffer)`, `ember_core.Sym(expr)` and plain values.
-    `outs` names one buffer per result (`"_"` for a result that is not a tensor, or is unused)."""
+    """A call of an ATen op. Args hold `ember_core.Ref(buffer)`, `Item(buffer)`, `ember_core.Sym(expr)` and plain
+    values. `outs` names one buffer per result (`"_"` for a result that is not a tensor, or is unused)."""
 
     outs: tuple[str, ...]
     op: str

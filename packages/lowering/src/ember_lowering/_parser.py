@@ -33,6 +33,7 @@ from ._loop_ir import (
     Dim,
     Extern,
     Instr,
+    Item,
     Kernel,
     KernelPlan,
     Loop,
@@ -309,6 +310,9 @@ def parse_arg(node: ast.AST) -> Any:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
         if node.attr in TORCH_NAMES:
             return TORCH_NAMES[node.attr]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1 and \
+            node.func.id == "item" and isinstance(node.args[0], ast.Name):
+        return Item(node.args[0].id)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
         text = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
         if node.func.id == "sym" and isinstance(text, str):

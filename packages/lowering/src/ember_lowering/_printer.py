@@ -29,7 +29,7 @@ import torch
 from ember_core import Ref, Sym
 
 from ._indexing import contiguous_strides
-from ._loop_ir import DTYPE_SHORT, IMPLICIT_CAST, Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
+from ._loop_ir import DTYPE_SHORT, IMPLICIT_CAST, Buffer, Extern, Instr, Item, Kernel, KernelPlan, Loop, Op
 
 INDENT = "  "
 
@@ -142,6 +142,8 @@ def format_extern(ext: Extern) -> str:
 
 def format_arg(a: Any) -> str:
     """Extern arguments as Python-like text that `_parser.parse_arg` reads back."""
+    if isinstance(a, Item):
+        return f"item({a.name})"
     if isinstance(a, Ref):
         return a.name
     if isinstance(a, Sym):

@@ -188,7 +188,7 @@ def rename_buffers(step, mapping: Mapping[str, str]):
     if isinstance(step, Extern):
         def arg(a):
             if isinstance(a, Ref):
-                return Ref(mapping.get(a.name, a.name))
+                return type(a)(mapping.get(a.name, a.name))  # a Ref or an Item
             return tuple(arg(x) for x in a) if isinstance(a, tuple) else a
         return step.replace(outs=tuple(mapping.get(o, o) for o in step.outs), args=arg(step.args),
                             kwargs={k: arg(v) for k, v in step.kwargs.items()})

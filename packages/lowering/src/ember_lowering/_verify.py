@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Any
 
 import sympy
 from ember_core import EmberError, Ref, arguments_problem, as_sympy, resolve_op
@@ -24,6 +25,7 @@ from ._loop_ir import (
     Buffer,
     Extern,
     Instr,
+    Item,
     Kernel,
     KernelPlan,
     Loop,
@@ -174,9 +176,21 @@ class _Checker:
         def kind(name: str) -> tuple[str, str] | None:
             b = self.buffers.get(name)
             return ("tensor", b.dtype) if b is not None else None
-        problem = arguments_problem(op, ext.op, ext.args, ext.kwargs, kind)
+        problem = arguments_problem(op, ext.op, _numbers(ext.args, self.buffers),
+                                    {k: _numbers(v, self.buffers) for k, v in ext.kwargs.items()}, kind)
         if problem is not None:
             raise _Fail(("step", k), f"extern {problem}")
+
+
+def _numbers(arg: Any, buffers: dict[str, Buffer]) -> Any:
+    """An extern argument with each `Item` as a number of its buffer's kind (what the call is given), for the
+    schema's type check; an Item of an undeclared or non-scalar buffer stays, and fails that check."""
+    if isinstance(arg, Item):
+        b = buffers.get(arg.name)
+        if b is None or b.shape:
+            return arg
+        return False if b.dtype == "bool" else 0 if b.dtype in INT_DTYPES else 0.0
+    return tuple(_numbers(a, buffers) for a in arg) if isinstance(arg, tuple) else arg
 
 
 class _KernelChecker:

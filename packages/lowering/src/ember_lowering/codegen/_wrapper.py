@@ -62,7 +62,7 @@ from ember_core import (
     to_dtype,
 )
 
-from ember_lowering import Buffer, Extern, KernelPlan, PlanInterpreter, to_expr
+from ember_lowering import Buffer, Extern, Item, KernelPlan, PlanInterpreter, to_expr
 
 from ._exprs import IndexPrinter
 from ._fallback import UseFallback, fix_layout, wrong_dtype
@@ -357,6 +357,8 @@ class WrapperWriter:
                 self.emit(f"{local} = _fix_layout({local}, {sh}, {st})", 3)
 
     def _arg(self, a: Any) -> str:
+        if isinstance(a, Item):
+            return f"{self.tensor(a.name)}.item()"
         if isinstance(a, Ref):
             return self.tensor(a.name)
         if isinstance(a, Sym):
