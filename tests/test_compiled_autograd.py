@@ -301,3 +301,22 @@ def test_a_captured_backward_of_a_bfloat16_norm_of_equal_rows_keeps_eagers_zero_
     assert torch.equal(grads[0][1], torch.zeros(17, dtype=torch.bfloat16))
     assert torch.equal(grads[1][1], grads[0][1])
     torch.testing.assert_close(grads[1][2], grads[0][2])
+
+
+@pytest.mark.parametrize("frontend", ["dynamo", "trace"])
+def test_a_backward_holding_an_aten_kernel_without_a_symbolic_form_is_captured(frontend):
+    """softshrink's backward stays ATen's kernel in a static joint trace (eager's very bits), and compiled autograd
+    traces the captured backward with symbolic sizes, where that TensorIterator kernel cannot run on fake tensors:
+    Dynamo raised out of `backward()` (torch.compile's own path decomposes it). The backward module the capture
+    traces computes such kernels by their formulas, as a symbolic joint trace does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Softshrink(0.25), nn.Linear(8, 2))
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(model, options={"frontend": frontend})
+    x = torch.randn(4, 8)
+    with ember.record_events() as rec, ember.compiled_autograd.enable():
+        compiled(x).pow(2).sum().backward()
+    twin(x).pow(2).sum().backward()
+    assert_same_grads(model, twin)
+    assert captures(rec)
+    assert_no_fallback(rec)

@@ -179,6 +179,33 @@ def test_batch_norm_training_runs_split_and_matches_eager(frontend):
     assert not rec.kinds("fallback")
 
 
+def test_an_sgd_step_under_a_scheduler_runs_triton_kernels_on_cuda(frontend):
+    """`torch.compile(opt.step)` with a scheduler: the learning rate is a 0-d CPU float64 input (Dynamo's, and
+    the trace frontend's, form of a float that changed). The graph is still a CUDA one: Triton kernels read a device
+    copy of the number (the plan was the CPU's, every CUDA op an ATen call), and parameters and momentum equal
+    eager's after 8 steps."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8)).cuda()
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3) for m in (model, twin)]
+    schedules = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.8) for o in opts]
+    step = ember.compile(opts[0].step, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for _ in range(8):
+            x = torch.randn(16, 32, device="cuda")
+            for m, o, s, schedule in ((model, opts[0], step, schedules[0]), (twin, opts[1], opts[1].step,
+                                                                             schedules[1])):
+                o.zero_grad()
+                m(x).pow(2).mean().backward()
+                s()
+                schedule.step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(opts[0].state[p]["momentum_buffer"], opts[1].state[q]["momentum_buffer"])
+    assert codegens(rec) == {"triton"}
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+
+
 def test_column_sums_and_repeated_layers_match_eager():
     """A weight gradient's sum over 4096 rows (64 rows a program) and six identical layers whose kernels share one
     function each."""

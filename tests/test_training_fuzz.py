@@ -21,6 +21,9 @@ SETTINGS = {
     "inference": (judge.Setting(inference=True), [196]),
     "steps": (judge.Setting(steps=3), [233]),
     "compiled autograd": (judge.Setting(compiled_autograd=True, dtype="bfloat16"), [109]),  # 109: a batch norm
+    # a float argument that changes every step: add's and sub's alpha (14), addmm's beta and alpha (15), pow of it
+    # (38) and to it (12), which traced as forms whose formulas ask nothing of it (they ran under eager autograd)
+    "floats": (judge.Setting(floats=True), [14, 15, 38, 12]),
 }
 
 

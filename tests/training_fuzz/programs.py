@@ -4,6 +4,7 @@ step can read any earlier value. The same program runs as a float64 module (the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable
@@ -128,6 +129,29 @@ MIXED: dict[str, Callable] = {
 }
 
 
+# Steps that also read the float `scale` the module is called with (`--floats`: it changes every training step, so
+# that Dynamo and the trace frontend make it an input read with `.item()`), as ops take a Python number: in
+# arithmetic, as an op's scalar argument, as an ATen call's alpha.
+SCALED: dict[str, Callable] = {
+    "mul": lambda m, a, b, s: a * s, "div": lambda m, a, b, s: a / s, "rsub": lambda m, a, b, s: s - a,
+    "arithmetic": lambda m, a, b, s: a * (s * s - s / 2) + (-s),
+    "add_alpha": lambda m, a, b, s: torch.add(a, b, alpha=s), "sub_alpha": lambda m, a, b, s: torch.sub(a, b, alpha=s),
+    "elu": lambda m, a, b, s: F.elu(a, alpha=s), "celu": lambda m, a, b, s: F.celu(a, alpha=s),
+    "softplus": lambda m, a, b, s: F.softplus(a, beta=s + 0.5), "clamp": lambda m, a, b, s: a.clamp(-s, s),
+    "hardtanh": lambda m, a, b, s: F.hardtanh(a, -s, s), "leaky_relu": lambda m, a, b, s: F.leaky_relu(a, s * 0.1),
+    "lerp": lambda m, a, b, s: torch.lerp(a, b, s * 0.5), "addcmul": lambda m, a, b, s: torch.addcmul(a, a, b, value=s),
+    "addcdiv": lambda m, a, b, s: torch.addcdiv(a, a, b.abs() + 1, value=s),
+    "where": lambda m, a, b, s: torch.where(a > s - 0.5, a, b), "pow": lambda m, a, b, s: (a.abs() + 0.1) ** s,
+    "scalar_pow": lambda m, a, b, s: torch.pow(s + 0.5, a.clamp(-3, 3)),
+    "masked_fill": lambda m, a, b, s: a.masked_fill(a < -s, s), "softshrink": lambda m, a, b, s: F.softshrink(a, s / 2),
+    "threshold": lambda m, a, b, s: F.threshold(a, s - 0.5, -s),
+    "softmax_temperature": lambda m, a, b, s: (a / s).softmax(1),
+    "full_like": lambda m, a, b, s: a + torch.full_like(a, s),
+    "addmm": lambda m, a, b, s: torch.addmm(m.lb, a, m.w, alpha=s, beta=1 - s),
+}
+SCALES = (0.5, 0.75, 1.25, 0.3, 0.9)  # `scale` at each training step under `--floats`
+
+
 def _in_place(kind: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a = a.clone()
     if kind == "mul_":
@@ -216,6 +240,17 @@ def generate(seed: int) -> Program:
     return Program(seed, inputs, rng.choice([3, 4, 5]), rng.choice([7, 8, 16, 17, 33]), tuple(steps), layouts)
 
 
+def with_floats(program: Program) -> Program:
+    """The program with two to four `SCALED` steps after its own, drawn from a generator of their own (the program
+    of a seed without `--floats` stays what it was)."""
+    rng = random.Random(program.seed * 7919 + 17)
+    steps = list(program.steps)
+    for _ in range(rng.randint(2, 4)):
+        known = program.inputs + len(steps)
+        steps.append(("scaled", rng.choice(sorted(SCALED)), rng.randrange(known), rng.randrange(known)))
+    return dataclasses.replace(program, steps=tuple(steps))
+
+
 def fit(x: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     """`x` as a (B, N) tensor: itself, its first B*N elements, or its elements repeated."""
     if x.shape == shape:
@@ -244,13 +279,14 @@ class Module(torch.nn.Module):
         self.kb = torch.nn.Parameter(torch.randn(1, generator=g))
         self.register_buffer("running", torch.zeros(n))
 
-    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        last = self.last_values(*inputs)
+    def forward(self, *inputs: torch.Tensor, scale: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+        last = self.last_values(*inputs, scale=scale)
         loss = torch.stack([v.sum() * w for v, w in zip(last, LOSS_WEIGHTS)]).sum()
         return loss, last[-1]
 
-    def last_values(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        """The program's last three values, which the loss sums (weighted by `LOSS_WEIGHTS`)."""
+    def last_values(self, *inputs: torch.Tensor, scale: float = 0.5) -> list[torch.Tensor]:
+        """The program's last three values, which the loss sums (weighted by `LOSS_WEIGHTS`); `scale`: the float
+        the `SCALED` steps read."""
         values = list(inputs)
         shape = tuple(inputs[0].shape)
         for step in self.steps:
@@ -263,6 +299,8 @@ class Module(torch.nn.Module):
                 y = reductions(step[4])[name](a).expand(shape) + 0  # the reduced value, broadcast and stored
             elif kind == "in_place":
                 y = _in_place(name, a, b)
+            elif kind == "scaled":
+                y = SCALED[name](self, a, b, scale)
             else:
                 y = MIXED[name](self, a, b, step[4]).to(a.dtype)
             values.append(fit(y, shape))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -424,6 +425,51 @@ def test_a_backward_that_branches_on_a_number_read_from_a_tensor_is_refused_with
                         "  return (y)\n")
     with pytest.raises(GraphError, match="branches on a number read from a tensor at run time"):
         joint(graph, [torch.randn(4, requires_grad=True), torch.tensor(2)])
+
+
+RUN_TIME_NUMBER_OPS = {
+    "add_alpha": ("f32[3, 4] requires_grad = aten.add.Tensor(x, y, alpha=s)", lambda x, y, s: torch.add(x, y, alpha=s)),
+    "rsub_alpha": ("f32[3, 4] requires_grad = aten.rsub.Tensor(x, y, alpha=s)",
+                   lambda x, y, s: torch.rsub(x, y, alpha=s)),
+    "pow": ("f32[3, 4] requires_grad = aten.pow.Tensor_Scalar(x, s)", lambda x, y, s: torch.pow(x.abs(), s)),
+    "scalar_pow": ("f32[3, 4] requires_grad = aten.pow.Scalar(s, x)", lambda x, y, s: torch.pow(s, x)),
+    "addmm": ("f32[3, 4] requires_grad = aten.addmm.default(x, y, w, beta=s, alpha=s)",
+              lambda x, y, s: torch.addmm(x, y, W, beta=s, alpha=s)),
+}
+W = torch.randn(4, 4)
+
+
+@pytest.mark.parametrize("name", sorted(RUN_TIME_NUMBER_OPS))
+def test_a_formula_that_asks_about_a_number_read_at_run_time_is_traced_in_a_form_that_does_not(name):
+    """add's derivative asks whether alpha is 1, pow's whether the exponent (or the base) is 0, addmm's about beta
+    and alpha: with the number read from a tensor at run time (a float Dynamo made an input) the trace could not
+    answer, and the graph ran under eager autograd. The joint traces those ops in forms whose formulas ask nothing
+    (`x + y * s`, `pow(x, t)` of a 0-d tensor, `where(s == 0, 0, s * c)`); at several values, 0 among them, it
+    gives eager's outputs and gradients."""
+    node, fn = RUN_TIME_NUMBER_OPS[name]
+    text = ("# ember graph v1.1\n"
+            "def g(x: f32[3, 4] requires_grad, y: f32[3, 4] requires_grad, t: f64[], w: f32[4, 4]):\n"
+            "  s: sym:f64 = aten._local_scalar_dense.default(t)\n"
+            f"  out: {node}\n"
+            "  return (out)\n")
+    if name == "pow":
+        text = text.replace("aten.pow.Tensor_Scalar(x, s)", "aten.pow.Tensor_Scalar(a, s)").replace(
+            "  out:", "  a: f32[3, 4] requires_grad = aten.abs.default(x)\n  out:")
+    graph = parse_graph(text)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    if name == "addmm":
+        x[0, 0] = math.inf  # eager's gemm reads nothing of it at beta 0: no NaN comes of it
+    traced = joint(graph, [x.requires_grad_(), y.requires_grad_(), torch.tensor(0.5, dtype=torch.float64), W])
+    for s in (0.5, 1.0, 0.0, -1.5):
+        tangent = torch.randn(3, 4)
+        xe, ye = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+        want = fn(xe, ye, s)
+        grads = torch.autograd.grad(want, (xe, ye), tangent, allow_unused=True)
+        got = Interpreter(traced.graph).run([x.detach(), y.detach(), torch.tensor(s, dtype=torch.float64), W, tangent])
+        expected = [want, *(g for g in grads if g is not None)]
+        assert len(got) == len(expected), (name, s)
+        for k, (g, e) in enumerate(zip(got, expected)):
+            torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, k=k, s=s: f"s={s}, output {k}: {m}")
 
 
 @pytest.mark.parametrize("k", [-3, 0, 5])

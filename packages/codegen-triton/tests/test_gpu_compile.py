@@ -64,7 +64,7 @@ CASES = {
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",
-          "gemm_templates", "graph_passes_bf16",
+          "gemm_templates", "graph_passes_bf16", "host_number_on_cuda",
           "compile_workers_fill_the_cache",
           "private_triton_cache", "warm_bind_skips_the_jit", "warm_bind_restores_missing_binaries"]
 
@@ -154,6 +154,8 @@ def main() -> None:
     gemm_templates_compile(OnSm90, built, binaries)
 
     graph_passes_compile(OnSm90, binaries)
+
+    host_number_compiles(OnSm90, binaries)
 
     compile_workers_fill_the_cache(OnSm90, built)
 
@@ -447,6 +449,30 @@ def graph_passes_compile(on_sm90, binaries) -> None:
         assert kernels and not fallbacks, (name, fallbacks)
         assert all(binaries(k) for k in kernels), (name, kernels)
     print("graph_passes_bf16:ok", flush=True)
+
+
+def host_number_compiles(on_sm90, binaries) -> None:
+    """A CUDA graph whose first input is a 0-d CPU float64 (Dynamo's form of a float that changed: an optimizer
+    step's learning rate under a scheduler) is planned for CUDA: its kernels, which read a device copy of the
+    number made by one ATen call, compile for sm_90, and an ATen call reads the number on the host."""
+    from ember_core import record_events
+
+    def step(lr, p, g):
+        rate = lr.item()
+        return (torch.add(p, g, alpha=-rate), torch.addmm(p, p.t(), p, alpha=rate))
+
+    graph = on_cuda(trace(step, torch.tensor(0.1, dtype=torch.float64), torch.randn(4, 4), torch.randn(4, 4)))
+    lr = graph.inputs[0].name
+    graph = dataclasses.replace(graph, values={**graph.values, lr: dataclasses.replace(graph.values[lr], device="cpu")})
+    with record_events() as rec:
+        compiled = on_sm90().compile_many([graph])[0]
+    fallbacks = [e.data["reason"] for e in rec.kinds("fallback")]
+    kernels = [line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_")]
+    assert kernels and not fallbacks and all(binaries(k) for k in kernels), (kernels, fallbacks)
+    host = f"b_{lr}"  # the input itself, not its device copy, is what the ATen call reads the number from
+    assert "# aten._to_copy.default" in compiled.source and f"alpha={host}.item())" in compiled.source, \
+        compiled.source
+    print("host_number_on_cuda:ok", flush=True)
 
 
 def without_hooks(calls: list[tuple]) -> list[tuple]:

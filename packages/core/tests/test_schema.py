@@ -88,6 +88,20 @@ def test_graph_device_is_the_first_tensor_inputs_then_a_constants_then_cpu():
     assert graph_device(Graph("e", (), (), (), {})) == "cpu"
 
 
+def test_a_cpu_number_tensor_first_does_not_make_a_cuda_graph_a_cpu_one():
+    """Dynamo passes a float that changed as a 0-d CPU float64 tensor, which may be the first input (a CUDA
+    optimizer step under a scheduler: its learning rate). ATen takes it beside CUDA tensors as a number; the graph
+    computes on CUDA (it was planned for the CPU, every CUDA op an ATen call)."""
+    lr = Value(shape=(), stride=(), dtype="float64")
+    cuda = Value(shape=(2,), stride=(1,), device="cuda:0")
+    g = Graph("g", (Input("lr"), Input("x")), (), (Output("x"),), {"lr": lr, "x": cuda})
+    assert graph_device(g) == "cuda:0"
+    only = Graph("h", (Input("lr"),), (), (Output("lr"),), {"lr": lr})
+    assert graph_device(only) == "cpu"
+    both = Graph("k", (Input("lr"), Input("x")), (), (Output("x"),), {"lr": lr, "x": Value(shape=(2,), stride=(1,))})
+    assert graph_device(both) == "cpu"
+
+
 def test_map_args_applies_to_leaves_and_keeps_the_nesting():
     from ember_core import map_args
 

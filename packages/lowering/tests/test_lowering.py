@@ -7,7 +7,17 @@ import ember_lowering
 import pytest
 import torch
 from ember_core import Graph, Input, Node, Output, Ref, Value, parse_graph
-from ember_lowering import Decision, Extern, LoweringError, bind_args, lower, lower_graph, lowering_rules, run_plan
+from ember_lowering import (
+    Decision,
+    Extern,
+    Item,
+    LoweringError,
+    bind_args,
+    lower,
+    lower_graph,
+    lowering_rules,
+    run_plan,
+)
 from lowering_checks import check, trace
 
 
@@ -270,6 +280,36 @@ def test_an_aten_call_takes_a_number_read_at_run_time_as_the_number(op, fn):
     for s in (0.37, 1.5, 3.0):
         got = run_plan(plan, [x, torch.tensor(s, dtype=torch.float64)])[0]
         torch.testing.assert_close(got, fn(x, s), msg=lambda m, s=s: f"s={s}: {m}")
+
+
+CUDA_STEP = """# ember graph v1.1
+def step(lr: f64[], p: f32[6]@cuda:0, grad: f32[6]@cuda:0):
+  lr_1: sym:f64 = aten._local_scalar_dense.default(lr)
+  neg: sym:f64 = operator.neg(lr_1)
+  stepped: f32[6]@cuda:0 = aten.add.Tensor(p, grad, alpha=neg)
+  m: f32[6, 6]@cuda:0 = aten.view.default(stepped, [6, 1])
+  outer: f32[6, 6]@cuda:0 = aten.expand.default(m, [6, 6])
+  mixed: f32[6, 6]@cuda:0 = aten.addmm.default(outer, outer, outer, alpha=lr_1)
+  return (stepped, mixed)
+"""
+
+
+def test_a_cpu_number_in_a_cuda_graph_is_copied_for_kernels_and_read_on_the_host_by_calls():
+    """A CUDA optimizer step under a scheduler: Dynamo passes the learning rate as a 0-d CPU float64 tensor, its
+    first input. The plan is for CUDA (it was for the CPU, with every CUDA op an ATen call); kernels load a device
+    copy of the number, made by one ATen call where it is read (a GPU kernel cannot read host memory, and the
+    interpreter, running CPU tensors, cannot show that), and ATen calls read the CPU tensor itself (no wait for
+    the device)."""
+    graph = parse_graph(CUDA_STEP)
+    plan = lower(graph, check=True, emit_event=False)
+    assert plan.device == "cuda:0"
+    copies = [e for e in plan.externs if e.op == "aten._to_copy.default"]
+    assert len(copies) == 1 and copies[0].args == (Ref("lr"),)
+    assert copies[0].kwargs == {"device": torch.device("cuda:0")}
+    on_cpu = {inp.name for inp in graph.inputs if graph.values[inp.name].device == "cpu"}
+    assert not [(k.name, i.buffer) for k in plan.kernels for i in k.instrs() if i.buffer in on_cpu]
+    (addmm,) = [e for e in plan.externs if e.op == "aten.addmm.default"]
+    assert addmm.kwargs["alpha"] == Item("lr")
 
 
 def test_a_number_read_from_a_tensor_used_as_an_index_is_refused_with_its_reason():

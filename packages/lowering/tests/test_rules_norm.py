@@ -172,3 +172,21 @@ def test_batch_norm_of_data_far_from_zero_keeps_its_variance():
     exact = [t.float() for t in fn(x.double())]
     torch.testing.assert_close(out, exact[0], rtol=0, atol=2e-3)
     torch.testing.assert_close(rstd, exact[2], rtol=1e-3, atol=0)
+
+
+def test_softmax_normalizes_as_eagers_kernel_on_the_plans_device():
+    """Eager's CPU softmax multiplies each element by its row's `1 / sum`; its CUDA kernel divides by the sum. The
+    plan says which (a codegen prints a division as a division)."""
+    from ember_core import parse_graph
+    from ember_lowering import Op, lower
+
+    def ops(device: str) -> set:
+        on = "" if device == "cpu" else f"@{device}"
+        graph = parse_graph("# ember graph v1.1\n"
+                            f"def g(x: f32[4, 8]{on}):\n"
+                            f"  y: f32[4, 8]{on} = aten._softmax.default(x, 1, False)\n"
+                            "  return (y)\n")
+        return {i.op for k in lower(graph, emit_event=False).kernels for i in k.instrs()}
+
+    assert {Op.RECIPROCAL, Op.MUL} <= ops("cpu") and Op.DIV not in ops("cpu")
+    assert Op.DIV in ops("cuda:0") and Op.RECIPROCAL not in ops("cuda:0")

@@ -53,6 +53,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from ._grad_boundaries import insert_grad_boundaries
 from ._locations import Locations, location_meta
 from ._primals import FakePrimals, differentiable_dtype, requires_grad
+from ._run_time_scalars import run_time_scalar_forms
 from ._symbols import SymbolTable
 
 PRODUCER = "ember-autograd 0.1.0"
@@ -129,7 +130,8 @@ class JointTrace:
     def __init__(self, graph: Graph, primals: FakePrimals):
         self.graph = graph
         self.primals = primals
-        self.interpreter = Interpreter(graph, overrides=grad_rules)  # ops ATen cannot differentiate
+        # ops ATen cannot differentiate; ops whose formulas branch on a number read at run time
+        self.interpreter = Interpreter(graph, overrides={**grad_rules, **run_time_scalar_forms()})
         self.differentiable: list[bool] = []  # per forward output
         self.grad_inputs: list[int] = []  # primal index of each gradient output, in order
 

@@ -35,10 +35,22 @@ from ember_core import (
     autocast_disabled,
     emit,
     is_random,
+    symbolic_backward_formulas,
     to_fx,
 )
 
 log = logging.getLogger("ember.autograd")
+
+def _with_formulas(module: fx.GraphModule) -> fx.GraphModule:
+    """`module` with each call of an op of `symbolic_backward_formulas` calling its formula instead."""
+    formulas = symbolic_backward_formulas()
+    nodes = [n for n in module.graph.nodes if n.op == "call_function" and n.target in formulas]
+    for node in nodes:
+        node.target = formulas[node.target]
+    if nodes:
+        module.recompile()
+    return module
+
 
 class Plan:
     """What the autograd.Function needs: the compiled forward, the backward (compiled on first use) and the layout
@@ -87,11 +99,14 @@ class Plan:
 
     def backward_module(self) -> fx.GraphModule:
         """The backward graph as an FX module of ATen calls, which Dynamo can trace (compiled autograd inlines it
-        into the backward it captures). Built outside Dynamo: the first forward under compiled autograd builds it."""
+        into the backward it captures). Built outside Dynamo: the first forward under compiled autograd builds it.
+        Dynamo traces it with symbolic sizes, so an ATen backward kernel that fake tensors of symbolic sizes cannot
+        run (softshrink's, kept whole in a static joint trace) is called as its formula, as a symbolic joint trace
+        writes it (`symbolic_backward_formulas`): Dynamo raised out of `backward()`."""
         if self._backward_module is None:
             with self._lock:
                 if self._backward_module is None:
-                    self._backward_module = to_fx(self.partition.backward)
+                    self._backward_module = _with_formulas(to_fx(self.partition.backward))
         return self._backward_module
 
     def differentiable_backward(self) -> tuple[Interpreter, Interpreter]:

@@ -84,7 +84,6 @@ class KernelPrinter(StatementPrinter):
         super().__init__(kernel, layout, name)
         self.ssa_nonneg: set[str] = set()
         # x / c by a constant stays a division: x * (1/c) can differ by an ulp from eager's x / c (hardswish's / 6)
-        self.constants = {i.out for i in kernel.instrs() if i.op is Op.CONST}
         # a value rounded to float16/bfloat16 → what it rounds: a vector store converts that itself, rounding the
         # same way (`ember_vstore_bf16(ember_vround_bf16(x))` is `ember_vstore_bf16(x)`), so it stores it directly
         self.rounded_from = {i.out: i.srcs[0] for i in kernel.instrs()
@@ -94,7 +93,6 @@ class KernelPrinter(StatementPrinter):
         self.uses_err = False
         self.accs: dict[str, Accumulator] = {}
         self.loop_values: set[str] | None = None  # values defined in the loop being printed
-        self.loop_head: dict[str, str] = {}  # that loop's own declarations: name → line, first in its block
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
         # block arrays and stashes declared so far: C name → element C type (vector moves are checked against it)

@@ -4,14 +4,14 @@
 serial r-loops around a lane loop in vector steps, each reduction's accumulator declared, updated and merged; a
 whole-tensor reduction's block in parallel chunks, `_chunked`), and each instruction: values, loads and stores
 with their bounds tests and error flags. It reads the state the kernel printer keeps while it walks: `accs`,
-`locals` (the kernel's stack arrays), `loop_values` and `loop_head` (the loop being printed and its own
-declarations), `block` (values live in block arrays), `constants`, `ssa_nonneg`, `uses_err`, and `expr`.
+`locals` (the kernel's stack arrays), `loop_values` (set while a loop is printed), `block` (values live in block
+arrays), `ssa_nonneg`, `uses_err`, and `expr`.
 
-Inside a loop, a division by a value computed outside it multiplies by its reciprocal (computed once, as
-torch's own softmax does). Names follow one rule: an SSA value (unique in its kernel) and a name carrying the
-loop's number (`ember_steps2`) may live in the row's scope; a name made from what it computes (`ember_rcp_t1`,
-the reciprocal of t1) is declared inside its loop's block, since sibling loops (softmax's backward divides by
-the same row sum in three) each make their own.
+A division is printed as a division, also by a value computed outside the loop: one rounding, as eager's `x / s`
+(multiplying by a reciprocal computed once gave 1-ulp differences in a quarter of the elements). Where eager
+multiplies by a reciprocal (its softmax), the plan says so, and lowering's hoisting computes it once a row. Names
+follow one rule: an SSA value (unique in its kernel) and a name carrying the loop's number (`ember_steps2`) may
+live in the row's scope.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ember_core import as_sympy
 from ember_lowering import REDUCTIONS, Instr, Loop, Op, flat_index
 from ember_lowering.codegen import CannotPrint, KernelWalk
 
-from ._cpp_rules import CTYPE, FLOATS, cast, expression, flags_error, literal
+from ._cpp_rules import CTYPE, cast, expression, flags_error, literal
 from ._reductions import CHUNK_MIN, CHUNKS, FOLD, LANES, Accumulator, Partials, inverse_count, welford_count
 from ._vector import VectorBody
 
@@ -100,7 +100,7 @@ class StatementPrinter(KernelWalk):
         row = int(sympy.Mul(*sizes)) if self.split is None and all(s.is_Integer for s in sizes) else None
         accs = [Accumulator(i, self._src_dtype(i), k, shifted=True, row=row) for i in loop.body if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
-        self.loop_values, self.loop_head = set(), {}
+        self.loop_values = set()
         # The tail's element r goes to lane r % LANES, as in the lane loop: a short row (n < LANES, every element
         # in the tail) then still sums in LANES partial sums, not one chain (kron's gradient, 200 elements in rows
         # of 20, was 5x further from the exact sum than eager's).
@@ -115,8 +115,7 @@ class StatementPrinter(KernelWalk):
         welford = sorted({a.state for a in accs if a.welford})
         decls = [f"int64_t ember_steps{k} = 0;"] if any(a.cascade for a in accs) else []
         decls += [f"int64_t {welford_count(k)} = 0;"] if welford else []
-        pad, inner = _open_block(out, pad, [(d, *self._span(d)) for d in serial], decls,
-                                 list(self.loop_head.values()))
+        pad, inner = _open_block(out, pad, [(d, *self._span(d)) for d in serial], decls)
         counts = [f"++{welford_count(k)};"] if welford else []
         counts += [f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
                    for t in welford]
@@ -201,12 +200,6 @@ class StatementPrinter(KernelWalk):
             return [f"const {t} {i.out} = {cast(self.expr(i.index[0]), 'int64', i.dtype)};"]
         src = [self.dtypes[s] for s in i.srcs]
         a = [self.ref(x) for x in i.srcs]
-        if op is Op.DIV and src[0] in FLOATS and self.loop_values is not None and i.srcs[1] not in self.loop_values \
-                and i.srcs[1] not in self.constants and not self.block:
-            rcp = f"ember_rcp_{i.srcs[1]}"  # loop-invariant divisor: one division per loop, not per element
-            one = "1.0" if src[1] == "float64" else "1.0f"
-            self.loop_head[rcp] = f"const {t} {rcp} = {one} / {a[1]};"
-            return [f"const {t} {i.out} = {a[0]} * {rcp};"]
         line = f"const {t} {i.out} = {expression(op, a, src, i.dtype)};"
         if flags_error(op, src):
             self.uses_err = True
@@ -262,14 +255,12 @@ class StatementPrinter(KernelWalk):
         return [f"if ({self.ref(i.srcs[1])}) {line}" if len(i.srcs) > 1 else line]
 
 
-def _open_block(out: list[str], pad: str, serial: list, decls: list[str], head: list[str]) -> tuple[str, str]:
-    """Open a reduction loop's block in `out`: its counters' declarations (named for the loop), a brace, the
-    loop's own values (`head`: named for what they compute, so they must stay in the block) and the serial
-    r-loops (`serial`: (dim, lo, hi) each). Returns the block's indent and the innermost serial loop's."""
+def _open_block(out: list[str], pad: str, serial: list, decls: list[str]) -> tuple[str, str]:
+    """Open a reduction loop's block in `out`: its counters' declarations (named for the loop), a brace and the
+    serial r-loops (`serial`: (dim, lo, hi) each). Returns the block's indent and the innermost serial loop's."""
     out += [pad + d for d in decls]
     out.append(pad + "{")
     pad += "  "
-    out += [pad + line for line in head]
     out += _serial_loops(pad, serial)
     return pad, pad + "  " * len(serial)
 

@@ -191,10 +191,6 @@ class VectorBody(VectorOps):
         if len(i.outs) != 1:
             return None
         src = [self.p.dtypes[s] for s in i.srcs]
-        if i.op is Op.DIV and src[0] in FLOATS and self.p.loop_values is not None and i.srcs[1] not in self.defined \
-                and i.srcs[1] not in self.p.constants and not self.block:
-            # by the row's value: times its reciprocal, as the scalar tail (`KernelPrinter._compute`)
-            return [f"const {self.vtype(i.dtype)} {i.out}_v = {self.ref(i.srcs[0])} * ember_rcp_{i.srcs[1]};"]
         expr = self.expression(i.op, [self.ref(s) for s in i.srcs], src, i.dtype)
         if expr is None:
             return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sympy
-from ember_core import INT64_MIN, Graph, Ref, Sym, as_sympy
+from ember_core import INT64_MIN, Graph, Ref, Sym, as_sympy, graph_device
 
 from ._builder import KernelBuilder, Val
 from ._decisions import Decision, make_decision
@@ -71,6 +71,9 @@ class LoweringContext:
 
     def __init__(self, graph: Graph, split: SplitPolicy | None = None):
         self.graph = graph
+        self.device = graph_device(graph)
+        # a number's device copy → the 0-d input it was copied from (on the CPU: ATen calls read that one)
+        self.host_of: dict[str, str] = {}
         self.split = split  # long reductions with few results split in two (`_split_reductions.py`); None: never
         self.decisions: list[Decision] = []  # what lowering itself chose (split reductions), for the plan's event
         self.values = graph.values

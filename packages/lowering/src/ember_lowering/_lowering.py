@@ -25,7 +25,6 @@ from ember_core import (
     Value,
     dtype_name,
     emit,
-    graph_device,
     has_effect,
     is_custom_function,
     node_refs,
@@ -85,7 +84,7 @@ def lower_graph(graph: Graph, split: SplitPolicy | None = None, decisions: list[
     ctx = LoweringContext(graph, split)
     if decisions is not None:
         ctx.decisions = decisions
-    device = graph_device(graph)
+    device = ctx.device
     for inp in graph.inputs:
         v = graph.values[inp.name]
         if v.type == "tensor":
@@ -281,7 +280,8 @@ def _extern_arg(ctx: LoweringContext, a: Any) -> Any:
     if isinstance(a, Ref):
         value = ctx.env.get(a.name)
         if ctx.read_at_run_time(a.name):  # the call reads the number from its 0-d tensor when it runs
-            return Item(ctx.materialize(value))
+            buffer = ctx.materialize(value)
+            return Item(ctx.host_of.get(buffer, buffer))
         if isinstance(value, TensorRef):
             return Ref(ctx.materialize(value))
         if isinstance(value, sympy.Basic):

@@ -31,7 +31,9 @@ def _softmax(log: bool) -> Callable:
         s = ctx.reduction(Op.REDUCE_SUM, e, dims, True, acc, acc=acc)
         if log:
             return ctx.pointwise(lambda b, v, mm, ss: b.cast(v, acc) - mm - b.log(ss), [x, m, s], x.shape, out)
-        return ctx.pointwise(lambda b, ee, ss: ee / ss, [e, s], x.shape, out)
+        if ctx.device == "cpu":  # times the row's `1 / sum`, as eager's CPU kernel (hoisted: once a row)
+            return ctx.pointwise(lambda b, ee, ss: ee * b.reciprocal(ss), [e, s], x.shape, out)
+        return ctx.pointwise(lambda b, ee, ss: ee / ss, [e, s], x.shape, out)  # eager's CUDA kernel divides
     return rule
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
+import torch
 from ember_core import Node, Ref, Sym, as_sympy, parse_expr
 
 from ._builder import KernelBuilder, Val
@@ -58,14 +59,26 @@ def scalar_tensor(ctx: LoweringContext, node: Node) -> TensorRef | None:
     between calls, as a 0-d float64 input, and how `.item()` reads a value the graph computed): kernels read it
     from the tensor itself, as a broadcast operand. That is exact wherever a kernel computes it: the op's result
     dtype is the graph's, and the operand is converted to the op's compute dtype as ATen converts a Python scalar.
-    An ATen call cannot take it (see `_extern_arg`). Complex numbers are not read this way."""
+    An ATen call is given it as an `Item`. Complex numbers are not read this way.
+
+    A CPU tensor in a plan of another device (Dynamo's 0-d float64 of a float, beside CUDA tensors) is copied to
+    the device once, by an ATen call at the point of the read, and kernels load the copy: a GPU kernel cannot read
+    host memory. ATen calls still read the CPU tensor (`host_of`), which needs no wait for the device."""
     if node.op != "aten._local_scalar_dense.default" or not node.args or not isinstance(node.args[0], Ref):
         return None
     v = ctx.values.get(node.args[0].name)
     ref = ctx.env.get(node.args[0].name)
-    if v is None or v.type != "tensor" or v.shape != () or not isinstance(ref, TensorRef):
+    if v is None or v.type != "tensor" or v.shape != () or not isinstance(ref, TensorRef) or \
+            v.dtype.startswith("complex"):
         return None
-    return None if v.dtype.startswith("complex") else ref
+    if v.device == ctx.device:
+        return ref
+    host = ctx.materialize(ref)
+    copy = ctx.new_buffer((), v.dtype, name=ctx.fresh_name(f"{host}_on_device"))
+    ctx.steps.append(Extern((copy,), "aten._to_copy.default", (Ref(host),), {"device": torch.device(ctx.device)},
+                            ctx.origin))
+    ctx.host_of[copy] = host
+    return ctx.identity(copy)
 
 
 # Python arithmetic a graph does on numbers it reads from tensors at run time (an optimizer's `-lr` and

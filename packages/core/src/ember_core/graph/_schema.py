@@ -188,11 +188,15 @@ def iter_refs(arg: Any):
 
 def graph_device(graph: Graph) -> str:
     """The device a graph computes on, as torch names it (`cpu`, `cuda:0`): that of its first tensor input, else of
-    its first constant, else of its first tensor value, else `cpu`."""
-    for inp in graph.inputs:
-        v = graph.values.get(inp.name)
-        if v is not None and v.type == "tensor":
+    its first constant, else of its first tensor value, else `cpu`. A 0-d CPU tensor input counts only when no
+    other tensor input does: ATen takes one beside tensors of any device, as a number (Dynamo passes a Python
+    float that changes as one, and it may come first: a CUDA optimizer step's learning rate)."""
+    tensors = [v for v in (graph.values.get(inp.name) for inp in graph.inputs) if v is not None and v.type == "tensor"]
+    for v in tensors:
+        if v.shape != () or v.device != "cpu":
             return v.device
+    if tensors:
+        return tensors[0].device
     for c in graph.constants.values():
         return str(c.tensor.device)
     return next((v.device for v in graph.values.values() if v.type == "tensor"), "cpu")
