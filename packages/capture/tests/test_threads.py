@@ -71,6 +71,28 @@ def test_print_inside_a_traced_function_still_falls_back_and_is_restored(compile
     assert "inside" in capsys.readouterr().out
 
 
+def test_text_written_into_a_buffer_while_tracing_is_no_side_effect(compile_graph):
+    """`print(..., file=buffer)` writes where nobody sees it until the program reads the buffer: logging formats an
+    exception's traceback that way (fake tensors log a data-dependent op's failure while a trace runs). It was
+    refused as a print, and the function ran eagerly for good (training fuzzer, trace frontend with `--floats`: 10
+    of 60 programs)."""
+    import io
+    import logging
+
+    def f(x):
+        buffer = io.StringIO()
+        print("kept", file=buffer)
+        try:
+            raise ValueError("formatted")
+        except ValueError:
+            logging.Formatter().formatException(__import__("sys").exc_info())
+        return x * 3
+
+    compiled = TraceFrontend().wrap(f, compile_graph, {})
+    assert_close(compiled(torch.ones(2)), torch.full((2,), 3.0))
+    assert compiled.fallback_reason is None and compile_graph.count == 1
+
+
 # ---------------------------------------------------------------------------------------------- other threads
 # While one thread traces, the trace's stand-ins (functional and fake tensors, symbolic floats) must never be
 # where another thread can see them: in a module's parameters, in a global, in a closure cell.

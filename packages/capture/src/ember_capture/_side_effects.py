@@ -1,15 +1,16 @@
 """Python side effects a graph cannot replay, refused while a thread traces.
 
-While a thread traces, `print`, `Tensor.register_hook` and a backward pass (`Tensor.backward`,
-`torch.autograd.backward`: a training step traced whole would accumulate into `.grad` from inside the trace) raise
-`SideEffect` in that thread; the trace frontend turns it into a fallback naming what was called. Other threads keep
-the real functions (see `_patches.SharedPatch`).
+While a thread traces, `print` (but into a `StringIO`, which nobody sees), `Tensor.register_hook` and a backward
+pass (`Tensor.backward`, `torch.autograd.backward`: a training step traced whole would accumulate into `.grad` from
+inside the trace) raise `SideEffect` in that thread; the trace frontend turns it into a fallback naming what was
+called. Other threads keep the real functions (see `_patches.SharedPatch`).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,10 +38,16 @@ def _refusing(k: int, original: Callable) -> Callable:
     what = _PLACES[k][2]
 
     def replacement(*args: Any, **kwargs: Any) -> Any:  # a plain function: `tensor.backward()` passes the tensor
-        if _forbidden():
+        if _forbidden() and not (k == 0 and _into_a_buffer(kwargs.get("file"))):
             raise SideEffect(what)
         return original(*args, **kwargs)
     return replacement
+
+
+def _into_a_buffer(file: Any) -> bool:
+    """A print into a `StringIO` (logging formats an exception's traceback so, as fake tensors log an op's failure
+    while a trace runs) writes nothing anybody sees until the program reads it: not output the trace would drop."""
+    return isinstance(file, io.StringIO)
 
 
 _patch = SharedPatch([(owner, name) for owner, name, _ in _PLACES], _refusing)
