@@ -122,6 +122,17 @@ def grads_of(params):
     return [p.grad.detach().clone() if p.grad is not None else None for p in params]
 
 
+def assert_same_value_and_grad(fn, compiled, x, *args, where: str = "") -> None:
+    """`fn(x, *args)` through eager and through `compiled`, each on its own copy of `x` requiring grad: the outputs,
+    and x's gradient of a random weighted sum of them, equal as assert_close judges (`where`: said on a mismatch)."""
+    x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
+    eager, out = fn(x_eager, *args), compiled(x_ember, *args)
+    weights = torch.randn(out.shape)
+    torch.testing.assert_close((out, *torch.autograd.grad((out * weights).sum(), x_ember)),
+                               (eager, *torch.autograd.grad((eager * weights).sum(), x_eager)),
+                               msg=(lambda m: f"{where}: {m}") if where else None)
+
+
 def assert_same_training_step(model, compiled, inputs, loss_fn=lambda out: out.float().pow(2).mean(), **tol):
     """Forward and backward once through eager and once through ember on copies of the same inputs (`tol`:
     assert_close's rtol and atol)."""

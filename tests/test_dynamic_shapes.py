@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from _warm_programs import decode, sweep
+from conftest import assert_same_value_and_grad
 
 
 def compiled(result: dict) -> int:
@@ -57,13 +58,7 @@ def test_an_int_index_that_turns_negative_counts_from_the_end(name, dynamic):
     compiled = ember.compile(fn, dynamic=dynamic)
     with ember.record_events() as rec:
         for k in (2, 1, -1, -2, 0, 3, -3):
-            x = torch.randn(4, 5)
-            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
-            eager, out = fn(x_eager, k), compiled(x_ember, k)
-            torch.testing.assert_close(out, eager, msg=lambda m, k=k: f"k={k}: {m}")
-            weights = torch.randn(out.shape)
-            torch.testing.assert_close(torch.autograd.grad((out * weights).sum(), x_ember),
-                                       torch.autograd.grad((eager * weights).sum(), x_eager))
+            assert_same_value_and_grad(fn, compiled, torch.randn(4, 5), k, where=f"k={k}")
     assert not [e.message for e in rec.events if e.kind == "fallback"]
 
 

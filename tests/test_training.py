@@ -9,7 +9,7 @@ import ember_core
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same_training_step, grads_of
+from conftest import assert_same_training_step, assert_same_value_and_grad, grads_of
 from models import MLP, Block, SmallCNN, TinyGPT
 from torch import nn
 
@@ -154,12 +154,7 @@ def test_a_pad_by_an_int_argument_trains_its_backward_compiled():
     compiled = ember.compile(pad_by, dynamic=True)
     with ember.record_events() as rec:
         for k in (2, 3, 0, 4):
-            x = torch.randn(4, 5)
-            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
-            eager, out = pad_by(x_eager, k), compiled(x_ember, k)
-            weights = torch.randn(out.shape)
-            torch.testing.assert_close((out, *torch.autograd.grad((out * weights).sum(), x_ember)),
-                                       (eager, *torch.autograd.grad((eager * weights).sum(), x_eager)))
+            assert_same_value_and_grad(pad_by, compiled, torch.randn(4, 5), k, where=f"k={k}")
     assert not [e.message for e in rec.events if e.kind == "fallback"]
 
 
@@ -205,13 +200,7 @@ def test_an_int_argument_a_backward_branches_on_trains_per_value(name):
     compiled = ember.compile(fn, dynamic=True)
     with ember.record_events() as rec:
         for k in (2, 3, 2, 4):
-            x = torch.randn(3, 5)
-            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
-            eager, out = fn(x_eager, k), compiled(x_ember, k)
-            torch.testing.assert_close(out, eager)
-            weights = torch.randn(out.shape)
-            torch.testing.assert_close(torch.autograd.grad((out * weights).sum(), x_ember),
-                                       torch.autograd.grad((eager * weights).sum(), x_eager))
+            assert_same_value_and_grad(fn, compiled, torch.randn(3, 5), k, where=f"k={k}")
     assert not [e.message for e in rec.events if e.kind == "fallback"]
     built = [e.data["values"] for e in rec.events if e.kind == "graph_specialized"]
     assert sorted(v for values in built for v in values.values()) == [2, 3, 4]
@@ -229,12 +218,7 @@ def test_softshrink_trains_with_dynamic_shapes():
         for n in (5, 8, 3):
             x = torch.randn(4, n)
             x[0, :2] = torch.tensor([0.5, -0.5])  # the edges of the interval the gradient is 0 in
-            x_eager, x_ember = x.clone().requires_grad_(), x.clone().requires_grad_()
-            eager, out = fn(x_eager), compiled(x_ember)
-            weights = torch.randn(out.shape)
-            torch.testing.assert_close(
-                (out, *torch.autograd.grad((out * weights).sum(), x_ember)),
-                (eager, *torch.autograd.grad((eager * weights).sum(), x_eager)))
+            assert_same_value_and_grad(fn, compiled, x, where=f"n={n}")
     assert not [e.message for e in rec.events if e.kind == "fallback"]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -472,6 +473,10 @@ def host_number_compiles(on_sm90, binaries) -> None:
     host = f"b_{lr}"  # the input itself, not its device copy, is what the ATen call reads the number from
     assert "# aten._to_copy.default" in compiled.source and f"alpha={host}.item())" in compiled.source, \
         compiled.source
+    launches = [line for line in compiled.source.splitlines() if "_launch_ember_" in line and "(" in line
+                and not line.lstrip().startswith("def ")]
+    # no kernel is handed the host tensor (a GPU would read host memory): each takes its device copy
+    assert launches and not [line for line in launches if re.search(rf"\b{host}\b", line)], launches
     print("host_number_on_cuda:ok", flush=True)
 
 

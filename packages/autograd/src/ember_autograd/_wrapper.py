@@ -41,6 +41,7 @@ from ember_core import (
 
 log = logging.getLogger("ember.autograd")
 
+
 def _with_formulas(module: fx.GraphModule) -> fx.GraphModule:
     """`module` with each call of an op of `symbolic_backward_formulas` calling its formula instead."""
     formulas = symbolic_backward_formulas()

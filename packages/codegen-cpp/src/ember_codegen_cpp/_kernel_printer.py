@@ -92,7 +92,7 @@ class KernelPrinter(StatementPrinter):
                                 layout.lowers.get(n))
         self.uses_err = False
         self.accs: dict[str, Accumulator] = {}
-        self.loop_values: set[str] | None = None  # values defined in the loop being printed
+        self.in_loop = False  # a Loop block is being printed
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
         # block arrays and stashes declared so far: C name → element C type (vector moves are checked against it)
@@ -269,7 +269,7 @@ class KernelPrinter(StatementPrinter):
         accs = [Accumulator(i, self._src_dtype(i), k, self.block_size, block=True) for i in loop.body
                 if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
-        self.loop_values = set()
+        self.in_loop = True
         body = [line for i in loop.body for line in self._instr(i, "ember_j" if accs else None)]
         instrs = list(loop.body)
         pad = "  " * depth
@@ -288,7 +288,7 @@ class KernelPrinter(StatementPrinter):
             out += [inner + f"const {CTYPE[t]} {inverse_count(k, t)} = ({CTYPE[t]})1 / ({CTYPE[t]}){welford_count(k)};"
                     for t in welford]
         out += self._block_loop(body, inner, instrs)
-        self.loop_values = None
+        self.in_loop = False
         flush = [line for a in accs for line in a.flush(f"ember_steps{k}")]
         if flush:
             out += [inner + f"++ember_steps{k};", *[inner + line for line in flush]]

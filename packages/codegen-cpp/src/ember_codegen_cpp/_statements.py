@@ -4,7 +4,7 @@
 serial r-loops around a lane loop in vector steps, each reduction's accumulator declared, updated and merged; a
 whole-tensor reduction's block in parallel chunks, `_chunked`), and each instruction: values, loads and stores
 with their bounds tests and error flags. It reads the state the kernel printer keeps while it walks: `accs`,
-`locals` (the kernel's stack arrays), `loop_values` (set while a loop is printed), `block` (values live in block
+`locals` (the kernel's stack arrays), `in_loop` (a loop is being printed), `block` (values live in block
 arrays), `ssa_nonneg`, `uses_err`, and `expr`.
 
 A division is printed as a division, also by a value computed outside the loop: one rounding, as eager's `x / s`
@@ -100,7 +100,7 @@ class StatementPrinter(KernelWalk):
         row = int(sympy.Mul(*sizes)) if self.split is None and all(s.is_Integer for s in sizes) else None
         accs = [Accumulator(i, self._src_dtype(i), k, shifted=True, row=row) for i in loop.body if i.op in REDUCTIONS]
         self.accs = {a.i.out: a for a in accs}
-        self.loop_values = set()
+        self.in_loop = True
         # The tail's element r goes to lane r % LANES, as in the lane loop: a short row (n < LANES, every element
         # in the tail) then still sums in LANES partial sums, not one chain (kron's gradient, 200 elements in rows
         # of 20, was 5x further from the exact sum than eager's).
@@ -109,7 +109,7 @@ class StatementPrinter(KernelWalk):
         vector = VectorBody(self, self.lanes, last.var, reduce_lane="(ember_j + ember_l)")
         vector_body = vector.lines(list(loop.body))
         self.lane_ops += vector.lane_ops
-        self.loop_values = None
+        self.in_loop = False
         pad = "  " * depth
         out = [pad + line for a in accs for line in a.init()]
         welford = sorted({a.state for a in accs if a.welford})
@@ -182,10 +182,8 @@ class StatementPrinter(KernelWalk):
             self.names.setdefault(o, o)
             if i.dtype in ("uint8", "bool"):
                 self.ssa_nonneg.add(o)
-            if self.loop_values is not None:
-                self.loop_values.add(o)
         t = CTYPE[i.dtype]
-        if self.block and self.loop_values is None:  # a block value: define a local, then keep it
+        if self.block and not self.in_loop:  # a block value: define a local, then keep it
             lines = self._compute(i, t)
             return lines + [f"{self.names[o]} = {o};" for o in i.outs]
         return self._compute(i, t)

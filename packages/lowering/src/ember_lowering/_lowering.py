@@ -84,7 +84,6 @@ def lower_graph(graph: Graph, split: SplitPolicy | None = None, decisions: list[
     ctx = LoweringContext(graph, split)
     if decisions is not None:
         ctx.decisions = decisions
-    device = ctx.device
     for inp in graph.inputs:
         v = graph.values[inp.name]
         if v.type == "tensor":
@@ -102,10 +101,10 @@ def lower_graph(graph: Graph, split: SplitPolicy | None = None, decisions: list[
     needed = _needed(graph)
     for node in graph.nodes:
         if any(o in needed for o in node.outputs):
-            lower_node(ctx, node, device)
+            lower_node(ctx, node)
     outputs = tuple(_output(ctx, o.name) for o in graph.outputs)
     plan = KernelPlan(graph.name, tuple(ctx.buffers.values()), tuple(ctx.steps), graph.input_names, outputs,
-                      graph.symbols, ("lower",), device)
+                      graph.symbols, ("lower",), ctx.device)
     plan = name_kernels(drop_unused_buffers(order_buffers(plan)))
     check_bound(ctx, plan)
     return plan
@@ -123,7 +122,7 @@ def _needed(graph: Graph) -> set[str]:
     return needed
 
 
-def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
+def lower_node(ctx: LoweringContext, node: Node) -> None:
     if is_custom_function(node.op):
         raise LoweringError(f"{node.outputs[0]} = {node.op}: a custom autograd function call has no kernel of its "
                             "own; the interpreter codegen runs it with its backward subgraph")
@@ -141,7 +140,7 @@ def lower_node(ctx: LoweringContext, node: Node, device: str) -> None:
         for o in node.outputs:
             ctx.env[o] = sym_value(ctx, node) if len(node.outputs) == 1 else sym(o)
         return
-    reason = _cannot_lower(ctx, node, device)
+    reason = _cannot_lower(ctx, node)
     if reason is None:
         steps, buffers = len(ctx.steps), dict(ctx.buffers)
         try:
@@ -170,7 +169,7 @@ def _symbolic_ints(ctx: LoweringContext, args: dict[str, Any]) -> dict[str, Any]
     return {k: one(v) for k, v in args.items()}
 
 
-def _cannot_lower(ctx: LoweringContext, node: Node, device: str) -> str | None:
+def _cannot_lower(ctx: LoweringContext, node: Node) -> str | None:
     if node.op not in lowering_rules:
         return "no lowering rule"
     for name in (*node.outputs, *node_refs(node)):
@@ -178,8 +177,8 @@ def _cannot_lower(ctx: LoweringContext, node: Node, device: str) -> str | None:
         if v is not None and v.type == "tensor":
             if v.dtype not in KERNEL_DTYPES:
                 return f"dtype {v.dtype} is not computed by kernels"
-            if v.device != device:
-                return f"value {name!r} is on {v.device}, the plan on {device}"
+            if v.device != ctx.device:
+                return f"value {name!r} is on {v.device}, the plan on {ctx.device}"
     return None
 
 

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 import sympy
-from ember_core import EmberError, Ref, arguments_problem, as_sympy, resolve_op
+from ember_core import EmberError, Ref, arguments_problem, as_sympy, map_args, resolve_op
 
 from ._errors import PlanError
 from ._indexing import contiguous_strides
@@ -185,12 +185,12 @@ class _Checker:
 def _numbers(arg: Any, buffers: dict[str, Buffer]) -> Any:
     """An extern argument with each `Item` as a number of its buffer's kind (what the call is given), for the
     schema's type check; an Item of an undeclared or non-scalar buffer stays, and fails that check."""
-    if isinstance(arg, Item):
-        b = buffers.get(arg.name)
+    def number(a: Any) -> Any:
+        b = buffers.get(a.name) if isinstance(a, Item) else None
         if b is None or b.shape:
-            return arg
+            return a
         return False if b.dtype == "bool" else 0 if b.dtype in INT_DTYPES else 0.0
-    return tuple(_numbers(a, buffers) for a in arg) if isinstance(arg, tuple) else arg
+    return map_args(arg, number)
 
 
 class _KernelChecker:
