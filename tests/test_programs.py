@@ -121,6 +121,7 @@ FLOAT_ARGUMENT_PROGRAMS = {
     "activation_arguments": lambda x, s: F.elu(x, alpha=s) + F.softplus(x, beta=s + 1) + F.hardtanh(x, -s, s),
     "alpha_of_an_add": lambda x, s: torch.add(x, x.flip(0), alpha=s * s - 1),
     "aten_call_arguments": lambda x, s: torch.addmm(x, x, x, alpha=s, beta=-s / 2),
+    "checked_arguments": lambda x, s: F.softshrink(x, s / 2) + F.celu(x * 40, alpha=s),  # eager checks λ >= 0, α != 0
 }
 
 
@@ -133,7 +134,8 @@ def test_a_float_argument_that_changes_in_arithmetic_rule_and_call_arguments(fro
     training, add's and addmm's derivatives ask whether alpha is 1 (a graph under eager autograd): the joint traces
     them as products, which ask nothing. The trace frontend, which stopped at hardtanh's check of its bounds and at
     addmm's decomposition asking whether beta is 0 and ran the function eagerly for good, keeps floats constant and
-    compiles per value."""
+    compiles per value. softshrink's and celu's checks of their number stopped the joint trace too (eager
+    autograd): they are traced as `where` of their branches."""
     fn = FLOAT_ARGUMENT_PROGRAMS[name]
     compiled = ember.compile(fn, options={"frontend": frontend})
     with ember.record_events() as rec, torch.set_grad_enabled(grad):

@@ -435,7 +435,12 @@ RUN_TIME_NUMBER_OPS = {
     "scalar_pow": ("f32[3, 4] requires_grad = aten.pow.Scalar(s, x)", lambda x, y, s: torch.pow(s, x)),
     "addmm": ("f32[3, 4] requires_grad = aten.addmm.default(x, y, w, beta=s, alpha=s)",
               lambda x, y, s: torch.addmm(x, y, W, beta=s, alpha=s)),
+    "softshrink": ("f32[3, 4] requires_grad = aten.softshrink.default(x, s)",
+                   lambda x, y, s: torch.nn.functional.softshrink(x, s)),
+    "celu": ("f32[3, 4] requires_grad = aten.celu.default(x, s)", lambda x, y, s: torch.nn.functional.celu(x, s)),
 }
+# the numbers each op is tried at (eager raises for a negative lambda, a zero alpha)
+RUN_TIME_NUMBERS = {"softshrink": (0.5, 1.0, 0.0, 2.5), "celu": (0.5, 1.0, -1.5, 0.05)}
 W = torch.randn(4, 4)
 
 
@@ -459,9 +464,12 @@ def test_a_formula_that_asks_about_a_number_read_at_run_time_is_traced_in_a_form
     x, y = torch.randn(3, 4), torch.randn(3, 4)
     if name == "addmm":
         x[0, 0] = math.inf  # eager's gemm reads nothing of it at beta 0: no NaN comes of it
+    if name in ("softshrink", "celu"):
+        x[0, :3] = torch.tensor([math.nan, 50.0, -50.0])  # NaN stays NaN; the exponential of 50 / 0.05 is inf
     traced = joint(graph, [x.requires_grad_(), y.requires_grad_(), torch.tensor(0.5, dtype=torch.float64), W])
-    for s in (0.5, 1.0, 0.0, -1.5):
+    for s in RUN_TIME_NUMBERS.get(name, (0.5, 1.0, 0.0, -1.5)):
         tangent = torch.randn(3, 4)
+        tangent[0, 0] = math.inf if name == "softshrink" else tangent[0, 0]  # where eager's gradient is 0 anyway
         xe, ye = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
         want = fn(xe, ye, s)
         grads = torch.autograd.grad(want, (xe, ye), tangent, allow_unused=True)

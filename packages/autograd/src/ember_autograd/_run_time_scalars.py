@@ -14,7 +14,14 @@ Each form computes what the op computes, with the derivative eager's formula giv
   is 0 as eager's is (by `where`, not a branch); `pow(s, x)` → `pow(t, x)` likewise. ATen runs a 0-d CPU tensor
   base or exponent as the number. Only for a float number and a floating-point tensor: an integer tensor would
   promote differently, and an int exponent is compiled per value (`SpecializationNeeded`), where lowering computes
-  `x ** 3` as eager's kernel does (`x * x * x`), not by `pow`.
+  `x ** 3` as eager's kernel does (`x * x * x`), not by `pow`;
+- `softshrink(x, λ)` → `where(-λ <= x <= λ, 0·x, where(x > λ, x - λ, x + λ))`, and `celu(x, α)` → `where(x <= 0,
+  expm1(min(x, 0)·(1/α))·α, x)`, as eager's kernels compute them (λ, α and 1/α converted to the tensor's dtype),
+  with their derivatives: the `0·x` of a value inside [-λ, λ] is detached (eager's gradient there is 0 whatever
+  flows in; a NaN passes it), and the exponential never sees a positive argument (expm1 of a large one is inf, and
+  the gradient through the branch `where` does not take would be 0·inf). Eager's checks on the number (λ ≥ 0,
+  α ≠ 0) ask it a question too, and are not made: a negative λ or a zero α computes where eager raises, as an
+  inference graph's kernel does.
 
 A number that is not symbolic takes the op itself, so a static trace keeps eager's very kernels.
 """
@@ -75,6 +82,21 @@ def _product_plus(op: Callable, product: Callable) -> Callable:
     return form
 
 
+def _softshrink(x: torch.Tensor, lambd: Any = 0.5) -> torch.Tensor:
+    if not _symbolic(lambd) or not x.is_floating_point():
+        return aten.softshrink.default(x, lambd)
+    inside = aten.logical_and.default(aten.ge.Scalar(x, -lambd), aten.le.Scalar(x, lambd))
+    outside = aten.where.self(aten.gt.Scalar(x, lambd), aten.sub.Tensor(x, lambd), aten.add.Tensor(x, lambd))
+    return aten.where.self(inside, aten.mul.Tensor(aten.detach.default(x), 0), outside)  # NaN: outside's branch
+
+
+def _celu(x: torch.Tensor, alpha: Any = 1.0) -> torch.Tensor:
+    if not _symbolic(alpha) or not x.is_floating_point():
+        return aten.celu.default(x, alpha)
+    negative = aten.mul.Tensor(aten.expm1.default(aten.mul.Tensor(aten.clamp_max.default(x, 0), 1 / alpha)), alpha)
+    return aten.where.self(aten.le.Scalar(x, 0), negative, x)  # NaN takes x's branch, its gradient too
+
+
 def run_time_scalar_forms() -> dict[str, Callable[..., Any]]:
     """Op name → its form for a joint trace (an `Interpreter` override: called with the op's arguments)."""
     return {
@@ -90,4 +112,6 @@ def run_time_scalar_forms() -> dict[str, Callable[..., Any]]:
             aten.unsqueeze.default(a, 1), b)),
         "aten.pow.Tensor_Scalar": _pow_tensor_scalar,
         "aten.pow.Scalar": _pow_scalar,
+        "aten.softshrink.default": _softshrink,
+        "aten.celu.default": _celu,
     }

@@ -231,10 +231,13 @@ EMBER_INLINE ember_f32x$L ember_vsigmoidf(ember_f32x$L x) { return 1.0f / (1.0f 
 
 # Vector ABI letters of libmvec's x86-64 variants by float32 lanes: SSE4 (4), AVX2 (8), AVX-512 (16).
 _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
-# lanes → libmvec functions computed as two calls of their variant of half the lanes: glibc's 16-lane erff is 4 ulp
-# where its 8-lane one is 2 (eager's 1); two 8-lane calls cost about 5% more on an AMD EPYC with AVX-512, within
-# the runs' noise (0.72 against 0.68 ns an element, means of four; `benchmarks/vector_math.py`, "libmvec 2x8").
-IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"erff"})}
+# lanes → libmvec functions computed as two calls of their variant of half the lanes, where glibc's 16-lane
+# function is less accurate than its 8-lane one: erff (4 ulp against 2; eager's 1); tanhf, coshf and exp2f (as
+# close at worst, but off by an ulp far more often: in [-10, 10] tanhf's RMS error is 0.45 ulp against 0.29 for the
+# 8-lane one and 0.28 for eager's, and a gradient through it came out 5x as far from float64's as eager's). Two
+# 8-lane calls cost more (AMD EPYC, AVX-512, `benchmarks/vector_math.py`, "libmvec 2x8"): tanh 0.55 ns an element
+# against 0.19, still faster than eager's Sleef (0.92); erf 0.45 against 0.33 (Sleef's: 1.11).
+IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"erff", "tanhf", "coshf", "exp2f"})}
 
 
 def _float_implementation(fname: str, lanes: int, simd: frozenset[str]) -> str:
