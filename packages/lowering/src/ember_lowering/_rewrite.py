@@ -1,4 +1,4 @@
-"""Rewrites of kernel bodies shared by the builder and the passes: renaming, substitution, CSE, DCE.
+"""Rewrites of kernel bodies shared by the builder and the passes: renaming, substitution, splitting dims, CSE, DCE.
 
 `canonicalize` is the normal form every kernel is kept in: duplicates merged, dead code removed, SSA values
 named t0, t1, ... in order of definition (index expressions that use them are renamed too).
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sympy
 from ember_core import Ref
 
-from ._indexing import sym
-from ._loop_ir import REDUCTIONS, Extern, Instr, Kernel, Loop, Op, Stmt
+from ._indexing import Ranges, simplify_all, sym
+from ._loop_ir import REDUCTIONS, Dim, Extern, Instr, Kernel, Loop, Op, Stmt
 
 
 def map_instrs(body: Iterable[Stmt], fn: Callable[[Instr], Instr]) -> tuple[Stmt, ...]:
@@ -42,6 +42,47 @@ def substitute_vars(body: Iterable[Stmt], mapping: Mapping[sympy.Symbol, sympy.E
     if not mapping:
         return tuple(body)
     return map_instrs(body, lambda i: i.replace(index=tuple(e.xreplace(dict(mapping)) for e in i.index)))
+
+
+def refine(kernel: Kernel, sizes: Sequence[sympy.Expr], lowers: dict[str, int] | None = None) -> Kernel | None:
+    """`kernel` over its dims split into dims of `sizes`, when each of its dims is the product of consecutive ones
+    (a reduction over the 1024 rows of an (8, 128, 1024) tensor viewed as (1024, 1024), whose producer walks
+    (8, 128, 1024)): each split var becomes its parts in row-major order, and the index expressions are simplified
+    over the parts' ranges and the graph symbols' lower bounds `lowers` (`floor((128·a + b)/128)` is `a`). None when
+    `sizes` does not refine the dims, or they are the same. The kernel computes the same: the parts walk exactly the
+    elements the var did, in the same order."""
+    if len(sizes) <= len(kernel.dims):
+        return None
+    taken = {d.var for d in kernel.dims}
+    dims: list[Dim] = []
+    mapping: dict[sympy.Symbol, sympy.Expr] = {}
+    k = 0
+    for d in kernel.dims:
+        group = [sizes[k]] if k < len(sizes) else []
+        k += 1
+        while group and sympy.expand(sympy.Mul(*group) - d.size) != 0 and k < len(sizes):
+            group.append(sizes[k])
+            k += 1
+        if not group or sympy.expand(sympy.Mul(*group) - d.size) != 0:
+            return None
+        if len(group) == 1:
+            dims.append(d)
+            continue
+        parts = []
+        for size in group:
+            n = 0
+            while f"{d.var[0]}{n}" in taken:
+                n += 1
+            taken.add(f"{d.var[0]}{n}")
+            parts.append(Dim(f"{d.var[0]}{n}", size))
+        mapping[sym(d.var)] = sympy.Add(*[sym(p.var) * sympy.Mul(*group[j + 1:]) for j, p in enumerate(parts)])
+        dims.extend(parts)
+    if k != len(sizes):
+        return None
+    ranges = Ranges({d.var: d.size for d in dims}, lowers or {})
+    body = map_instrs(substitute_vars(kernel.body, mapping),
+                      lambda i: i.replace(index=simplify_all(i.index, ranges)) if i.index else i)
+    return kernel.replace(dims=tuple(dims), body=body)
 
 
 def defined_names(body: Iterable[Stmt]) -> list[str]:

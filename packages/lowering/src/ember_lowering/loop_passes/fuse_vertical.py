@@ -4,7 +4,7 @@ This is how a reduction takes its pointwise epilogue (layer norm's normalization
 softmax's division after its sums) and how a reduction that needs another's result joins it (softmax's sum
 after its max): the consumer's body runs in a new loop, or after the loops, of the producer's kernel, and its
 loads of the producer's outputs take the values straight from the producer's body. Legal when the spaces
-match (see `_fusion.space_map`; or do once one kernel's dims are split to the other's, `_fusion.refine`: a
+match (see `_fusion.space_map`; or do once one kernel's dims are split to the other's, `_rewrite.refine`: a
 bias's gradient sums the rows of a (1024, 1024) view of a pointwise kernel's (8, 128, 1024) values), every such
 load reads the element written in the same iteration, and no third step sits between the two. Nothing is
 recomputed.
@@ -13,8 +13,9 @@ recomputed.
 from __future__ import annotations
 
 from .._decisions import Note
-from .._fusion import deps_of, describe, merge, reads_match, refine, replace_steps, space_map
+from .._fusion import deps_of, describe, merge, reads_match, replace_steps, space_map
 from .._loop_ir import Kernel, KernelPlan
+from .._rewrite import refine
 
 
 class FuseVertical:
