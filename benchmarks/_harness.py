@@ -78,24 +78,35 @@ def cpu_codegen() -> str:
     return get_plugin_manager().registry.find("codegen", device="cpu").name
 
 
-def machine() -> str:
+# AMD's CPU families by core generation: a VM may name its CPU only "AMD EPYC", and Zen 4 and Zen 5 machines of
+# that name differ 2x in vector math and GEMM speed
+_AMD_FAMILIES = {23: "Zen 1/2", 25: "Zen 3/4", 26: "Zen 5"}
+
+
+def machine(cpuinfo: str | None = None) -> str:
     """The CPU a measurement ran on, for the heading of the section it writes (a claim holds for the machines it
-    was measured on): its model name, the vector ISAs that decide kernel speed, and its core count."""
+    was measured on): its model name (with its family and model numbers, and for AMD the core generation, where
+    the name carries no model number), the vector ISAs that decide kernel speed, and its core count. `cpuinfo`:
+    the text of /proc/cpuinfo (read when None)."""
     import os
     import platform
 
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    model = value.strip()
-                elif key.strip() in ("flags", "Features"):
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    family, number = fields.get("cpu family", ""), fields.get("model", "")
+    if not any(c.isdigit() for c in model) and family.isdigit() and number.isdigit():
+        generation = _AMD_FAMILIES.get(int(family)) if fields.get("vendor_id") == "AuthenticAMD" else None
+        model += f" ({generation + ', ' if generation else ''}family {family}, model {number})"
     if "avx512f" in flags:
         extras = [name for flag, name in (("avx512_bf16", "BF16"), ("avx512_fp16", "FP16")) if flag in flags]
         isa = "AVX-512" + (f" ({', '.join(extras)})" if extras else "")

@@ -235,7 +235,7 @@ _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
 # function is less accurate than its 8-lane one: erff (4 ulp against 2; eager's 1); tanhf, coshf and exp2f (as
 # close at worst, but off by an ulp far more often: in [-10, 10] tanhf's RMS error is 0.45 ulp against 0.29 for the
 # 8-lane one and 0.28 for eager's, and a gradient through it came out 5x as far from float64's as eager's). Two
-# 8-lane calls cost more (AMD EPYC, AVX-512, `benchmarks/vector_math.py`, "libmvec 2x8"): tanh 0.55 ns an element
+# 8-lane calls cost more (AMD EPYC Zen 5, `benchmarks/vector_math.py`, "libmvec 2x8"): tanh 0.55 ns an element
 # against 0.19, still faster than eager's Sleef (0.92); erf 0.45 against 0.33 (Sleef's: 1.11).
 IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"erff", "tanhf", "coshf", "exp2f"})}
 
