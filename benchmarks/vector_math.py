@@ -28,6 +28,7 @@ import torch
 from _harness import machine, write_section
 from ember_codegen_cpp import prelude
 from ember_codegen_cpp._build import vector_lanes
+from ember_codegen_cpp._vector_prelude import IN_HALVES as _IN_HALVES
 
 # function → how its argument is drawn (`all`: the whole float range; `pos`: positive finite) and the double
 # reference in C++
@@ -44,9 +45,9 @@ _ALL_ISAS = {"avx2": ("__m256", 8, "d", "avx2"), "avx512": ("__m512", 16, "e", "
 ISAS = {isa: spec for isa, spec in _ALL_ISAS.items() if spec[1] in vector_lanes()}
 IMPLS = ("libmvec", "libmvec_2x8", "sleef_u10", "sleef_u35", "ember")
 U35 = {"sin", "cos", "log", "tanh"}  # Sleef's 3.5-ulp variants (ATen's sin and cos are these)
-# with AVX-512, libmvec's 8-lane function called on each half of 16 lanes (what 16-lane kernels do for erf, whose
-# 16-lane libmvec function is less accurate: ember_codegen_cpp._vector_prelude.IN_HALVES)
-IN_HALVES = {"erf", "gelu", "tanh"}
+# with AVX-512, libmvec's 8-lane function called on each half of 16 lanes: what 16-lane kernels do for the functions
+# whose 16-lane libmvec function is less accurate (and for the composites built on them)
+IN_HALVES = {name[:-1] for name in _IN_HALVES.get(16, ())}
 OWN = {"exp": "ember_vexpf", "sigmoid": "ember_vsigmoidf"}  # ember's own vector functions (its C++ prelude)
 
 PROGRAM = r"""
@@ -196,7 +197,7 @@ def program() -> str:
             for impl in IMPLS:
                 if impl == "sleef_u35" and fn not in U35:
                     continue
-                if impl == "libmvec_2x8" and (fn not in IN_HALVES or lanes != 16):
+                if impl == "libmvec_2x8" and (base not in IN_HALVES or lanes != 16):
                     continue
                 if impl == "ember":
                     if fn not in OWN or lanes not in vector_lanes():

@@ -62,6 +62,10 @@ CASES = {
                     (torch.randn(300, 70), torch.randn(2, 6, 10, 10).to(memory_format=torch.channels_last)), "fake"),
     "split_batch_norm": (lambda x: (F.batch_norm(x, None, None, W[:4], W[4:8], training=True), x.sum()),
                          (torch.randn(8, 4, 32, 32),), "fake"),
+    # a bias gradient's sum over a (24, 16) view of the (4, 6, 16) values it is fused with (fuse-vertical splits the
+    # reduction's rows to 4 x 6: `_rewrite.refine`)
+    "sum_over_a_merging_view": (lambda g: (lambda y: (y, y.view(-1, 16).sum(0)))(F.gelu(g) * g),
+                                (torch.randn(4, 6, 16),), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",
@@ -456,7 +460,7 @@ def host_number_compiles(on_sm90, binaries) -> None:
     """A CUDA graph whose first input is a 0-d CPU float64 (Dynamo's form of a float that changed: an optimizer
     step's learning rate under a scheduler) is planned for CUDA: its kernels, which read a device copy of the
     number made by one ATen call, compile for sm_90, and an ATen call reads the number on the host."""
-    from ember_core import record_events
+    from ember_core import Ref, record_events
 
     def step(lr, p, g):
         rate = lr.item()
@@ -471,8 +475,13 @@ def host_number_compiles(on_sm90, binaries) -> None:
     kernels = [line.split("(")[0][4:] for line in compiled.source.splitlines() if line.startswith("def ember_")]
     assert kernels and not fallbacks and all(binaries(k) for k in kernels), (kernels, fallbacks)
     host = f"b_{lr}"  # the input itself, not its device copy, is what the ATen call reads the number from
-    assert "# aten._to_copy.default" in compiled.source and f"alpha={host}.item())" in compiled.source, \
-        compiled.source
+    assert f"alpha={host}.item())" in compiled.source, compiled.source
+    from ember_lowering import Extern, lower
+
+    # the one copy the plan makes takes the CPU input to the plan's GPU, as float64 (the kernels convert)
+    copies = [s for s in lower(graph).steps if isinstance(s, Extern) and s.op == "aten._to_copy.default"]
+    assert [(c.args, set(c.kwargs), c.kwargs["device"].type) for c in copies] == [((Ref(lr),), {"device"}, "cuda")], \
+        copies
     launches = [line for line in compiled.source.splitlines() if "_launch_ember_" in line and "(" in line
                 and not line.lstrip().startswith("def ")]
     # no kernel is handed the host tensor (a GPU would read host memory): each takes its device copy
