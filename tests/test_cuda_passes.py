@@ -1,18 +1,24 @@
-"""The CUDA backend's graph passes (`channels-last`, `pad-gemms`) through the whole pipeline, without a GPU: the
-same passes registered for CPU graphs (a test plugin), so that Dynamo's and the trace frontend's graphs go through
-them, then autograd, partition, lowering and the C++ codegen. Training steps and inference against eager, and the
-rewrites seen in the events. On a GPU `tests/test_gpu.py` runs them where they are registered."""
+"""The graph passes after capture (`channels-last`, `pad-gemms`) through the whole pipeline, without a GPU: the
+passes registered for CPU graphs (a test plugin, applying them wherever they can), so that Dynamo's and the trace
+frontend's graphs go through them, then autograd, partition, lowering and the C++ codegen. Training steps and
+inference against eager, and the rewrites seen in the events. `channels-last` is registered for CPU graphs by
+default, decided by timing (here made to come out either way). On a GPU `tests/test_gpu.py` runs them where they
+are registered."""
 
 from __future__ import annotations
 
 import copy
+import uuid
 
 import ember
 import pytest
 import torch
 from conftest import assert_same_training_step
-from ember_codegen_triton.graph_passes import ChannelsLast, PadGemms
+from ember_codegen_triton.graph_passes import PadGemms
 from ember_core import get_plugin_manager, hookimpl, reset_plugin_manager
+from ember_lowering.codegen import Tuner
+from ember_lowering.graph_passes import ChannelsLast
+from ember_lowering.graph_passes import _conv_layouts as layouts
 from models import SmallCNN
 from torch import nn
 
@@ -22,7 +28,7 @@ PASSES = ["channels-last-cpu", "pad-gemms-cpu"]
 class CpuPasses:
     @hookimpl
     def ember_register(self, registry):
-        registry.add("pass", "channels-last-cpu", ChannelsLast(device_types=("cpu",)), point="post_capture",
+        registry.add("pass", "channels-last-cpu", ChannelsLast(decide=lambda convs: True), point="post_capture",
                      default=False)
         registry.add("pass", "pad-gemms-cpu", PadGemms(decide=lambda g: True, device_types=("cpu",)),
                      point="post_capture", default=False)
@@ -80,4 +86,30 @@ def test_layers_of_odd_widths_train_and_infer_padded_like_eager(cpu_passes, fron
     assert got.is_contiguous()
     torch.testing.assert_close(got, model(x).detach(), rtol=1e-5, atol=1e-6)
     assert "pad-gemms-cpu" in applied(rec)
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+
+
+@pytest.mark.parametrize("nhwc_faster", [True, False])
+def test_by_default_a_cpu_cnn_trains_in_the_layout_its_convolutions_time_faster_in(monkeypatch, nhwc_faster):
+    """Default options: the CPU tuner times the convolutions (with their backward: the model trains) and the graph
+    runs NHWC only where that came out faster; the training step matches eager's either way."""
+    tuner = Tuner(f"channels_last_cpu_{uuid.uuid4().hex}", layouts.PASS_ID, repeats=1, margin=layouts.CPU_MARGIN)
+    timed = []
+
+    def fake_time(launch, choice, *rest):
+        launch(choice)
+        timed.append(choice)
+        return 0.5 if (choice == layouts.NHWC) == nhwc_faster else 1.0
+
+    monkeypatch.setattr(tuner, "_time", fake_time)
+    monkeypatch.setattr(layouts, "CPU_TUNER", tuner)
+    torch.manual_seed(0)
+    model = SmallCNN()
+    with ember.record_events() as rec:
+        compiled = ember.compile(model)
+        assert_same_training_step(model, compiled, [torch.randn(4, 3, 12, 12)], rtol=1e-4, atol=1e-5)
+    assert sorted(timed) == [layouts.NCHW, layouts.NHWC]
+    assert ("channels-last" in applied(rec)) is nhwc_faster
+    tuned = [e for e in rec.kinds("kernel_tuned") if e.stage == "channels-last"]
+    assert len(tuned) == 1 and "with backward" in tuned[0].message
     assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]

@@ -422,8 +422,9 @@ def graph_passes_compile(on_sm90, binaries) -> None:
     relaid NHWC by `channels-last` (its kernels read and write channels-last strides, the clones at its edges) and a
     head whose product `pad-gemms` pads in K and N (the pads, the copy of the first N columns fused after it). The
     interpreter runs these graphs on the CPU in the passes' own tests; here Triton compiles them as a GPU would."""
-    from ember_codegen_triton.graph_passes import ChannelsLast, PadGemms
+    from ember_codegen_triton.graph_passes import PadGemms
     from ember_core import record_events, verify
+    from ember_lowering.graph_passes import ChannelsLast
 
     def cnn(x, w1, w2, scale, wl):
         y = F.relu(F.conv2d(x, w1, padding=1) * scale[None, :, None, None])

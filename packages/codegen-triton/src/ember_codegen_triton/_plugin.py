@@ -1,7 +1,7 @@
 """ember-codegen-triton's plugin: codegen `triton`, the default for CUDA (priority 50: the only codegen there above
 the interpreter); for CPU only when asked for by name (`options={"codegen.cpu": "triton"}`, with
-`TRITON_INTERPRET=1`), since codegen `cpp` has priority 100. And the graph passes `channels-last` and `pad-gemms`
-(after capture; CUDA graphs only: `graph_passes/`).
+`TRITON_INTERPRET=1`), since codegen `cpp` has priority 100. And the graph pass `pad-gemms` (after capture; CUDA
+graphs only: `graph_passes/`).
 
 Registering imports neither Triton nor numpy: the codegen is built on its first use (`LazyTritonCodegen`), so that
 ember, the C++ codegen and `ember plugins` work where numpy is missing, even with `TRITON_INTERPRET=1` set."""
@@ -15,7 +15,7 @@ from ember_core import hookimpl
 
 from . import _caches  # noqa: F401 - declares the codegen's disk caches (no Triton import)
 from ._capabilities import TRITON_CAPABILITIES
-from .graph_passes import ChannelsLast, PadGemms
+from .graph_passes import PadGemms
 
 
 class LazyTritonCodegen:
@@ -52,8 +52,7 @@ class LazyTritonCodegen:
 @hookimpl
 def ember_register(registry) -> None:
     registry.add("codegen", "triton", LazyTritonCodegen(), priority=50, devices=("cuda", "cpu"))
-    # CUDA graphs only (graph_passes/): NHWC convolutions, aligned GEMMs
-    registry.add("pass", ChannelsLast.id, ChannelsLast(), point="post_capture", devices=("cuda",))
+    # CUDA graphs only (graph_passes/): aligned GEMMs (NHWC convolutions: ember-lowering's `channels-last`)
     registry.add("pass", PadGemms.id, PadGemms(), point="post_capture", devices=("cuda",))
     registry.add_option("triton.debug", bool, False,
                         "Triton kernels with device asserts compiled in: an index out of range stops the kernel "

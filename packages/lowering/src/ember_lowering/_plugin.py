@@ -1,10 +1,11 @@
-"""ember-lowering's plugin, found by entry point like any other: its graph passes at `pre_lowering`, in order."""
+"""ember-lowering's plugin, found by entry point like any other: its graph passes, `channels-last` after capture
+(CUDA and CPU graphs) and the others at `pre_lowering`, in order."""
 
 from __future__ import annotations
 
 from ember_core import hookimpl
 
-from .graph_passes import DropDeadClones, FoldScatterAdds
+from .graph_passes import ChannelsLast, DropDeadClones, FoldScatterAdds
 
 
 @hookimpl
@@ -12,3 +13,4 @@ def ember_register(registry) -> None:
     # in this order (priority): fold-scatter-adds, then drop-dead-clones
     registry.add("pass", FoldScatterAdds.id, FoldScatterAdds(), point="pre_lowering", priority=20)
     registry.add("pass", DropDeadClones.id, DropDeadClones(), point="pre_lowering", priority=10)
+    registry.add("pass", ChannelsLast.id, ChannelsLast(), point="post_capture", devices=("cuda", "cpu"))

@@ -1,17 +1,23 @@
-"""Pass `channels-last`: a CUDA graph with convolutions runs them and the work between them in NHWC, converted once
-at its edges, its user outputs in their old layouts. Checked without a GPU: the rewritten graph's text and layouts,
-verification, and its outputs and gradients (run on the CPU by ember-core's interpreter) against the original's."""
+"""Pass `channels-last`: a graph with convolutions runs them and the work between them in NHWC, converted once at
+its edges, its user outputs in their old layouts. Checked on CUDA graphs without a GPU (and on CPU graphs): the
+rewritten graph's text and layouts, verification, and its outputs and gradients (run on the CPU by ember-core's
+interpreter) against the original's; and the layout's choice, timed on the CPU with the backward where the graph
+trains."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import torch
 import torch.nn.functional as F
-from ember_codegen_triton.graph_passes import ChannelsLast
-from ember_codegen_triton.graph_passes.channels_last import Conv, worth_channels_last
-from ember_core import interpret, memory_format_of, record_events, verify
-from helpers import CODEGEN, on_cuda, on_device, trace
+from ember_core import interpret, memory_format_of, verify
+from ember_core.testing import graph_to_device
+from ember_lowering.graph_passes import ChannelsLast
+from ember_lowering.graph_passes import _conv_layouts as layouts
+from ember_lowering.graph_passes._conv_layouts import Conv, worth_channels_last
+from lowering_checks import trace
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ALWAYS = ChannelsLast(decide=lambda convs: True)
 
@@ -27,6 +33,10 @@ def cnn_args():
             torch.randn(5, 6 * 4 * 4))
 
 
+def on_cuda(graph):
+    return graph_to_device(graph, "cuda:0")
+
+
 def relaid(fn, args):
     graph = on_cuda(trace(fn, *args))
     after = ALWAYS.run(graph)
@@ -38,7 +48,7 @@ def run_both(before, after, args, grad=False):
     results = []
     for graph in (before, after):
         inputs = [a.clone().requires_grad_(grad) for a in args]
-        outs = interpret(on_device(graph, "cpu"), inputs)
+        outs = interpret(graph_to_device(graph, "cpu"), inputs)
         if grad:
             sum(o.float().square().sum() for o in outs).backward()
         results.append(([o.detach() for o in outs], [i.grad for i in inputs] if grad else []))
@@ -114,10 +124,11 @@ def test_returned_views_of_a_relaid_value_view_it_in_its_declared_layout():
     torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5)
 
 
-def test_graphs_without_convolutions_on_the_cpu_or_declined_are_left_alone():
+def test_graphs_without_convolutions_on_other_devices_or_declined_are_left_alone():
     args = cnn_args()
     cpu = trace(small_cnn, *args)
-    assert ALWAYS.run(cpu) is cpu
+    assert ChannelsLast(decide=lambda convs: True, device_types=("cuda",)).run(cpu) is cpu
+    assert ALWAYS.run(cpu) is not cpu
     plain = on_cuda(trace(lambda x: (x.relu() * 2,), torch.randn(4, 4)))
     assert ALWAYS.run(plain) is plain
     seen = []
@@ -133,45 +144,100 @@ def test_mostly_depthwise_graphs_stay_nchw():
     assert worth_channels_last([Conv(1, 3, 64, 100), Conv(64, 1, 1, 50)])
 
 
-def test_the_nhwc_graphs_kernels_match_eager_in_tritons_interpreter():
-    """The rewritten graph through the Triton codegen (its kernels over NHWC values, run by Triton's interpreter on
-    the CPU): eager's outputs, in their layouts, and no fallback."""
-    args = cnn_args()
-    _, after = relaid(small_cnn, args)
-    with record_events() as rec:
-        compiled = CODEGEN.compile(on_device(after, "cpu"), list(args), {})
-        got = compiled([a.clone() for a in args])
-    assert not rec.kinds("fallback"), [e.data["reason"] for e in rec.kinds("fallback")]
-    for g, w in zip(got, small_cnn(*args)):
-        assert g.stride() == w.stride()
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
-
-
 def test_the_layout_is_measured_once_and_kept_where_a_gpu_can_measure(monkeypatch, tmp_path):
-    """`measured` times the graph's convolutions in both layouts (here on the CPU, as it would on the GPU) and keeps
-    the faster; a second graph with the same convolutions reads the choice from disk. Without a GPU the rule
-    decides."""
-    from ember_codegen_triton.graph_passes import channels_last
-    from ember_lowering.codegen import Tuner
-
-    monkeypatch.setattr(channels_last, "TUNER", Tuner("channels_last_test", "test", repeats=1))
+    """`measure_layouts` times the graph's convolutions in both layouts (here on the CPU, as it would on the GPU) and
+    keeps the faster; a second graph with the same convolutions reads the choice from disk. Without a GPU the rule
+    decides a CUDA graph's layout."""
+    monkeypatch.setattr(layouts, "TUNER", layouts.Tuner("channels_last_test", "test", repeats=1))
     gpu = f"stand-in {tmp_path.name}"  # a name no earlier run has stored a choice under
     seen = []
     graph = on_cuda(trace(small_cnn, *cnn_args()))
     ChannelsLast(decide=lambda convs: seen.extend(convs) or False).run(graph)
     assert seen[0].x == (2, 4, 8, 8) and seen[0].w == (6, 4, 3, 3) and seen[0].padding == (1, 1)
-    assert channels_last.measured(seen) is worth_channels_last(seen) is True  # no GPU here: the rule
-    cpu = [dataclasses.replace(c, device="cpu") for c in seen]
+    assert layouts.measured(seen) is worth_channels_last(seen) is True  # no GPU here: the rule
+    as_if_gpu = [dataclasses.replace(c, device="cpu") for c in seen]
     timed = []
 
     def fake_time(launch, choice, *rest):
         launch(choice)  # the convolutions run, in that layout
         timed.append(choice)
-        return 1.0 if choice == channels_last.NHWC else 0.5  # NCHW faster here
+        return 1.0 if choice == layouts.NHWC else 0.5  # NCHW faster here
 
-    monkeypatch.setattr(channels_last.TUNER, "_time", fake_time)
-    assert channels_last.measure_layouts(cpu, torch.device("cpu"), gpu) is False
-    assert sorted(timed) == [channels_last.NCHW, channels_last.NHWC]
+    monkeypatch.setattr(layouts.TUNER, "_time", fake_time)
+    monkeypatch.setattr(layouts, "CPU_TUNER", layouts.TUNER)
+    assert layouts.measure_layouts(as_if_gpu, torch.device("cpu"), gpu) is False
+    assert sorted(timed) == [layouts.NCHW, layouts.NHWC]
     timed.clear()
-    assert channels_last.measure_layouts(cpu, torch.device("cpu"), gpu) is False and timed == []
-    assert channels_last.measure_layouts(cpu, torch.device("cpu"), gpu + " 2") is False and len(timed) == 2
+    assert layouts.measure_layouts(as_if_gpu, torch.device("cpu"), gpu) is False and timed == []
+    assert layouts.measure_layouts(as_if_gpu, torch.device("cpu"), gpu + " 2") is False and len(timed) == 2
+
+
+def cpu_tuner(monkeypatch, tmp_path, nhwc: float, nchw: float = 1.0) -> list:
+    """A fresh CPU tuner whose timings are `nhwc` and `nchw` (after running each launch, whose ATen calls the
+    returned list gets: one list per timing)."""
+    monkeypatch.setattr(layouts, "CPU_TUNER", layouts.Tuner(f"channels_last_cpu_{tmp_path.name}", "test", repeats=1,
+                                                            margin=layouts.CPU_MARGIN))
+    calls = []
+
+    def fake_time(launch, choice, *rest):
+        with AtenCalls() as seen:
+            launch(choice)
+        calls.append((choice, seen.ops))
+        return nhwc if choice == layouts.NHWC else nchw
+
+    monkeypatch.setattr(layouts.CPU_TUNER, "_time", fake_time)
+    return calls
+
+
+class AtenCalls(TorchDispatchMode):
+    def __enter__(self):
+        self.ops = collections.Counter()
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_cpu_graph_runs_nhwc_only_where_that_is_timed_clearly_faster(monkeypatch, tmp_path):
+    """On the CPU NCHW is the default: NHWC must be `CPU_MARGIN` faster (the timing leaves out the graph's other
+    kernels). The pass's default decision on a CPU graph is that timing."""
+    graph = trace(small_cnn, *cnn_args())
+    cpu_tuner(monkeypatch, tmp_path, nhwc=0.95)
+    assert ChannelsLast().run(graph) is graph  # 5% faster: not enough
+    cpu_tuner(monkeypatch, tmp_path / "again", nhwc=0.8)
+    after = ChannelsLast().run(graph)
+    assert after is not graph and "memory_format=torch.channels_last" in str(after)
+
+
+def needing_grad(graph, inputs):
+    """The graph's values marked as capture marks them when `inputs` require grad."""
+    values = {n: v.replace(requires_grad=n in inputs) for n, v in graph.values.items()}
+    for node in graph.nodes:
+        reads = any(a.name in values and values[a.name].requires_grad for a in node.args if hasattr(a, "name"))
+        values.update({o: values[o].replace(requires_grad=reads) for o in node.outputs})
+    return graph.replace(values=values)
+
+
+def test_a_training_graphs_timing_runs_the_backward_and_converts_weights_as_the_graph_would(monkeypatch, tmp_path):
+    """Where the graph trains, each convolution's backward is timed with the gradients it needs (here: no input
+    gradient for the first convolution, whose input does not require grad), and NHWC converts each weight twice
+    (forward and backward) as the rewritten graph does; under no_grad only the forwards run."""
+    graph = needing_grad(trace(small_cnn, *cnn_args()), ["arg1_1", "arg2_1", "arg3_1", "arg4_1"])
+    seen = []
+    ChannelsLast(decide=lambda convs: seen.extend(convs) or False).run(graph)
+    assert [c.grads for c in seen] == [(False, True, False), (True, True, False)]
+    calls = cpu_tuner(monkeypatch, tmp_path, nhwc=0.5)
+    assert layouts.measured(seen) is True
+    ops = dict(calls)
+    assert ops[layouts.NCHW]["aten.convolution_backward"] == 2 and ops[layouts.NHWC]["aten.convolution_backward"] == 2
+    assert ops[layouts.NCHW]["aten.clone"] == 0
+    assert ops[layouts.NHWC]["aten.clone"] == 2 * 2 + 1  # each weight twice, the graph's input once
+
+    with torch.no_grad():
+        seen.clear()
+        ChannelsLast(decide=lambda convs: seen.extend(convs) or False).run(graph)
+    assert [c.grads for c in seen] == [(False, False, False)] * 2
+    calls = cpu_tuner(monkeypatch, tmp_path / "inference", nhwc=0.5)
+    layouts.measured(seen)
+    assert all("aten.convolution_backward" not in ops for _, ops in calls)

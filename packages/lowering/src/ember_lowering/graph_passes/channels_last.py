@@ -1,9 +1,13 @@
-"""Pass `channels-last` (CUDA graphs with 2-d convolutions): the graph's convolutions and the work between them
-run in NHWC.
+"""Pass `channels-last` (graphs with 2-d convolutions, on a GPU or the CPU): the graph's convolutions and the work
+between them run in NHWC, where that is measured faster.
 
 cuDNN's fast convolution kernels read and write NHWC. Given NCHW tensors it converts around every call: resnet50
 inference on an H200 spent 1.07 ms a call, a quarter of ember's GPU time, in `nchwToNhwcKernel` and
-`nhwcToNchwKernel`. Here each convolution's input and weight are made channels-last where they are not
+`nhwcToNchwKernel`. On the CPU oneDNN's kernels are NHWC too, and which layout is faster depends on the
+convolutions: mobilenetv3's training step took 31 ms NCHW and 25 ms NHWC (depthwise convolutions and their
+backward), resnet18's 46 and 60 (Zen 5, 2 threads).
+
+Here each convolution's input and weight are made channels-last where they are not
 (`clone(x, memory_format=channels_last)`): once at the graph's edges, since a convolution of channels-last
 operands writes channels-last, and the pointwise ops, norms and pooling after it keep that layout as eager's
 kernels do. Every value's layout is then what ATen's meta kernels give for the new operands (the graph run once
@@ -14,26 +18,18 @@ left alone.
 
 For training the pass runs before autograd, so the backward is traced from the channels-last forward (its
 `convolution_backward` reads and writes NHWC as well); a weight's gradient reaches `.grad` in the parameter's own
-layout (autograd's accumulation obeys it). A frozen graph converts its weights once (`fold-constants`).
+layout (autograd's accumulation obeys it). A frozen graph converts its weights once (`fold-constants` on a GPU,
+`prepack-weights` on the CPU).
 
-Decided per graph by measuring (`measured`): on the graph's GPU, its convolutions (each distinct one as often as
-the graph has it, on random operands) run once NCHW and once NHWC, with the conversion of the first one's input,
-and the faster layout is kept in ember's disk cache (`channels_last`, through ember-lowering's `Tuner`), once per
-set of convolutions, dtype and GPU. Without a GPU to measure on (compiling for CUDA on a machine without one), or
-where the operands would take more than `MEASURE_BYTES`, a rule decides (`worth_channels_last`): every graph with
-a 2-d convolution, unless most of its convolution work is grouped convolutions of few channels per group
-(depthwise), where NCHW kernels are as fast. The forward's convolutions stand for the backward's. Declined or not
-(symbolic sizes, an op the layout cannot be inferred through), the reason is logged on `ember.kernels`.
+Decided per graph (`decide`, by default `measured` in `_conv_layouts.py`: the graph's convolutions timed in both
+layouts on its device, forward and, where it trains, backward; the choice kept on disk). Declined or not (symbolic
+sizes, an op the layout cannot be inferred through), the reason is logged on `ember.kernels`.
 """
 
 from __future__ import annotations
 
-import collections
-import hashlib
 import logging
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import torch
 from ember_core import (
@@ -50,109 +46,22 @@ from ember_core import (
     run_on_fakes,
     to_dtype,
 )
-from ember_lowering.codegen import Tuner
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from ._conv_layouts import PASS_ID, Conv, measured
+
 log = logging.getLogger("ember.kernels")
-
-PASS_ID = "channels-last"
 CONVOLUTION = "aten.convolution.default"
-FEW_CHANNELS = 8  # channels per group at and below which a grouped convolution counts as depthwise
-MEASURE_BYTES = 4 << 30  # operands of a graph's convolutions (both layouts) up to which the choice is measured
-TUNER = Tuner("channels_last", PASS_ID, machine=("gpu",))
-NCHW, NHWC = (0,), (1,)
-
-
-@dataclass(frozen=True)
-class Conv:
-    """A convolution's shape of work: its groups, channels per group in and out, and multiply-adds; and what it takes
-    to run it again (input and weight shapes, stride, padding, dilation, dtype, device) for `measured`."""
-
-    groups: int
-    per_group_in: int
-    per_group_out: int
-    macs: int
-    x: tuple[int, ...] = field(default=(), compare=False)
-    w: tuple[int, ...] = field(default=(), compare=False)
-    stride: tuple[int, ...] = field(default=(1, 1), compare=False)
-    padding: tuple[int, ...] = field(default=(0, 0), compare=False)
-    dilation: tuple[int, ...] = field(default=(1, 1), compare=False)
-    dtype: str = field(default="float32", compare=False)
-    device: str = field(default="cuda", compare=False)
-
-
-def worth_channels_last(convs: Sequence[Conv]) -> bool:
-    """Channels-last unless depthwise convolutions do most of the graph's convolution work."""
-    total = sum(c.macs for c in convs)
-    depthwise = sum(c.macs for c in convs if c.groups > 1 and c.per_group_in <= FEW_CHANNELS)
-    return bool(convs) and depthwise * 2 <= total
-
-
-def measured(convs: Sequence[Conv]) -> bool:
-    """The faster layout for these convolutions, timed on their GPU once and kept on disk (see the module's
-    docstring); the rule where no GPU can measure."""
-    device = torch.device(convs[0].device) if convs else torch.device("cpu")
-    if device.type != "cuda" or not torch.cuda.is_available() or _bytes(convs) > MEASURE_BYTES:
-        return worth_channels_last(convs)
-    return measure_layouts(convs, device, torch.cuda.get_device_name(device))
-
-
-def measure_layouts(convs: Sequence[Conv], device: torch.device, device_name: str) -> bool:
-    """Are these convolutions faster NHWC than NCHW on `device` (named `device_name` in the disk cache's key)?"""
-    counts = collections.Counter(_shape_key(c) for c in convs)
-    key = hashlib.sha256(repr((sorted(counts.items()), device_name, torch.__version__)).encode()).hexdigest()[:40]
-    candidates = [NHWC, NCHW] if worth_channels_last(convs) else [NCHW, NHWC]  # the rule's choice wins ties
-    runs = {NCHW: _convolutions(counts, device, torch.contiguous_format),
-            NHWC: _convolutions(counts, device, torch.channels_last)}
-    first = convs[0]
-    x0 = torch.randn(first.x, device=device, dtype=to_dtype(first.dtype))
-
-    def launch(choice) -> None:
-        if choice == NHWC:  # the conversion at the graph's edge
-            x0.contiguous(memory_format=torch.channels_last)
-        runs[choice]()
-
-    choice = TUNER.choose(key, f"channels-last: {len(convs)} convolutions {first.dtype}", candidates, launch, [],
-                          [x0])
-    return choice == NHWC
-
-
-def _shape_key(c: Conv) -> tuple:
-    return (c.x, c.w, c.stride, c.padding, c.dilation, c.groups, c.dtype)
-
-
-def _bytes(convs: Sequence[Conv]) -> int:
-    distinct = {_shape_key(c): c for c in convs}.values()
-    size = sum(to_dtype(c.dtype).itemsize * (math.prod(c.x) + math.prod(c.w)) for c in distinct)
-    return 2 * size
-
-
-
-def _convolutions(counts: collections.Counter, device: torch.device, layout: torch.memory_format) -> Callable:
-    """Each distinct convolution as often as the graph has it, on random operands in `layout`."""
-    work = []
-    for (x, w, stride, padding, dilation, groups, dtype), count in counts.items():
-        dt = to_dtype(dtype)
-        xt = torch.randn(x, device=device, dtype=dt).contiguous(memory_format=layout)
-        wt = torch.randn(w, device=device, dtype=dt).contiguous(memory_format=layout)
-        work.append((xt, wt, stride, padding, dilation, groups, count))
-
-    def run() -> None:
-        for xt, wt, stride, padding, dilation, groups, count in work:
-            for _ in range(count):
-                torch.nn.functional.conv2d(xt, wt, None, stride, padding, dilation, groups)
-
-    return run
 
 
 class ChannelsLast:
     """The pass; `decide(convs)` says whether a graph with these convolutions runs channels-last (default:
-    `measured`), `device_types` which graphs it considers (a test runs it on the CPU's)."""
+    `measured`), `device_types` which graphs it considers."""
 
     id = PASS_ID
 
     def __init__(self, decide: Callable[[Sequence[Conv]], bool] | None = None,
-                 device_types: tuple[str, ...] = ("cuda",)):
+                 device_types: tuple[str, ...] = ("cuda", "cpu")):
         self.decide = decide or measured
         self.device_types = device_types
 
@@ -180,7 +89,8 @@ class LayoutRefused(Exception):
 
 
 def _conv(graph: Graph, node: Node) -> Conv | None:
-    """A 2-d, not transposed convolution of static 4-d tensors, or None."""
+    """A 2-d, not transposed convolution of static 4-d tensors, or None. Its backward's gradients are those of the
+    operands that require grad, under grad mode (the graph trains)."""
     if len(node.args) != 9 or node.kwargs or node.args[6] is not False:
         return None
     x, w = (graph.values.get(a.name) if isinstance(a, Ref) else None for a in node.args[:2])
@@ -193,8 +103,10 @@ def _conv(graph: Graph, node: Node) -> Conv | None:
     stride, padding, dilation = (tuple(a) if isinstance(a, (list, tuple)) else (a, a) for a in node.args[3:6])
     if not all(isinstance(v, int) for v in (*stride, *padding, *dilation)):
         return None
+    bias = graph.values.get(node.args[2].name) if isinstance(node.args[2], Ref) else None
+    grads = tuple(torch.is_grad_enabled() and v is not None and v.requires_grad for v in (x, w, bias))
     return Conv(groups, w.shape[1], w.shape[0] // max(groups, 1), macs, x.shape, w.shape, stride, padding, dilation,
-                x.dtype, graph_device(graph))
+                x.dtype, graph_device(graph), grads)
 
 
 def _relaid(graph: Graph) -> Graph:
