@@ -41,6 +41,7 @@ from ._rewrite import rename_buffers
 from ._rules_index import index_rules
 from ._rules_norm import norm_rules
 from ._rules_pointwise import pointwise_rules
+from ._rules_pool import pool_rules
 from ._rules_reduction import reduction_rules
 from ._rules_view import view_rules
 from ._scalars import check_bound, run_time_arithmetic, scalar_tensor, sym_value
@@ -53,7 +54,8 @@ log = logging.getLogger("ember.kernels")
 Rule = Callable[[LoweringContext, Node, dict], Any]
 
 # ATen op name → rule. Add an op here (or in its _rules_*.py table) to lower it; without one it runs extern.
-lowering_rules: dict[str, Rule] = {**pointwise_rules, **reduction_rules, **norm_rules, **view_rules, **index_rules}
+lowering_rules: dict[str, Rule] = {**pointwise_rules, **reduction_rules, **norm_rules, **view_rules, **index_rules,
+                                   **pool_rules}
 
 
 @functools.cache

@@ -46,6 +46,23 @@ def test_inlining_under_a_mask_masks_the_producers_loads():
     assert len(after.kernels) == 1 and all(i.srcs for i in loads)
 
 
+def test_the_taps_of_a_pooling_window_recompute_and_keep_a_costly_value_stored():
+    """A max pool's nine masked taps each read nearly all of the value: inlined, batch norm's affine and ReLU would
+    run 9 x 1/4 of the times. A single masked read (padding) still inlines."""
+    x, scale = torch.randn(2, 4, 12, 12), torch.randn(4)
+
+    def pool(x, scale):
+        y = (x * scale[:, None, None] + 1).relu()
+        return torch.ops.aten.max_pool2d_with_indices(y, [3, 3], [2, 2], [1, 1])
+
+    _, after, decisions = before_after(pool, x, scale, passes=[FuseInline()])
+    assert ("kept", "broadcast") in verdicts(decisions) and len(after.kernels) == 2
+    _, after, decisions = before_after(lambda x, s: (torch.nn.functional.pad((x * s[:, None, None] + 1).relu(),
+                                                                             [1, 1, 1, 1]),), x, scale,
+                                       passes=[FuseInline()])
+    assert len(after.kernels) == 1 and ("fused", "single-consumer") in verdicts(decisions)
+
+
 def test_an_extern_reader_keeps_the_value_stored():
     _, after, decisions = before_after(lambda x: (x * 2).cumsum(0), X, passes=[FuseInline()])
     (kept,) = [d for d in decisions if d.reason == "extern-reader"]

@@ -4,7 +4,10 @@ A pointwise kernel that writes one temp, read only by kernel loads, is inlined a
 copied there with its loop variables replaced by the load's index. That fuses producer→consumer chains and
 pointwise prologues of reductions. It would recompute the producer once per load site, and once per element
 of a broadcast read, so: a single consumer without broadcast always inlines; several consumers only when the
-producer is cheap (cost ≤ RECOMPUTE_BUDGET); a broadcast read only when it is trivial (≤ BROADCAST_BUDGET).
+producer is cheap (cost ≤ RECOMPUTE_BUDGET); a broadcast read only when it is trivial (≤ BROADCAST_BUDGET). A
+masked read (cat, padding) covers one region of its consumer and recomputes nothing, unless the consumer has
+several masked reads of the value: the taps of a pooling window, each over nearly all of the consumer, count as
+a broadcast read of (taps x the consumer's size / the producer's).
 An expensive value with several consumers stays materialized.
 
 A load whose index reads values (a gather, an embedding: `x[idx]`) is checked against its buffer's shape by the
@@ -128,12 +131,15 @@ def _decide(producer: Kernel, target: str, readers: list[Kernel], hints: dict[st
     size = max(numel_hint((d.size for d in producer.dims), hints), 1)
     sites, amplification = 0, 1.0
     for r in readers:
-        for in_loop, masked in _sites(r, target):
+        loads = _sites(r, target)
+        taps = sum(masked for _, masked in loads)
+        for in_loop, masked in loads:
             sites += 1
-            if masked:  # a masked read (cat, padding) covers one region of the consumer: no recompute assumed
-                continue
             trips = numel_hint((d.size for d in (r.dims if in_loop else r.outer_dims)), hints)
-            amplification = max(amplification, trips / size)
+            if masked and taps == 1:  # one masked read (cat, padding) covers one region of the consumer
+                continue
+            # several masked reads in one kernel are taps of overlapping windows (pooling): each recomputes
+            amplification = max(amplification, trips * (taps if masked else 1) / size)
     if sites == 0:
         return True, "no-reader", "nothing reads it"
     if amplification > 1 and cost > BROADCAST_BUDGET:
