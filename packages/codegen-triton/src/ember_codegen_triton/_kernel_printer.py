@@ -150,6 +150,8 @@ class TritonKernelPrinter(KernelWalk):
         if i.op is Op.CONST:
             return [f"{i.out} = {literal(i.value, i.dtype)}"]
         if i.op is Op.INDEX:
+            if i.index[0].is_number:  # a constant (a static size): older Tritons cannot broadcast a constexpr
+                return [f"{i.out} = tl.full({self._shape(inside)}, {self.expr(i.index[0])}, {TL_DTYPE[i.dtype]})"]
             return [f"{i.out} = tl.broadcast_to(({self.expr(i.index[0])}), {self._shape(inside)})"
                     f".to({TL_DTYPE[i.dtype]})"]
         if i.op in REDUCTIONS:
