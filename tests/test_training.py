@@ -502,6 +502,31 @@ def test_in_place_op_on_an_intermediate(frontend, partition):
     torch.testing.assert_close(w.grad, wr.grad)
 
 
+def test_an_output_eagers_backward_keeps_is_saved_itself_and_guarded_as_in_eager(frontend, partition):
+    """tanh's backward reads tanh's result, which eager's autograd saves too: ember's backward reads the output
+    itself rather than running the chain again. Gradients match eager's; an in-place change of such an output
+    fails the backward as it does in eager, and one of an output neither backward reads does not."""
+    def f(x, y):
+        return (x.sin() * y.cos() + (x * 0.5).exp() * torch.erf(y)).tanh(), x.cos()
+
+    x, y = torch.randn(16, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
+    compiled = compile_for_training(f, frontend, partition)
+
+    def step(fn):  # the cos(x) output changed in place: both backwards run
+        x.grad = y.grad = None
+        t, c = fn(x, y)
+        c.add_(1)
+        ((t * t).sum() + c.sum()).backward()
+        return x.grad, y.grad
+
+    torch.testing.assert_close(step(compiled), step(f))
+    for fn in (compiled, f):  # the tanh output changed in place: both backwards refuse
+        t, c = fn(x, y)
+        t.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            t.sum().backward()
+
+
 def test_retain_graph_backward_twice(frontend, partition):
     def f(x):
         return (x.sin() * x).sum()

@@ -112,3 +112,21 @@ def test_gpt_block_on_cuda_matches_the_joint_graph(trace, check):
         part = MinCutPartitioner(budget).partition(traced.joint)
         check(traced, part)
         assert not [n for n in part.backward.nodes if n.meta.get("recomputed") and op_class(n.op) == "expensive"]
+
+
+def _chain(x, y):
+    return (x.sin() * y.cos() + (x * 0.5).exp() * torch.erf(y)).tanh(), x.cos()
+
+
+def test_a_forward_output_eagers_backward_reads_is_saved_for_free(trace, check):
+    """tanh's backward reads tanh's result, which eager's autograd keeps too: saving the output costs nothing, where
+    recomputing it would run the whole chain and a tanh again in the backward."""
+    traced = trace(_chain, [torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)])
+    info = analyze(traced.joint)
+    tanh, cos = (o.name for o in info.forward_outputs)
+    assert info.held_outputs == {tanh}  # cos(x) is an output the backward does not read
+    part = MinCutPartitioner().partition(traced.joint)
+    assert tanh in part.saved and part.report.saved_bytes == 0
+    assert [s.kind for s in part.report.saved if s.name == tanh] == ["output"]
+    assert "aten.tanh.default" not in [n.op for n in part.backward.nodes]
+    check(traced, part)

@@ -3,7 +3,9 @@
 Nodes fall in three groups: `forward` (the forward outputs need them: they run in the forward graph),
 `tangent_closure` (they read a tangent: they run in the backward graph), and the rest, which the gradients need
 but which may run on either side. Values also carry alias facts: which ones view a primal (never saved: the caller
-holds the primal) and which share storage with a value an in-place op writes (never recomputed).
+holds the primal), which share storage with a value an in-place op writes (never recomputed), and which forward
+outputs eager's autograd keeps for its backward too (`held_outputs`: a node of the joint's backward region reads
+them).
 
 An effectful node (`ember_core.has_effect`: `aten._linalg_check_errors` raising on a failed factorization) has
 no output anyone reads, but it is a root like an output: one that reads no tangent runs in the forward graph,
@@ -39,6 +41,7 @@ class JointInfo:
     mutated: frozenset[str]  # values sharing storage with a value some in-place op writes
     forward_effects: tuple[str, ...] = ()  # outputs of effectful nodes that read no tangent: forward roots
     backward_effects: tuple[str, ...] = ()  # outputs of effectful nodes that read a tangent: backward roots
+    held_outputs: frozenset[str] = frozenset()  # forward outputs the joint's backward region reads (see `_held`)
 
     @property
     def graph(self) -> Graph:
@@ -69,7 +72,7 @@ def analyze(joint: JointGraph) -> JointInfo:
     needed = ancestors(producer, reads, (*(o.name for o in graph.outputs), *fw_effects, *bw_effects))
     return JointInfo(joint, primals, tangents, fwd_outs, grads, producer, reads, frozenset(forward),
                      frozenset(closure), frozenset(needed), _input_views(graph, reads, set(primals)),
-                     _mutated(graph, reads), fw_effects, bw_effects)
+                     _mutated(graph, reads), fw_effects, bw_effects, _held(graph, reads, fwd_outs))
 
 
 def ancestors(producer: Mapping[str, int], reads: tuple[tuple[str, ...], ...], names: Iterable[str],
@@ -128,6 +131,16 @@ def _input_views(graph: Graph, reads: tuple[tuple[str, ...], ...], primals: set[
         if bases & (primals | aliases):
             aliases.update(node.outputs)
     return frozenset(aliases)
+
+
+def _held(graph: Graph, reads: tuple[tuple[str, ...], ...], outputs: tuple[Output, ...]) -> frozenset[str]:
+    """Forward outputs that nodes of the joint's backward region (`meta["region"]`, the joint trace's record of what
+    eager's backward ran) read: eager's autograd saves them for its backward too (tanh's and sigmoid's results,
+    say), so the backward holding them keeps nothing alive that eager would not, and an in-place change of one
+    after the call fails the backward in eager as it does here."""
+    names = {o.name for o in outputs}
+    return frozenset(r for i, n in enumerate(graph.nodes) if n.meta.get("region") == "backward"
+                     for r in reads[i] if r in names)
 
 
 def _mutated(graph: Graph, reads: tuple[tuple[str, ...], ...]) -> frozenset[str]:

@@ -1,8 +1,9 @@
 """The `mincut` partitioner: rematerialization by max-flow min-cut over the joint graph.
 
 Weights (see `_network` for the network itself):
-- saving a value costs its bytes, except a primal (free: the caller holds it) and a view (never saved: the
-  backward takes the view again from its base, for nothing);
+- saving a value costs its bytes, except a primal (free: the caller holds it), a forward output eager's
+  autograd saves too (free: `JointInfo.held_outputs`; the caller holds it as it holds a primal) and a view (never
+  saved: the backward takes the view again from its base, for nothing);
 - running a forward node again in the backward costs what its op class says (`_cost_model`): views and sizes
   nothing, pointwise ops one tie-break unit, reductions and unknown ops their estimated FLOPs times a price `lam`
   (infinite at memory budget 1), matmul / convolution / attention / random / in-place ops infinity.
@@ -112,6 +113,8 @@ class Rematerializer:
         info = self.info
         if v in info.input_views and self.classes[i] != "view":
             return 0  # shares a primal's storage (known from `Value.base`): costs nothing
+        if v in info.held_outputs and v not in info.mutated and self.classes[i] != "view":
+            return 0  # a forward output eager's backward reads too: the caller holds it
         if self.classes[i] == "view" and v not in info.mutated:
             return None  # never save a view: take it again from its base
         return nbytes(info.graph.values[v], self.hints) * self.scale
@@ -135,7 +138,7 @@ class Rematerializer:
     def solve(self, lam: float | None) -> Candidate:
         where = place(self.info, choose(self.info, self.weights(lam)).saved)
         mutated = {i.name for i in self.info.graph.inputs if i.mutated}  # saved as copies: they cost bytes
-        free = (set(self.info.primals) - mutated) | self.info.input_views
+        free = (set(self.info.primals) - mutated) | self.info.input_views | (self.info.held_outputs - self.info.mutated)
         size = sum(nbytes(self.info.graph.values[v], self.hints) for v in where.saved if v not in free)
         flops = sum(self.flops.get(i, 0) for i in where.recomputed)
         return Candidate(where.saved, size, flops)

@@ -15,7 +15,8 @@ Dim = int | str
 @dataclass(frozen=True, slots=True)
 class SavedValue:
     """One value the forward hands the backward. `kind`: "activation" (costs memory), "input" or "input view"
-    (a primal or a view of one: free, the caller holds it)."""
+    (a primal or a view of one: free, the caller holds it), "output" (a forward output eager's autograd saves too:
+    free, the caller holds it as well; `JointInfo.held_outputs`)."""
 
     name: str
     dtype: str
@@ -49,7 +50,7 @@ class PartitionReport:
 
     @property
     def saved_bytes(self) -> int:
-        """Bytes of saved activations: values that are neither primals nor views of primals."""
+        """Bytes of saved activations: values that are neither primals, views of primals nor held outputs."""
         return sum(s.nbytes for s in self.saved if not s.free)
 
     @property
@@ -84,7 +85,8 @@ def make_report(info: JointInfo, cut: Split, partitioner: str, memory_budget: fl
     saved = []
     for name in cut.saved:
         v = values[name]
-        kind = "input" if name in primals else "input view" if name in info.input_views else "activation"
+        kind = ("input" if name in primals else "input view" if name in info.input_views
+                else "output" if name in info.held_outputs and name not in info.mutated else "activation")
         saved.append(SavedValue(name, v.dtype, tuple(v.shape), nbytes(v, sizes), kind))
     nodes = [graph.nodes[i] for i in cut.recomputed]
     recomputed = tuple(RecomputedOp(n.outputs, n.op, recompute_flops(n, graph, sizes)) for n in nodes)
