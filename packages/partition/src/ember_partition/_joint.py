@@ -41,7 +41,7 @@ class JointInfo:
     mutated: frozenset[str]  # values sharing storage with a value some in-place op writes
     forward_effects: tuple[str, ...] = ()  # outputs of effectful nodes that read no tangent: forward roots
     backward_effects: tuple[str, ...] = ()  # outputs of effectful nodes that read a tangent: backward roots
-    held_outputs: frozenset[str] = frozenset()  # forward outputs the joint's backward region reads (see `_held`)
+    held_outputs: frozenset[str] = frozenset()  # forward outputs the backward region reads, not `mutated` (`_held`)
 
     @property
     def graph(self) -> Graph:
@@ -70,9 +70,10 @@ def analyze(joint: JointGraph) -> JointInfo:
         raise GraphError(f"joint graph {graph.name!r}: forward output needs node {node.outputs[0]} "
                          f"({node.op}), which reads a tangent")
     needed = ancestors(producer, reads, (*(o.name for o in graph.outputs), *fw_effects, *bw_effects))
+    mutated = _mutated(graph, reads)
     return JointInfo(joint, primals, tangents, fwd_outs, grads, producer, reads, frozenset(forward),
                      frozenset(closure), frozenset(needed), _input_views(graph, reads, set(primals)),
-                     _mutated(graph, reads), fw_effects, bw_effects, _held(graph, reads, fwd_outs))
+                     mutated, fw_effects, bw_effects, _held(graph, reads, fwd_outs) - mutated)
 
 
 def ancestors(producer: Mapping[str, int], reads: tuple[tuple[str, ...], ...], names: Iterable[str],

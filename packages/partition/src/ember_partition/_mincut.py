@@ -113,7 +113,7 @@ class Rematerializer:
         info = self.info
         if v in info.input_views and self.classes[i] != "view":
             return 0  # shares a primal's storage (known from `Value.base`): costs nothing
-        if v in info.held_outputs and v not in info.mutated and self.classes[i] != "view":
+        if v in info.held_outputs and self.classes[i] != "view":
             return 0  # a forward output eager's backward reads too: the caller holds it
         if self.classes[i] == "view" and v not in info.mutated:
             return None  # never save a view: take it again from its base
@@ -138,7 +138,7 @@ class Rematerializer:
     def solve(self, lam: float | None) -> Candidate:
         where = place(self.info, choose(self.info, self.weights(lam)).saved)
         mutated = {i.name for i in self.info.graph.inputs if i.mutated}  # saved as copies: they cost bytes
-        free = (set(self.info.primals) - mutated) | self.info.input_views | (self.info.held_outputs - self.info.mutated)
+        free = (set(self.info.primals) - mutated) | self.info.input_views | self.info.held_outputs
         size = sum(nbytes(self.info.graph.values[v], self.hints) for v in where.saved if v not in free)
         flops = sum(self.flops.get(i, 0) for i in where.recomputed)
         return Candidate(where.saved, size, flops)

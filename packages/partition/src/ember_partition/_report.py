@@ -86,7 +86,7 @@ def make_report(info: JointInfo, cut: Split, partitioner: str, memory_budget: fl
     for name in cut.saved:
         v = values[name]
         kind = ("input" if name in primals else "input view" if name in info.input_views
-                else "output" if name in info.held_outputs and name not in info.mutated else "activation")
+                else "output" if name in info.held_outputs else "activation")
         saved.append(SavedValue(name, v.dtype, tuple(v.shape), nbytes(v, sizes), kind))
     nodes = [graph.nodes[i] for i in cut.recomputed]
     recomputed = tuple(RecomputedOp(n.outputs, n.op, recompute_flops(n, graph, sizes)) for n in nodes)
