@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ember_core import Graph, GraphError, JointGraph, Output, has_effect
 
 from ._cost_model import op_class, written_args
-from ._refs import node_reads
+from ._refs import backward_reads, node_reads
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def analyze(joint: JointGraph) -> JointInfo:
     mutated = _mutated(graph, reads)
     return JointInfo(joint, primals, tangents, fwd_outs, grads, producer, reads, frozenset(forward),
                      frozenset(closure), frozenset(needed), _input_views(graph, reads, set(primals)),
-                     mutated, fw_effects, bw_effects, _held(graph, reads, fwd_outs) - mutated)
+                     mutated, fw_effects, bw_effects, _held(graph, fwd_outs) - mutated)
 
 
 def ancestors(producer: Mapping[str, int], reads: tuple[tuple[str, ...], ...], names: Iterable[str],
@@ -134,14 +134,11 @@ def _input_views(graph: Graph, reads: tuple[tuple[str, ...], ...], primals: set[
     return frozenset(aliases)
 
 
-def _held(graph: Graph, reads: tuple[tuple[str, ...], ...], outputs: tuple[Output, ...]) -> frozenset[str]:
-    """Forward outputs that nodes of the joint's backward region (`meta["region"]`, the joint trace's record of what
-    eager's backward ran) read: eager's autograd saves them for its backward too (tanh's and sigmoid's results,
-    say), so the backward holding them keeps nothing alive that eager would not, and an in-place change of one
-    after the call fails the backward in eager as it does here."""
-    names = {o.name for o in outputs}
-    return frozenset(r for i, n in enumerate(graph.nodes) if n.meta.get("region") == "backward"
-                     for r in reads[i] if r in names)
+def _held(graph: Graph, outputs: tuple[Output, ...]) -> frozenset[str]:
+    """Forward outputs the joint's backward region reads: eager's autograd saves them for its backward too (tanh's
+    and sigmoid's results, say), so the backward holding them keeps nothing alive that eager would not, and an
+    in-place change of one after the call fails the backward in eager as it does here."""
+    return backward_reads(graph) & {o.name for o in outputs}
 
 
 def _mutated(graph: Graph, reads: tuple[tuple[str, ...], ...]) -> frozenset[str]:

@@ -24,7 +24,7 @@ import dataclasses
 
 from ember_core import JointGraph, Node, Ref, Value, contiguous_stride, fresh_name
 
-from ._refs import node_reads
+from ._refs import backward_reads
 
 SPLIT_DTYPES = ("float32", "float64")
 
@@ -32,11 +32,11 @@ SPLIT_DTYPES = ("float32", "float64")
 def split_log_softmax(joint: JointGraph) -> JointGraph:
     """`joint` with each forward `_log_softmax` that the backward reads split into statistics and a tail."""
     graph = joint.graph
-    backward_reads = {r for n in graph.nodes if n.meta.get("region") == "backward" for r in node_reads(n)}
+    read_back = backward_reads(graph)
     nodes: list[Node] = []
     values, taken = dict(graph.values), set()
     for node in graph.nodes:
-        parts = _splittable(node, values, backward_reads)
+        parts = _splittable(node, values, read_back)
         if parts is None:
             nodes.append(node)
             continue
@@ -47,14 +47,14 @@ def split_log_softmax(joint: JointGraph) -> JointGraph:
     return dataclasses.replace(joint, graph=graph.replace(nodes=tuple(nodes), values=values))
 
 
-def _splittable(node: Node, values: dict[str, Value], backward_reads: set[str]) -> tuple[str, int] | None:
+def _splittable(node: Node, values: dict[str, Value], read_back: frozenset[str]) -> tuple[str, int] | None:
     """(input, dim) of a forward `_log_softmax` worth splitting, else None."""
     if node.op != "aten._log_softmax.default" or node.meta.get("region") != "forward" or len(node.args) < 2:
         return None
     x, dim = node.args[0], node.args[1]
     half_to_float = node.args[2] if len(node.args) > 2 else node.kwargs.get("half_to_float", False)
     out = node.outputs[0]
-    if not isinstance(x, Ref) or not isinstance(dim, int) or half_to_float or out not in backward_reads:
+    if not isinstance(x, Ref) or not isinstance(dim, int) or half_to_float or out not in read_back:
         return None
     vx, vo = values.get(x.name), values.get(out)
     if vx is None or vo is None or vx.dtype != vo.dtype or vx.dtype not in SPLIT_DTYPES or not vx.shape:
