@@ -11,7 +11,7 @@ import dataclasses
 
 import torch
 import torch.nn.functional as F
-from ember_core import interpret, memory_format_of, verify
+from ember_core import get_plugin_manager, interpret, memory_format_of, verify
 from ember_core.testing import graph_to_device
 from ember_lowering.graph_passes import ChannelsLast
 from ember_lowering.graph_passes import _conv_layouts as layouts
@@ -241,3 +241,14 @@ def test_a_training_graphs_timing_runs_the_backward_and_converts_weights_as_the_
     calls = cpu_tuner(monkeypatch, tmp_path / "inference", nhwc=0.5)
     layouts.measured(seen)
     assert all("aten.convolution_backward" not in ops for _, ops in calls)
+
+
+def test_the_plugin_registers_it_after_capture_for_cuda_and_cpu_graphs():
+    """It moved here from ember-codegen-triton: a registration that lost CUDA would leave GPU CNNs NCHW with no
+    test on a CPU machine failing. Without a GPU a CUDA graph is decided by the rule (NHWC for this CNN)."""
+    (registered,) = [p for p in get_plugin_manager().registry.passes("post_capture") if p.name == ChannelsLast.id]
+    assert registered.plugin == "lowering" and set(registered.devices) == {"cuda", "cpu"}
+    graph = on_cuda(trace(small_cnn, *cnn_args()))
+    after = registered.impl.run(graph)
+    assert after is not graph and verify(after) is not None
+    assert {v.device for v in after.values.values() if v.type == "tensor"} == {"cuda:0"}
