@@ -95,6 +95,7 @@ class KernelPrinter(StatementPrinter):
         self.in_loop = False  # a Loop block is being printed
         self.loop_id = 0
         self.block = False  # an outer-contiguous kernel: SSA values at outer level are arrays over a block
+        self.uniform: set[str] = set()  # its outer-level values the same for every lane: scalars (`uniform_values`)
         # block arrays and stashes declared so far: C name → element C type (vector moves are checked against it)
         self.stack: dict[str, str] = {}
         self.lane_ops: list[str] = []  # ops of explicit vector loops printed lane by lane, for the report
@@ -211,8 +212,9 @@ class KernelPrinter(StatementPrinter):
     def _outer_reduction(self) -> list[str]:
         """Lanes are `BLOCK` consecutive i-points along the last i-dim; the r-dims run serially around them."""
         *outer, last = self.k.outer_dims
+        self.uniform = uniform_values(self.k)
         values = [o for stmt in self.k.body for i in (stmt.body if isinstance(stmt, Loop) else (stmt,))
-                  for o in i.outs if (not isinstance(stmt, Loop) and i.op is not Op.CONST) or i.op in REDUCTIONS]
+                  for o in i.outs if (not isinstance(stmt, Loop) and o not in self.uniform) or i.op in REDUCTIONS]
         self.block = True
         for o in values:
             self.names[o] = f"ember_b_{o}[ember_j]"
@@ -298,3 +300,20 @@ class KernelPrinter(StatementPrinter):
             for o in a.i.outs:
                 self.dtypes[o] = a.i.dtype
         return out + (self._block_loop(results, pad) if results else [])
+
+
+def uniform_values(kernel: Kernel) -> set[str]:
+    """Values of an outer-contiguous kernel's statements outside loops that do not depend on its last i-dim, so are
+    the same for every lane of a block: constants, indices and loads at indices of the outer i-dims only, and what
+    is computed from those alone. They print once per block as scalars rather than as block arrays (a `cat`'s
+    masks over an outer i-dim then are plain booleans, not arrays the vector loop reads a lane at a time)."""
+    varying = {kernel.outer_dims[-1].var} | {o for i in kernel.instrs() for o in i.outs}  # SSA values unless in out
+    out: set[str] = set()
+    for s in kernel.body:
+        if isinstance(s, Loop) or s.op in REDUCTIONS or s.op is Op.STORE or not s.outs:
+            continue
+        names = {str(x) for e in s.index for x in getattr(e, "free_symbols", ())}
+        if not (names & varying) - out and all(x in out for x in s.srcs) and \
+                (s.srcs or s.op in (Op.CONST, Op.INDEX, Op.LOAD)):
+            out.update(s.outs)
+    return out

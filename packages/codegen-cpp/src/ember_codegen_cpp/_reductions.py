@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import sympy
-from ember_lowering import REDUCTION_SEMANTICS, Instr, Kernel, Loop, Op
+from ember_lowering import REDUCTION_SEMANTICS, Instr, Kernel, Loop, Op, Ranges, flat_index
 from ember_lowering.codegen import CannotPrint, PlanLayout, unwrapped
 
 from ._cpp_rules import CTYPE, FLOATS, expression, literal
@@ -343,17 +343,20 @@ def outer_contiguous(kernel: Kernel, layout: PlanLayout) -> bool:
     i-points (`KernelPrinter._outer_reduction`), not r-steps. An access that does not move with the i-dim (layer
     norm's per-row mean in its weight gradient, a column sum over rows) is the same for every i-point lane, one value
     put in every lane: it does not count for r-steps. (Counting it made layer norm's weight gradient walk each
-    column down 2048 rows, 4 KB apart: 200 ms where the column-lane kernel takes 2.)"""
+    column down 2048 rows, 4 KB apart: 200 ms where the column-lane kernel takes 2.) The address is the one the
+    printer writes, simplified over the loops' ranges: merged dims index as `64*floor(i/64) + Mod(i, 64)`, which
+    is `i` (scored unsimplified, a ViT's attention bias gradients summed each column in gathered lanes)."""
     outer, rdims = kernel.outer_dims, kernel.reduce_dims
     if not outer:
         return False
     iv, rv = sympy.Symbol(outer[-1].var, integer=True), sympy.Symbol(rdims[-1].var, integer=True)
+    ranges = Ranges({d.var: d.size for d in kernel.dims}, layout.lowers)
     score = 0
     for stmt in kernel.body:
         for i in (stmt.body if isinstance(stmt, Loop) else ()):
             if i.op not in (Op.LOAD, Op.STORE):
                 continue
             b = layout.buffers[i.buffer]
-            flat = sympy.expand(sum((e * st for e, st in zip(i.index, b.stride)), sympy.Integer(0)))
+            flat = sympy.expand(flat_index(i.index, b.stride, 0, ranges))
             score += int(flat.coeff(iv) == 1) - int(flat.coeff(rv) == 1 and iv in flat.free_symbols)
     return score > 0

@@ -41,7 +41,7 @@ class StatementPrinter(KernelWalk):
                     out += self._block_loop(run, "  " * depth, run_instrs)
                     run, run_instrs = [], []
                 out += self._outer_loop(s, depth) if self.block else self._loop(s, depth)
-            elif self.block and s.op is Op.CONST:  # the same for every i-point: one scalar
+            elif self.block and s.outs and s.outs[0] in self.uniform:  # the same for every i-point: one scalar
                 self.block = False
                 out += [("  " * depth) + line for line in self._instr(s, None)]
                 self.block = True
