@@ -130,7 +130,9 @@ def poisoned(value: bytes, how: int) -> bytes:
 
 def test_poisoned_remote_entries_are_rebuilt_with_a_logged_reason_and_replaced(server, tmp_path):
     run(machine(tmp_path / "a", server.url))
-    keys = server.keys()
+    # Measured choices (channels-last or not) stay intact: measured again, a choice may come out the other way
+    # on a loaded machine, and every key after it then differs, so those poisoned entries would never be read.
+    keys = [k for k in server.keys() if not k.startswith(b"ember:channels_last")]
     good = {k: server.client.get(k) for k in keys}
     for i, k in enumerate(keys):
         server.client.set(k, poisoned(good[k], i % 3))
