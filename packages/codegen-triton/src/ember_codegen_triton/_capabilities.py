@@ -16,4 +16,8 @@ TRITON_CAPABILITIES = Capabilities(
     # every multiprocessor has rows (batch norm's statistics in training: 64 channels, 400k elements each)
     split_reductions=SplitPolicy(),
     cuda_graphs=True,
+    # max-autotune's matmul templates compute a GEMM's product inside its epilogue kernel, where the product never
+    # exists as the ATen call's result (whose storage plan-buffers would otherwise lend; on a GPU the caching
+    # allocator hands freed blocks back without faulting them in, so that lending matters little there)
+    gemm_epilogues=True,
 )

@@ -1,21 +1,30 @@
 """Buffer reuse planning (the `plan-buffers` pass): a temp takes the storage of a temp dead by the time
-it is first written.
+it is first written, or of one its own kernel reads for the last time at the very addresses it writes.
 
 Walk the steps in order. A temp's live range runs from the step that writes it to the last step that reads it
 (directly, through a view, or through the results of an extern that reads it: those may alias it); outputs
-live to the end. When a kernel writes a temp, it reuses a freed storage of the same dtype and a size that is
-provably large enough (equal when symbolic); the temp's `base` then names the buffer that owns that storage.
-Extern outputs are allocated by ATen and take part only as readers.
+live to the end. Storage the plan owns: what its kernels write, and the result of an ATen call whose schema
+says it returns storage of its own (`mm`, `addmm`, a convolution; one tensor result, so no two results can
+share it). When a kernel writes a temp, the temp takes, in this order:
+
+- in place: the storage of a buffer that dies at this kernel, which the kernel reads only where it writes the
+  temp, before writing it (`in_place`): a GELU's gradient into the matmul result it scales, as Inductor's
+  `in_out_ptr` does;
+- a freed storage of the same dtype and a size that is provably large enough (equal when symbolic).
+
+The temp's `base` then names the buffer that owns that storage. Each storage taken is one allocation fewer a
+call: fresh megabytes, which glibc hands back to the system and faults in again on the next call.
 """
 
 from __future__ import annotations
 
 import sympy
+from ember_core import returns_new_storage
 
 from ._decisions import Note
 from ._fusion import step_reads, step_writes, view_roots
-from ._indexing import storage_size
-from ._loop_ir import Buffer, Extern, Kernel, KernelPlan
+from ._indexing import Ranges, flat_index, storage_size, sym
+from ._loop_ir import Buffer, Extern, Instr, Kernel, KernelPlan, Loop, Op
 
 
 def _fits(need: sympy.Expr, have: sympy.Expr) -> bool:
@@ -43,33 +52,64 @@ def _last_uses(plan: KernelPlan, roots: dict[str, str]) -> dict[str, int]:
     return last
 
 
-def plan_buffers(plan: KernelPlan, note: Note) -> KernelPlan:
-    """The plan with each kernel-written temp reusing a dead temp's storage where one fits."""
+def fresh_result(step: Extern, buffers: dict[str, Buffer]) -> str | None:
+    """The temp an ATen call returns in storage of its own (its one tensor result), else None."""
+    outs = [o for o in step.outs if o != "_"]
+    if len(outs) != 1 or buffers[outs[0]].kind != "temp" or not returns_new_storage(step.op):
+        return None
+    return outs[0]
+
+
+def plan_buffers(plan: KernelPlan, note: Note, extern_results: bool = True) -> KernelPlan:
+    """The plan with each kernel-written temp reusing a dead temp's storage where one fits (an ATen result's
+    too, if `extern_results`)."""
     buffers = plan.buffer_map
     roots = view_roots(plan)
     outputs = {roots.get(o, o) for o in plan.outputs if isinstance(o, str)}
     last = _last_uses(plan, roots)
     free: list[tuple[str, sympy.Expr]] = []  # (owner, storage size), in the order they died
-    owner: dict[str, str] = {}
+    owner: dict[str, str] = {}  # buffer → the buffer that owns its storage, for buffers whose storage is the plan's
+    # what an ATen call reads may live on in its results (views): only kernels' reads are known to end
+    extern_read = {n for step in plan.steps if isinstance(step, Extern) for n in step_reads(step, roots)}
     for k, step in enumerate(plan.steps):
+        taken: set[str] = set()  # storages taken in place at this step: not freed when their reader dies here
         if isinstance(step, Kernel):
+            dying = [n for n in owner if last.get(n) == k and buffers[n].kind == "temp" and n not in outputs
+                     and n not in extern_read]
             for name in sorted(step_writes(step), key=list(buffers).index):
-                _allocate(buffers, name, free, owner, note)
+                _allocate(buffers, name, step, dying, roots, free, owner, taken, note)
+        elif extern_results and (out := fresh_result(step, buffers)) is not None:
+            owner[out] = out
         for name, b in buffers.items():
             if last.get(name) == k and b.kind == "temp" and name not in outputs and name in owner:
                 o = owner[name]
-                free.append((o, storage_size(buffers[o].shape, buffers[o].stride, buffers[o].offset)))
+                if o not in taken:
+                    free.append((o, _size(buffers[o])))
     return plan.replace(buffers=tuple(buffers.values()))
 
 
-def _allocate(buffers: dict[str, Buffer], name: str, free: list, owner: dict[str, str],
-              note: Note) -> None:
-    """Give a temp the first dead storage of its dtype that fits, if any."""
+def _size(b: Buffer) -> sympy.Expr:
+    return storage_size(b.shape, b.stride, b.offset)
+
+
+def _allocate(buffers: dict[str, Buffer], name: str, kernel: Kernel, dying: list[str], roots: dict[str, str],
+              free: list, owner: dict[str, str], taken: set[str], note: Note) -> None:
+    """Give a temp the storage of a buffer its kernel finishes with where it may write in place, else the first
+    dead storage of its dtype that fits, if any."""
     b = buffers[name]
     owner[name] = name
     if b.kind != "temp":
         return
-    need = storage_size(b.shape, b.stride, b.offset)
+    need = _size(b)
+    for x in dying:
+        o = owner[x]
+        if o not in taken and buffers[o].dtype == b.dtype and _fits(need, _size(buffers[o])) and \
+                in_place(kernel, x, name, buffers, roots):
+            taken.add(o)
+            owner[name] = o
+            buffers[name] = b.replace(base=o)
+            note("reused", "in-place", (name, o), f"{kernel.name} writes {name} in place of {x}, which it reads last")
+            return
     for j, (o, size) in enumerate(free):
         if buffers[o].dtype == b.dtype and _fits(need, size):
             del free[j]
@@ -77,3 +117,73 @@ def _allocate(buffers: dict[str, Buffer], name: str, free: list, owner: dict[str
             buffers[name] = b.replace(base=o)
             note("reused", "dead-storage", (name, o), f"{name} reuses the storage of {o} (dead by then)")
             return
+
+
+# ---------------------------------------------------------------------------------------------- in place
+
+
+def in_place(kernel: Kernel, x: str, y: str, buffers: dict[str, Buffer], roots: dict[str, str]) -> bool:
+    """May `kernel`, the last reader of `x` (no ATen call reads x: its results might alias it), write `y` into
+    x's storage? The kernel must read x, each element only at the point that writes the same element of y,
+    before that write, and never again:
+
+    - the kernel has at most one r-loop and no per-row scratch (a codegen may reload a stashed row's values in
+      a later loop, after the write);
+    - y has one store; every load of x (or a view of it) is in the same block (the r-loop, or outside it) before
+      that store, at the same address;
+    - that address is affine in the block's dims with constant coefficients that give each point of the block
+      its own element (so no point reads what another one wrote)."""
+    if sum(isinstance(s, Loop) for s in kernel.body) > 1 or \
+            any(i.buffer is not None and buffers[i.buffer].kind == "local" for i in kernel.instrs()):
+        return False
+    if sum(1 for i in kernel.instrs() if i.op is Op.STORE and i.buffer == y) != 1:
+        return False
+    ranges = Ranges({d.var: d.size for d in kernel.dims})
+    values = {sym(o) for i in kernel.instrs() for o in i.outs}  # an address using one is read from memory
+    for block, dims in _blocks(kernel):
+        stores = [j for j, i in enumerate(block) if i.op is Op.STORE and i.buffer == y]
+        if not stores:
+            continue
+        reads = [j for j, i in enumerate(block) if i.op is Op.LOAD and roots.get(i.buffer, i.buffer) == x]
+        everywhere = sum(1 for i in kernel.instrs() if i.op is Op.LOAD and roots.get(i.buffer, i.buffer) == x)
+        if not reads or len(reads) != everywhere or any(j > stores[0] for j in reads):
+            return False
+        at = _address(block[stores[0]], buffers, ranges)
+        return not (at.free_symbols & values) and _one_element_each(at, dims) and \
+            all(_address(block[j], buffers, ranges) == at for j in reads)
+    return False
+
+
+def _blocks(kernel: Kernel) -> list[tuple[list[Instr], list]]:
+    """The kernel's instructions outside its r-loop (run once per i-point) and inside it (once per point of all
+    dims), each with the dims it runs over."""
+    top = [s for s in kernel.body if not isinstance(s, Loop)]
+    loops = [list(s.body) for s in kernel.body if isinstance(s, Loop)]
+    return [(top, list(kernel.outer_dims)), *((body, list(kernel.dims)) for body in loops)]
+
+
+def _address(i: Instr, buffers: dict[str, Buffer], ranges: Ranges) -> sympy.Expr:
+    """The element a load or store addresses, counted from its storage's start."""
+    b = buffers[i.buffer]
+    offset = b.offset + (buffers[b.base].offset if b.kind == "view" else 0)
+    return sympy.expand(flat_index(i.index, b.stride, offset, ranges))
+
+
+def _one_element_each(at: sympy.Expr, dims: list) -> bool:
+    """Is `at` affine in `dims` with integer coefficients, a different value at each point (static sizes)?"""
+    vars_ = [sym(d.var) for d in dims]
+    if not at.is_polynomial(*vars_) or sympy.Poly(at, *vars_).total_degree() > 1:
+        return False
+    span = 0  # sum of |coefficient| * (size - 1) over the dims placed so far: the largest step they make
+    terms = []
+    for d, v in zip(dims, vars_):
+        c = at.coeff(v)
+        if not d.size.is_number or not c.is_number or (c == 0 and d.size != 1):
+            return False
+        if d.size != 1:
+            terms.append((abs(c), d.size))
+    for c, n in sorted(terms):
+        if c <= span:
+            return False
+        span += c * (n - 1)
+    return True

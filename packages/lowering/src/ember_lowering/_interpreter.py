@@ -314,8 +314,9 @@ class PlanInterpreter:
         stride = [size_of(s, syms) for s in b.stride]
         n = size_of(storage_size(b.shape, b.stride, b.offset), syms)
         owner = b.base or b.name
-        if owner not in storage:
-            storage[owner] = _filled(b.dtype, [max(n, 1)], self.plan.device)
+        if owner not in storage:  # an ATen result's storage (`plan-buffers`) is its own here, sized for all its users
+            whole = size_of(storage_size(self.buffers[owner].shape, self.buffers[owner].stride), syms)
+            storage[owner] = _filled(b.dtype, [max(n, whole, 1)], self.plan.device)
         st = storage[owner]
         if st.numel() < n:
             raise PlanError(f"buffer {b.name!r} needs {n} elements but reuses {owner!r} of {st.numel()}")

@@ -63,3 +63,24 @@ def test_reductions_reorder_only_their_i_dims_and_results_hold():
             assert [d.var for d in k.reduce_dims] == sorted(d.var for d in k.reduce_dims)
     _, after, decisions = before_after(lambda x: x.relu(), x, passes=[OrderDims(), CoalesceDims()])
     assert [str(d.size) for d in after.kernels[0].dims] == [str(x.numel())]
+
+
+def test_merged_indices_count_as_the_walk_they_are():
+    """A reshape's index `4*floor(i0/4) + Mod(i0, 4)` is `i0`: with the addresses simplified as a codegen prints
+    them, the two accesses that walk i0 with stride 1 outvote the one that walks i1 (unsimplified, they counted
+    for neither and the kernel kept walking z and y 12 elements a step)."""
+    text = HEAD + """\
+def g(x, z):
+  x: f32[5, 12]{1, 5} input
+  z: f32[5, 3, 4] input
+  y: f32[5, 3, 4] output
+  kernel pointwise_12x5[i0 < 12, i1 < 5]:
+    t0: f32 = load x[i1, i0]
+    t1: f32 = load z[i1, floor(i0/4), Mod(i0, 4)]
+    t2: f32 = add t0, t1
+    store y[i1, floor(i0/4), Mod(i0, 4)] = t2
+  return (y)
+"""
+    after, decisions = run_passes(text, [OrderDims()])
+    assert [d.var for d in after.kernels[0].dims] == ["i1", "i0"]
+    assert verdicts(decisions) == {("reordered", "unit-stride-last")}

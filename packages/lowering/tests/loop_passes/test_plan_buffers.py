@@ -1,6 +1,8 @@
 """plan-buffers: dead temps lend their storage; outputs, inputs and live values never do."""
 
 import torch
+from ember_lowering import Loop
+from ember_lowering._scheduler import default_passes
 from ember_lowering.loop_passes.fuse_inline import FuseInline
 from ember_lowering.loop_passes.plan_buffers import PlanBuffers
 from lowering_checks import before_after, check
@@ -18,7 +20,7 @@ def chain(x):
 def test_a_dead_temp_lends_its_storage_to_a_later_one():
     _, after, decisions = before_after(chain, X, passes=[FuseInline(), PlanBuffers()])
     reused = [b for b in after.buffers if b.base is not None and b.kind == "temp"]
-    noted = {d.subjects for d in decisions if (d.verdict, d.reason) == ("reused", "dead-storage")}
+    noted = {d.subjects for d in decisions if d.verdict == "reused"}  # dead storage or in place
     assert reused and noted == {(b.name, b.base) for b in reused}
     assert all(after.buffer(b.base).kind == "temp" for b in reused)
 
@@ -44,3 +46,36 @@ def test_an_extern_result_that_may_alias_its_argument_keeps_it_alive():
     _, after, decisions = before_after(fn, X, passes=[FuseInline(), PlanBuffers()])
     assert not any(d.verdict == "reused" and d.subjects[1] == "tanh" for d in decisions)
     check(fn, X)
+
+
+W = torch.randn(8, 8)
+
+
+def test_an_aten_result_lends_its_storage_in_place_to_the_kernel_that_reads_it_last():
+    def fn(x, w):
+        return ((x @ w).sin() * 2) @ w  # the scaled sine is written where the matmul's result was
+    _, after, decisions = before_after(fn, X, W, passes=[PlanBuffers()])
+    assert [d.subjects for d in decisions if d.reason == "in-place"] == [("sin", "mm"), ("mul", "mm")]
+    assert after.buffer("sin").base == after.buffer("mul").base == "mm"  # the sine in place too, then the product
+    check(fn, X, W)
+    check(fn, X, W, mode="symbolic")  # symbolic sizes: no in place (the elements are not provably distinct)
+
+
+def test_an_aten_result_lends_its_storage_once_dead():
+    def fn(x, w):
+        s = (x @ w).sum(1, keepdim=True)  # reads the matmul's result last; writes something smaller
+        t = (x * s).sin().exp().tanh()
+        return (t + t.sum(0)) @ w
+    _, after, decisions = before_after(fn, X, W, passes=[FuseInline(), PlanBuffers()])
+    reused = {d.subjects for d in decisions if d.reason == "dead-storage"}
+    assert any(base == "mm" for _, base in reused), reused
+    check(fn, X, W)
+
+
+def test_a_kernel_of_several_loops_writes_apart_from_what_it_reads():
+    fn = lambda x, w: torch.softmax(x @ w, -1) @ w  # noqa: E731  max, sum, then the normalized values
+    _, after, decisions = before_after(fn, X, W, passes=default_passes())
+    (kernel,) = after.kernels
+    assert sum(isinstance(s, Loop) for s in kernel.body) > 1
+    assert not [d for d in decisions if d.reason == "in-place"]
+    check(fn, X, W)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sympy
 
 from .._decisions import Note
-from .._indexing import sym
+from .._indexing import Ranges, flat_index, sym
 from .._loop_ir import Buffer, Dim, Kernel, KernelPlan, Op
 
 
@@ -59,12 +59,13 @@ def order(kernel: Kernel, buffers: dict[str, Buffer], note: Note) -> Kernel:
 
 
 def _offsets(kernel: Kernel, buffers: dict[str, Buffer]) -> list[tuple[Op, sympy.Expr]]:
-    """(op, element offset) of each load and store of a buffer in memory (not a per-row local)."""
+    """(op, element offset) of each load and store of a buffer in memory (not a per-row local), simplified over
+    the loops' ranges as a codegen addresses it (a reshape's `64*floor(i/64) + Mod(i, 64)` is `i`)."""
+    ranges = Ranges({d.var: d.size for d in kernel.dims})
     out = []
     for i in kernel.instrs():
         if i.op in (Op.LOAD, Op.STORE) and buffers[i.buffer].kind != "local":
-            stride = buffers[i.buffer].stride
-            out.append((i.op, sympy.expand(sum((e * s for e, s in zip(i.index, stride)), sympy.Integer(0)))))
+            out.append((i.op, sympy.expand(flat_index(i.index, buffers[i.buffer].stride, ranges=ranges))))
     return out
 
 
