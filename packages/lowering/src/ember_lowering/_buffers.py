@@ -172,6 +172,8 @@ def _address(i: Instr, buffers: dict[str, Buffer], ranges: Ranges) -> sympy.Expr
 def _one_element_each(at: sympy.Expr, dims: list) -> bool:
     """Is `at` affine in `dims` with integer coefficients, a different value at each point (static sizes)?"""
     vars_ = [sym(d.var) for d in dims]
+    if not vars_:  # one point (a kernel's instructions outside its loop when it has no i-dims)
+        return True
     if not at.is_polynomial(*vars_) or sympy.Poly(at, *vars_).total_degree() > 1:
         return False
     span = 0  # sum of |coefficient| * (size - 1) over the dims placed so far: the largest step they make

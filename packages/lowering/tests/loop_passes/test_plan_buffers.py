@@ -79,3 +79,12 @@ def test_a_kernel_of_several_loops_writes_apart_from_what_it_reads():
     assert sum(isinstance(s, Loop) for s in kernel.body) > 1
     assert not [d for d in decisions if d.reason == "in-place"]
     check(fn, X, W)
+
+
+def test_a_single_point_is_written_in_place_too():
+    """A 0-d kernel (no dims: one point) reading a dying 0-d temp: its address is a constant (asking sympy for
+    the polynomial's degree in no variables raised, and the graph ran in the interpreter: training fuzzer)."""
+    fn = lambda x: (x.sum().exp() * x,)  # noqa: E731
+    _, after, decisions = before_after(fn, X, passes=[PlanBuffers()])
+    assert ("exp", "sum_1") in {d.subjects for d in decisions if d.reason == "in-place"}
+    check(fn, X)
