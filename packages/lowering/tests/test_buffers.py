@@ -104,3 +104,20 @@ def test_what_an_aten_call_read_lends_nothing_in_place():
         "  kernel k2[i0 < 4]:\n    t0: f32 = load b[i0]\n    store y[i0] = t0\n  return (y)")
     assert "load a[i0]" in text
     assert plan_buffers(parse_plan(text), lambda *a: None).buffer("b").base is None
+
+
+def test_the_verifier_refuses_storage_shared_by_two_live_buffers():
+    import pytest
+    from ember_lowering import PlanError
+    from ember_lowering._verify import verify_plan
+    text = IN_PLACE.replace("  b: f32[4, 8] temp", "  b: f32[4, 8] temp reuses a")
+    verify_plan(parse_plan(text.replace("READS", "t0: f32 = load a[i0, i1]\nt2: f32 = neg t0".replace(
+        "\n", "\n    "))))  # in place: each element read where it is written, before
+    for reads in ("t0: f32 = load a[i0, 7 - i1]\nt2: f32 = neg t0", "t2: f32 = load x[i0, i1]"):
+        bad = text.replace("READS", reads.replace("\n", "\n    "))
+        if "load a" not in bad:  # a read after b is written: the two live together
+            bad = bad.replace("    t0: f32 = load b[i0, i1]\n    store y", "    t0: f32 = load b[i0, i1]\n"
+                              "    t1: f32 = load a[i0, i1]\n    t3: f32 = add t0, t1\n    store y")
+            bad = bad.replace("store y[i0, i1] = t0\n  return", "store y[i0, i1] = t3\n  return")
+        with pytest.raises(PlanError, match="takes the storage of 'a'"):
+            verify_plan(parse_plan(bad))

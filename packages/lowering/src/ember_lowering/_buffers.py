@@ -69,8 +69,7 @@ def plan_buffers(plan: KernelPlan, note: Note, extern_results: bool = True) -> K
     last = _last_uses(plan, roots)
     free: list[tuple[str, sympy.Expr]] = []  # (owner, storage size), in the order they died
     owner: dict[str, str] = {}  # buffer → the buffer that owns its storage, for buffers whose storage is the plan's
-    # what an ATen call reads may live on in its results (views): only kernels' reads are known to end
-    extern_read = {n for step in plan.steps if isinstance(step, Extern) for n in step_reads(step, roots)}
+    extern_read = _extern_read(plan, roots)
     for k, step in enumerate(plan.steps):
         taken: set[str] = set()  # storages taken in place at this step: not freed when their reader dies here
         if isinstance(step, Kernel):
@@ -86,6 +85,44 @@ def plan_buffers(plan: KernelPlan, note: Note, extern_results: bool = True) -> K
                 if o not in taken:
                     free.append((o, _size(buffers[o])))
     return plan.replace(buffers=tuple(buffers.values()))
+
+
+def _extern_read(plan: KernelPlan, roots: dict[str, str]) -> set[str]:
+    """What an ATen call reads: it may live on in the call's results (views), so only kernels' reads are known to
+    end."""
+    return {n for step in plan.steps if isinstance(step, Extern) for n in step_reads(step, roots)}
+
+
+def sharing_problem(plan: KernelPlan) -> str | None:
+    """What is wrong with the plan's storage sharing, or None. Each temp that takes a buffer's storage (`base`)
+    must be first written after the storage's previous user is last read, or at that very kernel in place of it
+    (`in_place`). The loop-IR verifier asks this of every plan, so a sharing mistake is a `PlanError` (the graph
+    runs another way, visibly), never two live values in one storage."""
+    buffers, roots = plan.buffer_map, view_roots(plan)
+    last, extern_read = _last_uses(plan, roots), _extern_read(plan, roots)
+    first: dict[str, int] = {}
+    for k, step in enumerate(plan.steps):
+        for n in step_writes(step):
+            first.setdefault(n, k)
+    users: dict[str, list[str]] = {}
+    for b in plan.buffers:
+        if b.kind == "temp" and b.base is not None:
+            users.setdefault(b.base, [b.base]).append(b.name)
+    for owner, names in users.items():
+        if any(n not in first for n in names):
+            continue  # a buffer never written: the verifier's other rules speak of it
+        names.sort(key=first.__getitem__)
+        for a, b in zip(names, names[1:]):
+            start, end = first[b], last.get(a, first[a])
+            if end < start:
+                continue
+            step = plan.steps[start]
+            if end == start and isinstance(step, Kernel) and a not in extern_read and \
+                    in_place(step, a, b, buffers, roots):
+                continue
+            return (f"buffer {b!r} takes the storage of {owner!r} at step {start} while {a!r}, which holds it, "
+                    f"is read until step {end}")
+    return None
 
 
 def _size(b: Buffer) -> sympy.Expr:

@@ -13,6 +13,7 @@ from typing import Any
 import sympy
 from ember_core import EmberError, Ref, arguments_problem, as_sympy, map_args, resolve_op
 
+from ._buffers import sharing_problem
 from ._errors import PlanError
 from ._indexing import contiguous_strides
 from ._loop_ir import (
@@ -89,6 +90,9 @@ class _Checker:
                 raise _Fail(("buffer", o), f"output {o!r} is a local buffer")
             if isinstance(o, str) and self.root(o) not in ready:
                 raise _Fail((), f"output {o!r} is never written")
+        problem = sharing_problem(self.plan)
+        if problem:
+            raise _Fail((), problem)
 
     # ------------------------------------------------------------------ buffers
 
