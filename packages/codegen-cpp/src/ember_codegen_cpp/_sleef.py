@@ -11,13 +11,12 @@ ns an element against 0.21 and 0.26 on an AMD EPYC with AVX-512): they choose th
 at once, so one value's result depends on the values beside it, and a value recomputed elsewhere (the backward
 recomputes forward values; a scalar tail computes lane 0 of a splat) can come out an ulp apart
 (`tests/test_vector_math.py`, bit for bit in lanes and tail).
-Everywhere else libmvec (or ember's own exp and sigmoid) is as accurate as eager and the fastest that is: tanh, sin and
-cos (2 ulp against eager's 3.5-ulp functions), at worst and in RMS error (within 1.5x eager's); with 16 lanes,
-tanh, cosh and exp2 as two calls of libmvec's 8-lane function (`_vector_prelude.IN_HALVES`: its 16-lane tanh is off
-by an ulp in 38% of [-10, 10], eager's in 0.1%). Exceptions, 2 ulp against eager's 1: erf, because GELU
-computes its erf and Sleef's is 3.4-5.8x slower (with 16 lanes libmvec's own erf is 4 ulp, so 16 lanes take its
-8-lane erf twice); asinh, acosh and cosh, whose Sleef functions overflow early (inf from
-1.8e19 and from 88.75, where the results are finite).
+Everywhere else libmvec (or ember's own exp, sigmoid and erf: `_erf.py`) is as accurate as eager and the fastest
+that is: tanh, sin and cos (2 ulp against eager's 3.5-ulp functions), at worst and in RMS error (within 1.5x
+eager's); with 16 lanes, tanh, cosh and exp2 as two calls of libmvec's 8-lane function
+(`_vector_prelude.IN_HALVES`: its 16-lane tanh is off by an ulp in 38% of [-10, 10], eager's in 0.1%). Exceptions,
+2 ulp against eager's 1: asinh, acosh and cosh, whose Sleef functions overflow early (inf from 1.8e19 and from
+88.75, where the results are finite).
 
 A unit that calls one is linked to libtorch_cpu (its directory on the rpath, `--as-needed`); the process has torch
 loaded already, so the loader binds the library it has. Where torch's library does not export a chosen function

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import string
 
+from . import _erf
 from ._libm import LIBM, vector_libm
 from ._sleef import sleef_functions
 
@@ -232,17 +233,21 @@ EMBER_INLINE ember_f32x$L ember_vsigmoidf(ember_f32x$L x) { return 1.0f / (1.0f 
 # Vector ABI letters of libmvec's x86-64 variants by float32 lanes: SSE4 (4), AVX2 (8), AVX-512 (16).
 _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
 # lanes → libmvec functions computed as two calls of their variant of half the lanes, where glibc's 16-lane
-# function is less accurate than its 8-lane one: erff (4 ulp against 2; eager's 1); tanhf, coshf and exp2f (as
-# close at worst, but off by an ulp far more often: in [-10, 10] tanhf's RMS error is 0.45 ulp against 0.29 for the
-# 8-lane one and 0.28 for eager's, and a gradient through it came out 5x as far from float64's as eager's). Two
-# 8-lane calls cost more (AMD EPYC Zen 5, `benchmarks/vector_math.py`, "libmvec 2x8"): tanh 0.55 ns an element
-# against 0.19, still faster than eager's Sleef (0.92); erf 0.45 against 0.33 (Sleef's: 1.11).
-IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"erff", "tanhf", "coshf", "exp2f"})}
+# function is less accurate than its 8-lane one: tanhf, coshf and exp2f (as close at worst, but off by an ulp far
+# more often: in [-10, 10] tanhf's RMS error is 0.45 ulp against 0.29 for the 8-lane one and 0.28 for eager's, and
+# a gradient through it came out 5x as far from float64's as eager's). Two 8-lane calls cost more (AMD EPYC Zen 5,
+# `benchmarks/vector_math.py`, "libmvec 2x8"): tanh 0.55 ns an element against 0.19, still faster than eager's Sleef
+# (0.92).
+IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"tanhf", "coshf", "exp2f"})}
+# float32 libm functions ember computes itself at the lanes its code serves: name → its C++ at those lanes
+OWN = {"erff": (_erf.LANES, _erf.vector_erf)}
 
 
 def _float_implementation(fname: str, lanes: int, simd: frozenset[str]) -> str:
-    """Which function `ember_v<name>` of float32 lanes calls at `lanes`: "sleef", "halves" (libmvec's variant of
-    half the lanes, twice), "libmvec", or "scalar" (the libm function lane by lane)."""
+    """Which function `ember_v<name>` of float32 lanes calls at `lanes`: "own" (ember's, `OWN`), "sleef", "halves"
+    (libmvec's variant of half the lanes, twice), "libmvec", or "scalar" (the libm function lane by lane)."""
+    if lanes in OWN.get(fname, ((),))[0]:
+        return "own"
     if fname in sleef_functions(lanes):
         return "sleef"
     if fname in simd and fname in IN_HALVES.get(lanes, ()):
@@ -254,10 +259,10 @@ def _float_implementation(fname: str, lanes: int, simd: frozenset[str]) -> str:
 
 def vector_only(lanes: int) -> frozenset[str]:
     """The float32 libm functions (`tanhf`, ...) whose vector form at `lanes` is not the scalar function lane by lane
-    (libmvec's or Sleef's: a few ulp apart from glibc's scalar one). Scalar code calls them as `ember_s_<fname>`
-    (`scalar_layer`), so that a value has the same bits in a loop's lanes, in its scalar tail and in a kernel with
-    other loops: the partitioner recomputes forward values in the backward, and a max's gradient compares them
-    with the max the forward saved."""
+    (ember's own, libmvec's or Sleef's: a few ulp apart from glibc's scalar one). Scalar code calls them as
+    `ember_s_<fname>` (`scalar_layer`), so that a value has the same bits in a loop's lanes, in its scalar tail and
+    in a kernel with other loops: the partitioner recomputes forward values in the backward, and a max's gradient
+    compares them with the max the forward saved."""
     simd = vector_libm()
     return frozenset(f"{name}f" for name in LIBM if _float_implementation(f"{name}f", lanes, simd) != "scalar")
 
@@ -276,17 +281,20 @@ def scalar_layer(lanes: int) -> str:
 
 
 def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
-    """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 calls Sleef's function
-    where libmvec's is less accurate than eager's or slower (`_sleef.py`), else libmvec's variant of that width by
-    its vector-ABI name where glibc has it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp), or its variant of half
-    the lanes twice (`IN_HALVES`); any other runs the scalar function lane by lane."""
+    """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 is ember's own where it
+    has one (`OWN`: erf at 8 and 16 lanes), else calls Sleef's function where libmvec's is less accurate than
+    eager's or slower (`_sleef.py`), else libmvec's variant of that width by its vector-ABI name where glibc has it
+    (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp), or its variant of half the lanes twice (`IN_HALVES`); any other
+    runs the scalar function lane by lane."""
     out = []
     for name, arity in LIBM.items():
         params = ", ".join(f"V {a}" for a in "ab"[:arity])
         for fname, ctype, vt in ((name + "f", "float", "ember_f32x$L"), (name, "double", "ember_f64x$L")):
             head = f"EMBER_INLINE {vt} ember_v{name}({params.replace('V ', vt + ' ')})"
             how = _float_implementation(fname, lanes, simd) if ctype == "float" else "scalar"
-            if how == "sleef":
+            if how == "own":
+                out.append(OWN[fname][1](lanes))
+            elif how == "sleef":
                 sleef = sleef_functions(lanes)[fname]
                 out.append(f'extern "C" {vt} {sleef}({", ".join([vt] * arity)});')
                 out.append(f"{head} {{ return {sleef}({', '.join('ab'[:arity])}); }}")
