@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 from _harness import machine, write_section
-from ember_codegen_cpp import prelude
+from ember_codegen_cpp import _own_math, prelude
 from ember_codegen_cpp._build import vector_lanes
 from ember_codegen_cpp._vector_prelude import IN_HALVES as _IN_HALVES
 
@@ -47,11 +47,13 @@ IMPLS = ("libmvec", "libmvec_2x8", "sleef_u10", "sleef_u35", "ember")
 U35 = {"sin", "cos", "log", "tanh"}  # Sleef's 3.5-ulp variants (ATen's sin and cos are these)
 # with AVX-512, libmvec's 8-lane function called on each half of 16 lanes: what 16-lane kernels do for the functions
 # whose 16-lane libmvec function is less accurate (and for the composites built on them)
-# (and erf, which they called so before ember had its own)
-IN_HALVES = {name[:-1] for name in _IN_HALVES.get(16, ())} | {"erf"}
+# (and erf and tanh, which they called so before ember had its own)
+IN_HALVES = {name[:-1] for name in _IN_HALVES.get(16, ())} | {"erf", "tanh"}
 # ember's own vector functions (its C++ prelude), as expressions of x
-OWN = {"exp": "ember_vexpf(x)", "sigmoid": "ember_vsigmoidf(x)", "erf": "ember_verf(x)",
-       "gelu": "x * 0.5f * (1.0f + ember_verf(x * 0.70710678118654752f))"}
+# (erf and tanh under names of their own: at a width where the prelude's `ember_vtanh` is libmvec's, ember's is
+# measured still)
+OWN = {"exp": "ember_vexpf(x)", "sigmoid": "ember_vsigmoidf(x)", "erf": "ember_bench_own_erf(x)",
+       "tanh": "ember_bench_own_tanh(x)", "gelu": "x * 0.5f * (1.0f + ember_bench_own_erf(x * 0.70710678118654752f))"}
 
 PROGRAM = r"""
 #include <immintrin.h>
@@ -166,9 +168,12 @@ def own_unit() -> str:
     """ember's prelude and a called (not inlined) entry per own function and lane count, in a unit of its own: the
     prelude declares its own basic types, which the standard headers would clash with. Out of line, as libmvec's and
     Sleef's are (in a kernel ember's are inlined)."""
-    entries = [f'extern "C" ember_f32x{lanes} {own_name(fn, lanes)}(ember_f32x{lanes} x) {{ return {own}; }}'
-               for fn, own in OWN.items() for lanes in vector_lanes() if lanes in (8, 16)]
-    return prelude() + "\n" + "\n".join(entries) + "\n"
+    widths = [lanes for lanes in vector_lanes() if lanes in (8, 16)]
+    own = [f(lanes, f"ember_bench_own_{fn}") for lanes in widths
+           for fn, f in (("erf", _own_math.vector_erf), ("tanh", _own_math.vector_tanh))]
+    entries = [f'extern "C" ember_f32x{lanes} {own_name(fn, lanes)}(ember_f32x{lanes} x) {{ return {call}; }}'
+               for fn, call in OWN.items() for lanes in widths]
+    return prelude() + "\n" + "\n".join(own + entries) + "\n"
 
 
 def vector_call(impl: str, isa: str, fn: str) -> str:

@@ -8,9 +8,9 @@ Every vector width the build can take on this CPU is tested (`WIDTHS`): its nati
 
 The stated accuracy (`ULPS`) is the largest distance in units in the last place from the exact result (torch's in
 float64, rounded to float32; torch's own float32 kernels differ from it too: sinh and cosh overflow to inf from
-88.72 where the exact value is finite up to 89.4): exp, sigmoid and erf are ember's (`ember_vexpf`, `_erf.py`:
-erf within 1 ulp), the other libm functions libmvec's (glibc states 4 ulp) or Sleef's, the rest exact. NaN must
-come out where the reference has it, infinities equal."""
+88.72 where the exact value is finite up to 89.4): exp, sigmoid, erf and (with 16 lanes) tanh are ember's
+(`ember_vexpf`, `_own_math.py`: erf and tanh within 1 ulp), the other libm functions libmvec's (glibc states 4 ulp)
+or Sleef's, the rest exact. NaN must come out where the reference has it, infinities equal."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from helpers import compile_fn
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
 
 ULPS = {
-    "exp": 2, "sigmoid": 2, "tanh": 4, "erf": 1, "erfc": 5, "sin": 4, "cos": 4, "tan": 5, "log": 4, "log2": 4,
+    "exp": 2, "sigmoid": 2, "tanh": 1, "erf": 1, "erfc": 5, "sin": 4, "cos": 4, "tan": 5, "log": 4, "log2": 4,
     "log10": 4, "log1p": 4, "expm1": 4, "exp2": 4, "asin": 4, "acos": 4, "atan": 4, "sinh": 4, "cosh": 4,
     "asinh": 4, "acosh": 4, "atanh": 4, "sqrt": 0, "rsqrt": 1, "abs": 0, "floor": 0, "ceil": 0, "round": 0,
     "trunc": 0, "reciprocal": 0, "neg": 0,
@@ -215,17 +215,23 @@ def test_sleef_serves_the_functions_it_was_chosen_for():
     torch.testing.assert_close(out, torch.log(x))
 
 
-def test_erf_is_within_an_ulp_over_a_dense_sample_and_the_same_at_every_width():
-    """ember's own erf (`_erf.py`) on every 61st float32 of [0, 4.5) and their negatives (its tables cover [0, 4);
-    above, 1): within one ulp of the exact result (0.76 measured over every float32, `tools/fit_erf.py`'s check),
-    and, with 16 lanes, bit for bit what the 8-lane kernels compute (one table, two registers)."""
-    top = int(torch.tensor(4.5).view(torch.int32))
-    x = torch.arange(0, top, 61, dtype=torch.int32).view(torch.float32)
+@pytest.mark.parametrize("name, top", [("erf", 4.5), ("tanh", 10.0)])
+def test_own_functions_are_within_an_ulp_over_a_dense_sample_and_the_same_at_every_width(name, top):
+    """ember's own erf and tanh (`_own_math.py`) on every 61st float32 of [0, top) and their negatives (the tables
+    cover [0, 4) and [0, 2)): within one ulp of the exact result (`tools/fit_vector_math.py --check` measures every
+    float32), and, where both widths use ember's, with 16 lanes bit for bit what the 8-lane kernels compute (one
+    table, two registers; tanh is libmvec's with 8 lanes, faster there)."""
+    from ember_codegen_cpp._vector_prelude import OWN
+
+    x = torch.arange(0, int(torch.tensor(top).view(torch.int32)), 61, dtype=torch.int32).view(torch.float32)
     x = torch.cat([x, -x])
-    want = torch.erf(x.double()).float()
+    fn = getattr(torch, name)
+    want = fn(x.double()).float()
     results = {}
     for lanes, codegen in WIDTHS.items():
-        got = compile_fn(torch.erf, x, codegen=codegen)([x])[0]
+        if lanes not in OWN[f"{name}f"][0]:
+            continue
+        got = compile_fn(fn, x, codegen=codegen)([x])[0]
         worst = int(ulp_distance(got, want).max())
         assert worst <= 1, f"{lanes} lanes: {worst} ulp at x={x[ulp_distance(got, want) == worst][:3].tolist()}"
         assert torch.equal(torch.signbit(got), torch.signbit(x))
@@ -234,20 +240,22 @@ def test_erf_is_within_an_ulp_over_a_dense_sample_and_the_same_at_every_width():
         assert torch.equal(results[16].view(torch.int32), results[8].view(torch.int32))
 
 
-def test_erf_tables_hold_what_the_method_needs():
+@pytest.mark.parametrize("name", ["erf", "tanh"])
+def test_own_tables_hold_what_the_method_needs(name):
     """Each interval's center c is a float32 inside it, within a factor 2 of every argument there (so x - c is
-    exact), and its base is erf(c) rounded to float32, off by at most 1e-3 ulp (the sum has no low part)."""
+    exact), and its base is f(c) rounded to float32, off by at most 1e-3 ulp (the sum has no low part)."""
     import math
 
-    from ember_codegen_cpp import _erf
+    from ember_codegen_cpp import _own_math
 
-    assert _erf.CENTERS[0] == _erf.BASES[0] == 0.0
-    assert len(_erf.CENTERS) == len(_erf.BASES) == 16 and all(len(row) == 16 for row in _erf.COEFFICIENTS)
+    tables, exact = {"erf": (_own_math.ERF, math.erf), "tanh": (_own_math.TANH, math.tanh)}[name]
+    assert tables.centers[0] == tables.bases[0] == 0.0
+    assert len(tables.centers) == len(tables.bases) == 16 and all(len(row) == 16 for row in tables.coefficients)
     f32 = lambda v: float(torch.tensor(v, dtype=torch.float32))  # noqa: E731
     for i in range(1, 16):
-        c, b = _erf.CENTERS[i], _erf.BASES[i]
-        low, high = i / 4, (i + 1) / 4
+        c, b = tables.centers[i], tables.bases[i]
+        low, high = i * tables.width, (i + 1) * tables.width
         assert f32(c) == c and low <= c < high and c / 2 <= low and high <= 2 * c, (i, c)
         ulp = float(torch.nextafter(torch.tensor(b), torch.tensor(2.0))) - b
-        assert f32(math.erf(c)) == b and abs(math.erf(c) - b) <= 1e-3 * ulp, (i, c, b)
-    assert all(f32(v) == v for row in _erf.COEFFICIENTS for v in row)
+        assert f32(exact(c)) == b and abs(exact(c) - b) <= 1e-3 * ulp, (i, c, b)
+    assert all(f32(v) == v for row in tables.coefficients for v in row)

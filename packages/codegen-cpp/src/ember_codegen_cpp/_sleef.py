@@ -11,10 +11,11 @@ ns an element against 0.21 and 0.26 on an AMD EPYC with AVX-512): they choose th
 at once, so one value's result depends on the values beside it, and a value recomputed elsewhere (the backward
 recomputes forward values; a scalar tail computes lane 0 of a splat) can come out an ulp apart
 (`tests/test_vector_math.py`, bit for bit in lanes and tail).
-Everywhere else libmvec (or ember's own exp, sigmoid and erf: `_erf.py`) is as accurate as eager and the fastest
-that is: tanh, sin and cos (2 ulp against eager's 3.5-ulp functions), at worst and in RMS error (within 1.5x
-eager's); with 16 lanes, tanh, cosh and exp2 as two calls of libmvec's 8-lane function
-(`_vector_prelude.IN_HALVES`: its 16-lane tanh is off by an ulp in 38% of [-10, 10], eager's in 0.1%). Exceptions,
+Everywhere else libmvec (or ember's own exp, sigmoid, erf and 16-lane tanh: `_own_math.py`) is as accurate as eager
+and the fastest that is: 8-lane tanh, sin and cos (2 ulp against eager's 3.5-ulp functions), at worst and in RMS
+error (within 1.5x eager's); with 16 lanes, cosh and exp2 as two calls of libmvec's 8-lane function
+(`_vector_prelude.IN_HALVES`: its 16-lane tanh is off by an ulp in 38% of [-10, 10], eager's in 0.1%; cosh and
+exp2 likewise more often). Exceptions,
 2 ulp against eager's 1: asinh, acosh and cosh, whose Sleef functions overflow early (inf from 1.8e19 and from
 88.75, where the results are finite).
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import string
 
-from . import _erf
+from . import _own_math
 from ._libm import LIBM, vector_libm
 from ._sleef import sleef_functions
 
@@ -236,11 +236,11 @@ _ISA_BY_LANES = {4: "b", 8: "d", 16: "e"}
 # function is less accurate than its 8-lane one: tanhf, coshf and exp2f (as close at worst, but off by an ulp far
 # more often: in [-10, 10] tanhf's RMS error is 0.45 ulp against 0.29 for the 8-lane one and 0.28 for eager's, and
 # a gradient through it came out 5x as far from float64's as eager's). Two 8-lane calls cost more (AMD EPYC Zen 5,
-# `benchmarks/vector_math.py`, "libmvec 2x8"): tanh 0.55 ns an element against 0.19, still faster than eager's Sleef
-# (0.92).
-IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"tanhf", "coshf", "exp2f"})}
-# float32 libm functions ember computes itself at the lanes its code serves: name → its C++ at those lanes
-OWN = {"erff": (_erf.LANES, _erf.vector_erf)}
+# `benchmarks/vector_math.py`, "libmvec 2x8": tanh 0.55 ns an element against 0.19); ember's own tanh serves 16
+# lanes now (0.38 ns; with 8 lanes libmvec's is faster, 0.53 against 0.71, and as accurate).
+IN_HALVES: dict[int, frozenset[str]] = {16: frozenset({"coshf", "exp2f"})}
+# float32 libm functions ember computes itself: name → (the lanes it serves, its C++ at those lanes)
+OWN = {"erff": (_own_math.LANES, _own_math.vector_erf), "tanhf": ((16,), _own_math.vector_tanh)}
 
 
 def _float_implementation(fname: str, lanes: int, simd: frozenset[str]) -> str:
@@ -282,11 +282,11 @@ def scalar_layer(lanes: int) -> str:
 
 def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
     """`ember_v<name>` for every libm function and both float widths at `lanes`: float32 is ember's own where it
-    has one (`OWN`: erf at 8 and 16 lanes), else calls Sleef's function where libmvec's is less accurate than
-    eager's or slower (`_sleef.py`), else libmvec's variant of that width by its vector-ABI name where glibc has it
-    (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp), or its variant of half the lanes twice (`IN_HALVES`); any other
-    runs the scalar function lane by lane."""
-    out = []
+    has one (`OWN`: erf at 8 and 16 lanes, tanh at 16), else calls Sleef's function where libmvec's is less accurate
+    than eager's or slower (`_sleef.py`), else libmvec's variant of that width by its vector-ABI name where glibc has
+    it (`_ZGVeN16v_sinf`, glibc's stated bound: 4 ulp), or its variant of half the lanes twice (`IN_HALVES`); any
+    other runs the scalar function lane by lane."""
+    out = [_own_math.lookup(lanes)] if any(lanes in own_lanes for own_lanes, _ in OWN.values()) else []
     for name, arity in LIBM.items():
         params = ", ".join(f"V {a}" for a in "ab"[:arity])
         for fname, ctype, vt in ((name + "f", "float", "ember_f32x$L"), (name, "double", "ember_f64x$L")):

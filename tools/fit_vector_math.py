@@ -1,18 +1,22 @@
-"""Fit the tables of ember's own float32 vector erf (`ember_codegen_cpp._erf`) and print them as Python.
+"""Fit the tables of ember's own float32 vector erf and tanh (`ember_codegen_cpp._own_math`) and print them as
+Python, or check the prelude's functions against every float32.
 
-[0, 4) is cut into 16 intervals of width 1/4 (erf(x) rounds to 1 in float32 from x = 3.92). On interval i >= 1
-erf(x) = b_i + t q_i(t), with t = x - c_i and q_i a polynomial of degree 5; c_i is a float32 near the interval's
-middle whose erf is within 1e-4 ulp of a float32, b_i, so that the sum needs no low part and rounds once (an fma).
-On interval 0 erf(t) = t + t q_0(t): the base is t itself, so small arguments keep their relative accuracy.
+[0, 16 w) is cut into 16 intervals of width w (erf: 1/4, erf(x) rounding to 1 in float32 from x = 3.92; tanh: 1/8).
+On interval i >= 1 f(x) = b_i + t q_i(t), with t = x - c_i and q_i a polynomial (erf: degree 5, tanh: 4); c_i is a
+float32 near the interval's middle whose f is within 1e-4 ulp of a float32, b_i, so that the sum needs no low part
+and rounds once (an fma). On interval 0 f(t) = t + t q_0(t): the base is t itself, so small arguments keep their
+relative accuracy.
 
 Each q_i is fitted to weighted minimax (Lawson's iteration of least squares) in ulps of the float32 result, its
 coefficients rounded to float32 from the lowest up, each rounding followed by a refit of the higher ones.
 
-Needs numpy and mpmath (which torch's sympy brings). Usage: python tools/fit_erf.py > /tmp/tables.py
+Needs numpy and mpmath (which torch's sympy brings).
+Usage: python tools/fit_vector_math.py erf|tanh > /tmp/tables.py
 
-`--check` instead builds the prelude's `ember_verf` (g++, the kernels' flags) and compares it with double erf on
-every float32 of [0, 4.5) at 16 and 8 lanes: the largest error in ulp, how many are not correctly rounded, and
-whether the two widths agree bit for bit (about 10 s a width on an AMD Zen 5).
+`--check erf|tanh` instead builds the prelude's `ember_verf` or `ember_vtanh` (g++, the kernels' flags) and compares
+it with the double function on every float32 of [0, 4.5) (erf) or [0, 10) (tanh: 1 from 9.01) at 16 and 8 lanes:
+the largest error in ulp, how many are not correctly rounded, and whether the two widths agree bit for bit (10-20 s
+a function on an AMD Zen 5). Exit status 1 when a result is over one ulp or the widths differ.
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ from pathlib import Path
 import mpmath
 import numpy as np
 
-INTERVALS, WIDTH, DEGREE = 16, 0.25, 6
+INTERVALS = 16
+# function → (its exact value in mpmath, in double, the intervals' width, the degree of t q_i(t), the checked range)
+FUNCTIONS = {"erf": (mpmath.erf, math.erf, 0.25, 6, 4.5), "tanh": (mpmath.tanh, math.tanh, 0.125, 5, 10.0)}
 mpmath.mp.prec = 80
+EXACT, DOUBLE, WIDTH, DEGREE, _ = FUNCTIONS["erf"]  # the function being fitted (`main` sets it)
 
 
-def exact_erf(x: np.ndarray) -> np.ndarray:
-    return np.array([float(mpmath.erf(v)) for v in x])
+def exact(x: np.ndarray) -> np.ndarray:
+    return np.array([float(EXACT(v)) for v in x])
 
 
 def ulp32(y: np.ndarray) -> np.ndarray:
@@ -50,13 +57,13 @@ def lawson(basis: np.ndarray, target: np.ndarray, weight: np.ndarray, rounds: in
 
 
 def center(i: int) -> float:
-    """The float32 nearest the middle of interval i (on a grid of 7 ulps) whose erf is closest to a float32."""
+    """The float32 nearest the middle of interval i (on a grid of 7 ulps) whose f is closest to a float32."""
     mid = np.float32((i + 0.5) * WIDTH)
     step = float(np.spacing(mid)) * 7
     best = (1.0, float(mid))
     for k in range(200000):
         c = float(mid) + (k // 2 + 1) * (1 if k % 2 else -1) * step
-        e = math.erf(c)
+        e = DOUBLE(c)
         off = abs(e - float(np.float32(e))) / float(np.spacing(np.float32(e)))
         best = min(best, (off, c))
         if off < 1e-4:
@@ -68,13 +75,13 @@ def fit(i: int) -> tuple[float, float, list[float], float]:
     if i == 0:
         t = np.concatenate([np.linspace(WIDTH * 1e-4, WIDTH, 1500), WIDTH * np.geomspace(1e-8, 1e-4, 200)])
         c = b = 0.0
-        f = exact_erf(t)
+        f = exact(t)
         rest = f - t
     else:
         c = center(i)
         t = np.linspace(i * WIDTH - c, (i + 1) * WIDTH - c, 1500)
-        f = exact_erf(c + t)
-        b = float(np.float32(float(mpmath.erf(c))))
+        f = exact(c + t)
+        b = float(np.float32(float(EXACT(c))))
         rest = f - b
     weight = 1 / ulp32(f)
     fixed: list[float] = []
@@ -94,10 +101,10 @@ CHECK = r"""
 #include <cstring>
 typedef float V16 __attribute__((vector_size(64)));
 typedef float V8 __attribute__((vector_size(32)));
-extern "C" V16 erf16(V16);
-extern "C" V8 erf8(V8);
+extern "C" V16 f16(V16);
+extern "C" V8 f8(V8);
 int main() {
-  float top = 4.5f;
+  float top = TOP;
   uint32_t end;
   std::memcpy(&end, &top, 4);
   double worst = 0, at = 0;
@@ -105,12 +112,12 @@ int main() {
   for (uint32_t b = 0; b < end; b += 16) {
     float in[16], wide[16], narrow[16];
     for (int l = 0; l < 16; ++l) { uint32_t u = b + l; std::memcpy(&in[l], &u, 4); }
-    V16 x; std::memcpy(&x, in, 64); V16 r = erf16(x); std::memcpy(wide, &r, 64);
+    V16 x; std::memcpy(&x, in, 64); V16 r = f16(x); std::memcpy(wide, &r, 64);
     for (int h = 0; h < 2; ++h) {
-      V8 y; std::memcpy(&y, in + 8 * h, 32); V8 s = erf8(y); std::memcpy(narrow + 8 * h, &s, 32);
+      V8 y; std::memcpy(&y, in + 8 * h, 32); V8 s = f8(y); std::memcpy(narrow + 8 * h, &s, 32);
     }
     for (int l = 0; l < 16; ++l) {
-      double exact = std::erf((double)in[l]);
+      double exact = std::FN((double)in[l]);
       float rounded = (float)exact;
       int e = rounded == 0 ? -149 : std::max(std::ilogb(rounded) - 23, -149);
       double u = std::fabs((double)wide[l] - exact) / std::ldexp(1.0, e);
@@ -120,32 +127,37 @@ int main() {
       ++n;
     }
   }
-  std::printf("%ld float32 values of [0, 4.5): worst %.4f ulp (at %.9g), %ld not correctly rounded (%.2f%%), "
-              "%ld differ between 16 and 8 lanes\n", n, worst, at, misrounded, 100.0 * misrounded / n, differ);
+  std::printf("%ld float32 values of [0, %g): worst %.4f ulp (at %.9g), %ld not correctly rounded (%.2f%%), "
+              "%ld differ between 16 and 8 lanes\n", n, top, worst, at, misrounded, 100.0 * misrounded / n, differ);
   return differ != 0 || worst > 1.0;
 }
 """
 
 
-def check() -> int:
+def check(name: str) -> int:
     from ember_codegen_cpp import prelude
     from ember_codegen_cpp._build import FLAGS
 
-    unit = prelude() + "".join(f'extern "C" ember_f32x{n} erf{n}(ember_f32x{n} x) {{ return ember_verf(x); }}\n'
+    unit = prelude() + "".join(f'extern "C" ember_f32x{n} f{n}(ember_f32x{n} x) {{ return ember_v{name}(x); }}\n'
                                for n in (16, 8))
     flags = [f for f in FLAGS if f not in ("-shared", "-fPIC")]
     with tempfile.TemporaryDirectory() as work:
-        (Path(work) / "erf.cpp").write_text(unit)
-        (Path(work) / "check.cpp").write_text(CHECK)
-        subprocess.run(["g++", *flags, "-c", "erf.cpp", "-o", "erf.o"], cwd=work, check=True)
-        subprocess.run(["g++", "-O2", "-march=native", "check.cpp", "erf.o", "-o", "check", "-fopenmp"], cwd=work,
+        (Path(work) / "own.cpp").write_text(unit)
+        (Path(work) / "check.cpp").write_text(CHECK.replace("TOP", f"{FUNCTIONS[name][4]!r}f").replace("FN", name))
+        subprocess.run(["g++", *flags, "-c", "own.cpp", "-o", "own.o"], cwd=work, check=True)
+        subprocess.run(["g++", "-O2", "-march=native", "check.cpp", "own.o", "-o", "check", "-fopenmp"], cwd=work,
                        check=True)
         return subprocess.run([str(Path(work) / "check")]).returncode
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--check"]:
-        sys.exit(check())
+    global EXACT, DOUBLE, WIDTH, DEGREE
+    args = sys.argv[1:]
+    if len(args) == 2 and args[0] == "--check" and args[1] in FUNCTIONS:
+        sys.exit(check(args[1]))
+    if len(args) != 1 or args[0] not in FUNCTIONS:
+        sys.exit(f"usage: python tools/fit_vector_math.py [--check] {'|'.join(FUNCTIONS)}")
+    EXACT, DOUBLE, WIDTH, DEGREE, _ = FUNCTIONS[args[0]]
     rows = [fit(i) for i in range(INTERVALS)]
     print(f"# largest fitting error per interval, ulp: {', '.join(f'{r[3]:.3f}' for r in rows)}")
 
