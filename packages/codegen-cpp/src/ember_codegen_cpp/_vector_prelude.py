@@ -246,7 +246,8 @@ OWN = {"erff": (_own_math.LANES, _own_math.vector_erf), "tanhf": ((16,), _own_ma
 def _float_implementation(fname: str, lanes: int, simd: frozenset[str]) -> str:
     """Which function `ember_v<name>` of float32 lanes calls at `lanes`: "own" (ember's, `OWN`), "sleef", "halves"
     (libmvec's variant of half the lanes, twice), "libmvec", or "scalar" (the libm function lane by lane)."""
-    if lanes in OWN.get(fname, ((),))[0]:
+    own_lanes, _ = OWN.get(fname, ((), None))
+    if lanes in own_lanes:
         return "own"
     if fname in sleef_functions(lanes):
         return "sleef"
