@@ -55,8 +55,9 @@ def kernel_variants(kernel: Kernel, outer_contiguous: bool, wide_vectors: bool) 
 def _calls_libm(kernel: Kernel) -> bool:
     """Whether the kernel calls a libm function (tanh, sin, pow ...). Such a kernel keeps the native vector width:
     libmvec's 8- and 16-lane forms of a function are different code (asinh and acosh differ by an ulp at some
-    values; tanh, cosh and exp2 call the 8-lane form at both widths), and a value the backward recomputes must come
-    out with the bits the forward's kernel gave it (a max's gradient compares the two)."""
+    values; cosh and exp2 call the 8-lane form at both widths; tanh is ember's with 16 lanes and libmvec's with 8),
+    and a value the backward recomputes must come out with the bits the forward's kernel gave it (a max's gradient
+    compares the two)."""
     return any(i.op in LIBM_OPS or i.op is Op.POW for s in kernel.body
                for i in (s.body if isinstance(s, Loop) else (s,)))
 
