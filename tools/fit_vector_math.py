@@ -13,7 +13,7 @@ coefficients rounded to float32 from the lowest up, each rounding followed by a 
 Needs numpy and mpmath (which torch's sympy brings).
 Usage: python tools/fit_vector_math.py erf|tanh > /tmp/tables.py
 
-`--check erf|tanh` instead builds the prelude's `ember_verf` or `ember_vtanh` (g++, the kernels' flags) and compares
+`--check erf|tanh` instead builds ember's erf or tanh (`_own_math`, g++, the kernels' flags) and compares
 it with the double function on every float32 of [0, 4.5) (erf) or [0, 10) (tanh: 1 from 9.01) at 16 and 8 lanes:
 the largest error in ulp, how many are not correctly rounded, and whether the two widths agree bit for bit (10-20 s
 a function on an AMD Zen 5). Exit status 1 when a result is over one ulp or the widths differ.
@@ -25,20 +25,26 @@ import math
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import mpmath
 import numpy as np
 
 INTERVALS = 16
-# function → (its exact value in mpmath, in double, the intervals' width, the degree of t q_i(t), the checked range)
-FUNCTIONS = {"erf": (mpmath.erf, math.erf, 0.25, 6, 4.5), "tanh": (mpmath.tanh, math.tanh, 0.125, 5, 10.0)}
 mpmath.mp.prec = 80
-EXACT, DOUBLE, WIDTH, DEGREE, _ = FUNCTIONS["erf"]  # the function being fitted (`main` sets it)
 
 
-def exact(x: np.ndarray) -> np.ndarray:
-    return np.array([float(EXACT(v)) for v in x])
+class Spec(NamedTuple):
+    exact: Callable  # mpmath's function
+    double: Callable  # math's
+    width: float  # of each interval
+    degree: int  # of t q_i(t)
+    top: float  # `--check` covers [0, top)
+
+
+FUNCTIONS = {"erf": Spec(mpmath.erf, math.erf, 0.25, 6, 4.5), "tanh": Spec(mpmath.tanh, math.tanh, 0.125, 5, 10.0)}
 
 
 def ulp32(y: np.ndarray) -> np.ndarray:
@@ -56,14 +62,14 @@ def lawson(basis: np.ndarray, target: np.ndarray, weight: np.ndarray, rounds: in
     return coef
 
 
-def center(i: int) -> float:
+def center(spec: Spec, i: int) -> float:
     """The float32 nearest the middle of interval i (on a grid of 7 ulps) whose f is closest to a float32."""
-    mid = np.float32((i + 0.5) * WIDTH)
+    mid = np.float32((i + 0.5) * spec.width)
     step = float(np.spacing(mid)) * 7
     best = (1.0, float(mid))
     for k in range(200000):
         c = float(mid) + (k // 2 + 1) * (1 if k % 2 else -1) * step
-        e = DOUBLE(c)
+        e = spec.double(c)
         off = abs(e - float(np.float32(e))) / float(np.spacing(np.float32(e)))
         best = min(best, (off, c))
         if off < 1e-4:
@@ -71,23 +77,25 @@ def center(i: int) -> float:
     return best[1]
 
 
-def fit(i: int) -> tuple[float, float, list[float], float]:
+def fit(spec: Spec, i: int) -> tuple[float, float, list[float], float]:
+    width, degree = spec.width, spec.degree
+    exact = np.vectorize(lambda v: float(spec.exact(v)))
     if i == 0:
-        t = np.concatenate([np.linspace(WIDTH * 1e-4, WIDTH, 1500), WIDTH * np.geomspace(1e-8, 1e-4, 200)])
+        t = np.concatenate([np.linspace(width * 1e-4, width, 1500), width * np.geomspace(1e-8, 1e-4, 200)])
         c = b = 0.0
         f = exact(t)
         rest = f - t
     else:
-        c = center(i)
-        t = np.linspace(i * WIDTH - c, (i + 1) * WIDTH - c, 1500)
+        c = center(spec, i)
+        t = np.linspace(i * width - c, (i + 1) * width - c, 1500)
         f = exact(c + t)
-        b = float(np.float32(float(EXACT(c))))
+        b = float(np.float32(float(spec.exact(c))))
         rest = f - b
     weight = 1 / ulp32(f)
     fixed: list[float] = []
-    for k in range(1, DEGREE + 1):
+    for k in range(1, degree + 1):
         done = sum(v * t ** (j + 1) for j, v in enumerate(fixed))
-        basis = np.stack([t ** p for p in range(k, DEGREE + 1)], 1)
+        basis = np.stack([t ** p for p in range(k, degree + 1)], 1)
         fixed.append(float(np.float32(lawson(basis, rest - done, weight)[0])))
     err = float((np.abs(sum(v * t ** (j + 1) for j, v in enumerate(fixed)) - rest) * weight).max())
     return c, b, fixed, err
@@ -135,15 +143,18 @@ int main() {
 
 
 def check(name: str) -> int:
-    from ember_codegen_cpp import prelude
+    from ember_codegen_cpp import _own_math, prelude
     from ember_codegen_cpp._build import FLAGS
 
-    unit = prelude() + "".join(f'extern "C" ember_f32x{n} f{n}(ember_f32x{n} x) {{ return ember_v{name}(x); }}\n'
-                               for n in (16, 8))
+    # ember's function itself at both widths, under a name of its own: the prelude's `ember_v<name>` at a width may
+    # be another's (8-lane tanh is libmvec's)
+    own = getattr(_own_math, f"vector_{name}")
+    unit = prelude() + "".join(f'{own(n, "checked")}\nextern "C" ember_f32x{n} f{n}(ember_f32x{n} x) '
+                               f'{{ return checked(x); }}\n' for n in (16, 8))
     flags = [f for f in FLAGS if f not in ("-shared", "-fPIC")]
     with tempfile.TemporaryDirectory() as work:
         (Path(work) / "own.cpp").write_text(unit)
-        (Path(work) / "check.cpp").write_text(CHECK.replace("TOP", f"{FUNCTIONS[name][4]!r}f").replace("FN", name))
+        (Path(work) / "check.cpp").write_text(CHECK.replace("TOP", f"{FUNCTIONS[name].top!r}f").replace("FN", name))
         subprocess.run(["g++", *flags, "-c", "own.cpp", "-o", "own.o"], cwd=work, check=True)
         subprocess.run(["g++", "-O2", "-march=native", "check.cpp", "own.o", "-o", "check", "-fopenmp"], cwd=work,
                        check=True)
@@ -151,14 +162,13 @@ def check(name: str) -> int:
 
 
 def main() -> None:
-    global EXACT, DOUBLE, WIDTH, DEGREE
     args = sys.argv[1:]
     if len(args) == 2 and args[0] == "--check" and args[1] in FUNCTIONS:
         sys.exit(check(args[1]))
     if len(args) != 1 or args[0] not in FUNCTIONS:
         sys.exit(f"usage: python tools/fit_vector_math.py [--check] {'|'.join(FUNCTIONS)}")
-    EXACT, DOUBLE, WIDTH, DEGREE, _ = FUNCTIONS[args[0]]
-    rows = [fit(i) for i in range(INTERVALS)]
+    spec = FUNCTIONS[args[0]]
+    rows = [fit(spec, i) for i in range(INTERVALS)]
     print(f"# largest fitting error per interval, ulp: {', '.join(f'{r[3]:.3f}' for r in rows)}")
 
     def table(values) -> str:
@@ -167,7 +177,7 @@ def main() -> None:
     print(f"CENTERS = {table(r[0] for r in rows)}")
     print(f"BASES = {table(r[1] for r in rows)}")
     print("COEFFICIENTS = (")
-    for k in range(DEGREE):
+    for k in range(spec.degree):
         print(f"    {table(r[2][k] for r in rows)},")
     print(")")
 
