@@ -430,6 +430,25 @@ def test_a_reduction_of_another_reductions_result_waits_for_it(frontend, dynamic
                 torch.testing.assert_close(x_ember.grad, x_eager.grad)
 
 
+SLICES_FROM_BEFORE_THE_START = {
+    "last_three": lambda x: x[:, -3:].sin(),
+    "from_minus_five_to_the_last": lambda x: x[:, -5:-1].exp(),
+    "every_second_from_minus_nine": lambda x: x[:, -9::2] * 3,
+}
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("name", list(SLICES_FROM_BEFORE_THE_START))
+def test_a_slice_starting_before_the_dim_begins_gets_eagers_gradient(frontend, name, dynamic):
+    """`x[:, -3:]` of a dim of 2 is the whole dim: its gradient's slice_scatter started writing at -1 (the start
+    counted from the end but not clamped at 0, as the forward's slice was): the gradient came out shifted by a
+    column, with no error, at static and symbolic sizes alike."""
+    fn = SLICES_FROM_BEFORE_THE_START[name]
+    compiled = ember.compile(fn, dynamic=dynamic, options={"frontend": frontend})
+    for cols in (2, 3, 4, 7):
+        assert_same_value_and_grad(fn, compiled, torch.randn(4, cols), where=f"{cols} columns")
+
+
 def test_cnn_and_gpt_train_with_each_partitioner(frontend, partition):
     cnn = SmallCNN()
     assert_same_training_step(cnn, compile_for_training(cnn, frontend, partition),

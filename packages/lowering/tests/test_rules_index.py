@@ -47,6 +47,16 @@ def test_slice_and_select_scatter():
                            torch.select_scatter(x, r[0], 0, -1)), X, torch.randn(5, 2), torch.randn(1, 6))
 
 
+def test_slice_scatter_with_a_start_before_the_dim_begins():
+    """A negative start further back than the dim is long counts from the dim's first element, as slicing does
+    (`x[:, -3:]` of 2 columns is both): autograd writes such a slice's gradient with that start."""
+    check(lambda x, s, t: (torch.slice_scatter(x, s, 1, -9, 2**62), torch.slice_scatter(x, t, 1, -8, -1),
+                           torch.slice_scatter(x, t[:, :2], 1, -20, 4, 3)),
+          X, torch.randn(5, 6), torch.randn(5, 5))
+    check(lambda x, s: torch.slice_scatter(torch.zeros_like(x), s, 1, -3, 2**62) * 2, torch.randn(4, 2),
+          torch.randn(4, 2))
+
+
 def test_factories():
     check(lambda x: (torch.arange(7), torch.arange(2, 11, 3), torch.arange(0.5, 3, 0.25), torch.zeros_like(x),
                      torch.ones_like(x, dtype=torch.int64), torch.full((2, 3), 1.5), torch.full((2,), True),

@@ -140,6 +140,16 @@ class LoweringContext:
             return True
         raise Unsupported(f"the sign of index {index} is not known from its symbols' ranges")
 
+    def slice_start(self, start: Any, size: Any) -> Any:
+        """Where a slice (or its scatter) of a dim of `size` begins, as ATen takes `start`: a negative one counts from
+        the end and stops at the first element (`x[:, -3:]` of 2 columns is both). A start past the end makes an
+        empty slice, which nothing reads or writes, so it stays as it is."""
+        start = to_expr(0 if start is None else start)
+        if not self.from_end(start, size):
+            return start
+        start = start + to_expr(size)
+        return max(start, ZERO) if start.is_number else sympy.Max(start, 0)
+
     def _interval(self, expr: Any) -> tuple[Any, Any]:
         """Bounds of a linear expression over graph symbols from their declared ranges (None: unbounded)."""
         if expr.is_number:

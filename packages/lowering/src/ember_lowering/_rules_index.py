@@ -172,10 +172,8 @@ def _slice_scatter(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     x, src = ctx.tensor(a["self"]), ctx.tensor(a["src"])
     shape, dtype = _out(ctx, node)
     d = a.get("dim", 0) % x.rank
-    start = to_expr(ctx.scalar(a.get("start")) or 0)
+    start = ctx.slice_start(ctx.scalar(a.get("start")), x.shape[d])
     step = to_expr(ctx.scalar(a.get("step")) or 1)
-    if ctx.from_end(start, x.shape[d]):
-        start = start + x.shape[d]
     if start == 0 and step == 1 and to_expr(src.shape[d]) == to_expr(x.shape[d]):
         # the source covers the whole dim (a gradient written into zeros): the result is the source, with no
         # position test (a masked load keeps its value from being forwarded and its loop from folding)

@@ -123,11 +123,7 @@ def _squeeze(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
 def _slice(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     x = ctx.tensor(a["self"])
     d = _norm(a["dim"], x.rank)
-    start, step = ctx.scalar(a.get("start")), ctx.scalar(a.get("step")) or 1
-    start = to_expr(0 if start is None else start)
-    if ctx.from_end(start, x.shape[d]):  # else a start past the end gives an empty view: nothing reads it
-        start = start + x.shape[d]
-        start = sympy.Max(start, 0) if not start.is_number else max(start, ZERO)
+    start, step = ctx.slice_start(ctx.scalar(a.get("start")), x.shape[d]), ctx.scalar(a.get("step")) or 1
     shape = ctx.shape_of(node.outputs[0])
     return x.view(shape, lambda v: [start + step * v[k] if k == d else v[k] for k in range(x.rank)])
 
