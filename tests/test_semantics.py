@@ -236,6 +236,23 @@ def test_integer_and_boolean_tensors(frontend, dtype):
         torch.testing.assert_close(got, want)
 
 
+ZERO_BOUND_CLAMPS = {
+    "relu": F.relu, "relu6": F.relu6, "clamp_min": lambda x: x.clamp_min(0), "clamp": lambda x: x.clamp(0, 1),
+    "clamp_max": lambda x: x.clamp_max(-0.0), "clamp_tensor": lambda x: x.clamp(torch.zeros(()), torch.zeros(())),
+}
+
+
+@pytest.mark.parametrize("name", list(ZERO_BOUND_CLAMPS))
+def test_a_clamp_at_zero_keeps_a_zeros_sign_and_a_nan_as_eager(frontend, name):
+    """relu(-0.0) is -0.0 in eager (a clamp keeps x where x equals its bound): kernels took the bound (+0.0), so
+    `1 / relu(x)` gave +inf where eager gives -inf. 40 elements: vector lanes and a scalar tail."""
+    fn = ZERO_BOUND_CLAMPS[name]
+    x = torch.tensor([-0.0, 0.0, float("nan"), -1.0, 2.0] * 8 + [-0.0, 0.0, 0.5])
+    for dtype in (torch.float32, torch.float64):
+        got, want = compile_with(frontend, lambda x: 1 / fn(x))(x.to(dtype)), 1 / fn(x.to(dtype))
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
 def test_bfloat16_forward_and_backward(frontend):
     def f(x, w):
         return F.silu(x @ w).sum()

@@ -144,10 +144,12 @@ def _pow(b: KernelBuilder, x: Val, y: Val, a: dict) -> Val:
 
 
 def _clamp(b: KernelBuilder, x: Val, lo: Val | None, hi: Val | None, a: dict) -> Val:
+    """x limited to [lo, hi], NaN (of x or a bound) kept. Where x equals a bound it stays x, as in eager
+    (`relu(-0.0)` is -0.0): maximum and minimum give their second operand on a tie, so x goes second."""
     if lo is not None:
-        x = b.maximum(x, lo)
+        x = b.maximum(lo, x)
     if hi is not None:
-        x = b.minimum(x, hi)
+        x = b.minimum(hi, x)
     return x
 
 
@@ -307,9 +309,9 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
         elementwise(("condition", "self", "other"), _where, keep=("condition",)))
     add(["aten.clamp.default", "aten.clamp.Tensor"], elementwise(("self", "min", "max"), _clamp))
     add(["aten.clamp_min.default", "aten.clamp_min.Tensor"],
-        elementwise(("self", "min"), lambda b, x, lo, a: b.maximum(x, lo)))
+        elementwise(("self", "min"), lambda b, x, lo, a: _clamp(b, x, lo, None, a)))
     add(["aten.clamp_max.default", "aten.clamp_max.Tensor"],
-        elementwise(("self", "max"), lambda b, x, hi, a: b.minimum(x, hi)))
+        elementwise(("self", "max"), lambda b, x, hi, a: _clamp(b, x, None, hi, a)))
     add(["aten.hardtanh.default"], elementwise(("self", "min_val", "max_val"), _clamp))
     add(["aten.masked_fill.Scalar", "aten.masked_fill.Tensor"],
         elementwise(("mask", "value", "self"), _where, keep=("mask",)))
@@ -320,7 +322,7 @@ def _build_table() -> dict[str, Callable]:  # the whole table, read top to botto
     add(["prims.fma.default"], elementwise(("a", "b", "c"), lambda b, x, y, z, a: x * y + z))
     add(["aten.addcdiv.default"], elementwise(("self", "tensor1", "tensor2"),
                                               lambda b, x, t1, t2, a: x + _scaled(b, t1 / t2, a.get("value"))))
-    add(["aten.relu.default"], elementwise(("self",), lambda b, x, a: b.maximum(x, 0)))
+    add(["aten.relu.default"], elementwise(("self",), lambda b, x, a: _clamp(b, x, 0, None, a)))
     add(["aten.gelu.default"], elementwise(("self",), _gelu))
     add(["aten.silu.default"], elementwise(("self",), lambda b, x, a: x * b.sigmoid(x)))
     add(["aten.leaky_relu.default"], _leaky_relu)
