@@ -181,8 +181,8 @@ def fuzz(session: nox.Session) -> None:
 def training_fuzz(session: nox.Session) -> None:
     """Random small training programs, ember against eager, both against float64 (tests/training_fuzz): 200 seeds in
     each setting (Dynamo, the trace frontend, dynamic shapes, autocast, a bfloat16 model, no_grad, three SGD steps,
-    the backward captured by compiled autograd, a float argument that changes every step), about 10 minutes each on
-    two cores. Arguments
+    the backward captured by compiled autograd, a float argument that changes every step, int arguments at the edges
+    of their ranges, static and dynamic), about 10 minutes each on two cores. Arguments
     go to `python -m tests.training_fuzz run` instead: `nox -s training_fuzz -- --seeds 1000:2000 --dynamic`. Fails
     when a program's compiled loss, output or gradients break the accuracy contract or do not compile."""
     install_siblings(session, [f"packages/{p}" for p in PACKAGES])
@@ -191,7 +191,7 @@ def training_fuzz(session: nox.Session) -> None:
         session.run(*run, *session.posargs)
         return
     settings = ([], ["--frontend", "trace"], ["--dynamic"], ["--autocast"], ["--dtype", "bfloat16"], ["--inference"],
-                ["--steps", "3"], ["--compiled-autograd"], ["--floats"])
+                ["--steps", "3"], ["--compiled-autograd"], ["--floats"], ["--edges"], ["--edges", "--dynamic"])
     for setting in settings:
         session.run(*run, "--seeds", "0:200", *setting)
 

@@ -24,6 +24,10 @@ SETTINGS = {
     # a float argument that changes every step: add's and sub's alpha (14), addmm's beta and alpha (15), pow of it
     # (38) and to it (12), which traced as forms whose formulas ask nothing of it (they ran under eager autograd)
     "floats": (judge.Setting(floats=True), [14, 15, 38, 12]),
+    # slices from before the start (6, 7, 11: their gradients were written off by columns, 10: slice_scatter's
+    # forward too), ends, pads that cut, splits past the width; at a second batch size (8: rows from before the start)
+    "edges": (judge.Setting(edges=True), [7, 10, 11]),
+    "edges dynamic": (judge.Setting(edges=True, dynamic=True), [6, 8]),
 }
 
 

@@ -8,7 +8,9 @@ output or gradients break the accuracy contract (`judge.check`): more than 3x ea
 (`ember_core.testing.too_far`), a non-finite value where eager's is finite or the other way round, a missing
 gradient, a compile error, or (`--dynamic`) a second batch size that disagrees with eager. `--floats` adds steps that
 read a float argument (as an op's alpha, a bound, an exponent, in arithmetic) and changes it every training step,
-so that the frontends make it an input read with `.item()`. A seed names its program: `--seeds 5017:5018 --show`
+so that the frontends make it an input read with `.item()`; `--edges` adds steps that give ops int arguments at
+the edges of their ranges (starts counted from the end and from before the start, splits and shifts past the
+width). A seed names its program: `--seeds 5017:5018 --show`
 prints it.
 
 `tests/test_training_fuzz.py` runs a few seeds in CI; the wide runs are by hand (`nox -s training_fuzz`, or the command

@@ -8,7 +8,7 @@ import sys
 import time
 
 from .judge import Setting, check
-from .programs import generate, with_floats
+from .programs import generate, with_edges, with_floats
 
 
 def _seeds(text: str) -> range:
@@ -32,23 +32,26 @@ def main(argv: list[str] | None = None) -> int:
                      help="ember's backward captured whole at run time (ember.compiled_autograd)")
     run.add_argument("--floats", action="store_true",
                      help="steps that read a float argument, which changes every training step (3 steps at least)")
+    run.add_argument("--edges", action="store_true",
+                     help="steps that give ops int arguments at the edges of their ranges (from the end, past it)")
     run.add_argument("--show", action="store_true", help="print the programs, check nothing")
     run.add_argument("--verbose", action="store_true", help="say which graphs ran eagerly (fallback events)")
     args = parser.parse_args(argv)
 
     setting = Setting(args.frontend, args.codegen, args.dynamic, args.autocast, args.dtype, args.inference,
-                      args.steps, args.compiled_autograd, args.floats)
+                      args.steps, args.compiled_autograd, args.floats, args.edges)
     bad, fell_back, start = 0, 0, time.monotonic()
     for seed in args.seeds:
         program = generate(seed)
+        shown = with_floats(program) if args.floats else program
+        shown = with_edges(shown) if args.edges else shown
         if args.show:
-            print(with_floats(program) if args.floats else program)
+            print(shown)
             continue
         verdict = check(program, setting)
         fell_back += bool(verdict.fallbacks)
         if verdict.findings:
             bad += 1
-            shown = with_floats(program) if args.floats else program
             print("\n".join(map(str, verdict.findings)) + "\n" + str(shown), flush=True)
         if args.verbose and verdict.fallbacks:
             print(f"seed {seed}: fell back: " + "; ".join(sorted(set(verdict.fallbacks))), flush=True)

@@ -13,7 +13,7 @@ import ember
 import torch
 from ember_core.testing import NOISE_ULPS, errors_against, too_far
 
-from .programs import LOSS_WEIGHTS, SCALES, Module, Program, with_floats
+from .programs import LOSS_WEIGHTS, SCALES, Module, Program, with_edges, with_floats
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Setting:
     steps: int = 1  # training steps, an SGD update of the parameters between them (each step compared)
     compiled_autograd: bool = False  # ember's runs' backward captured whole at run time and compiled by ember
     floats: bool = False  # SCALED steps added, the float they read changed every step (at least 3 steps)
+    edges: bool = False  # EDGES steps added: int arguments at the edges of their ranges
 
     def __str__(self) -> str:
         changed = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
@@ -117,6 +118,7 @@ def _check(program: Program, setting: Setting) -> list[Finding]:
     ember.compiled_autograd.reset()
     torch.manual_seed(program.seed)
     program = with_floats(program) if setting.floats else program
+    program = with_edges(program) if setting.edges else program
     dtype = getattr(torch, setting.dtype)
     inputs = program.make_inputs(dtype)
     model = Module(program).to(dtype)

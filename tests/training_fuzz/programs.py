@@ -152,6 +152,32 @@ SCALED: dict[str, Callable] = {
 SCALES = (0.5, 0.75, 1.25, 0.3, 0.9)  # `scale` at each training step under `--floats`
 
 
+# Steps at the edges of ops' int arguments (`--edges`): starts and indices counted from the end and from before the
+# start, steps, shifts, splits and diagonals past the width, pads that cut, bounds that cross. Eager defines each; a
+# lowering that normalizes an argument must do it as ATen does (the gradient of `x[:, -3:]` of 2 columns was written
+# one column off).
+EDGES: dict[str, Callable] = {
+    "slice_from_before_the_start": lambda a, b: torch.cat([b[:, :1], a[:, -(a.shape[1] + 3):-1]], 1),
+    "columns_from_before_the_start": lambda a, b: a[:, -(a.shape[1] + 5):] * b,
+    "rows_from_before_the_start": lambda a, b: a[-(a.shape[0] + 2):] * 2 + b,
+    "slice_scatter_from_before_the_start": lambda a, b: torch.slice_scatter(a, b[:, :2] * 3, 1, -(a.shape[1] + 4), 2),
+    "step_past_the_width": lambda a, b: F.pad(a[:, 1::a.shape[1] + 1].exp(), (0, a.shape[1] - 1)),
+    "narrow_from_the_end": lambda a, b: F.pad(a.narrow(1, -3, 3), (a.shape[1] - 3, 0)),
+    "column_from_the_end": lambda a, b: a[:, -2:-1] * b,
+    "indices_from_the_end": lambda a, b: a[:, [-1, 0, -2]],
+    "roll_past_the_width": lambda a, b: a.roll(a.shape[1] + 2, 1) - a.roll(-1, 0),
+    "diagonals_past_the_width": lambda a, b: a.tril(1 - a.shape[1]) + a.triu(a.shape[1] - 1) + b.tril(a.shape[1] + 1),
+    "pads_that_cut": lambda a, b: F.pad(a, (-2, 2)) + F.pad(b, (1, -1)),
+    "uneven_split": lambda a, b: torch.cat([p * (i + 1) for i, p in enumerate(a.split(3, 1))], 1),
+    "more_chunks_than_columns": lambda a, b: torch.cat([p * (i + 1) for i, p in
+                                                        enumerate(a.chunk(a.shape[1] + 2, 1))], 1),
+    "split_past_the_width": lambda a, b: torch.cat([p * (i + 1) for i, p in
+                                                    enumerate(a.tensor_split([2, a.shape[1] + 4], 1))], 1),
+    "crossed_bounds": lambda a, b: a.clamp(min=0.5, max=-0.5) + b,
+    "window_step_past_the_width": lambda a, b: a.unfold(1, 2, a.shape[1]),
+}
+
+
 def _in_place(kind: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a = a.clone()
     if kind == "mul_":
@@ -251,6 +277,17 @@ def with_floats(program: Program) -> Program:
     return dataclasses.replace(program, steps=tuple(steps))
 
 
+def with_edges(program: Program) -> Program:
+    """The program with two to four `EDGES` steps after its own, drawn from a generator of their own (as
+    `with_floats`: the program of a seed without `--edges` stays what it was)."""
+    rng = random.Random(program.seed * 6007 + 29)
+    steps = list(program.steps)
+    for _ in range(rng.randint(2, 4)):
+        known = program.inputs + len(steps)
+        steps.append(("edge", rng.choice(sorted(EDGES)), rng.randrange(known), rng.randrange(known)))
+    return dataclasses.replace(program, steps=tuple(steps))
+
+
 def fit(x: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     """`x` as a (B, N) tensor: itself, its first B*N elements, or its elements repeated."""
     if x.shape == shape:
@@ -301,6 +338,8 @@ class Module(torch.nn.Module):
                 y = _in_place(name, a, b)
             elif kind == "scaled":
                 y = SCALED[name](self, a, b, scale)
+            elif kind == "edge":
+                y = EDGES[name](a, b)
             else:
                 y = MIXED[name](self, a, b, step[4]).to(a.dtype)
             values.append(fit(y, shape))
