@@ -253,6 +253,56 @@ def test_a_clamp_at_zero_keeps_a_zeros_sign_and_a_nan_as_eager(frontend, name):
         torch.testing.assert_close(got, want, equal_nan=True)
 
 
+def _flex(x):
+    from torch.nn.attention.flex_attention import flex_attention
+    return flex_attention(x[None, None], x[None, None], x[None, None])[0, 0]
+
+
+CONTROL_FLOW = {
+    "cond": (lambda x: torch.cond(x.sum() > 0, lambda t: t.sin() * 2, lambda t: t.cos() - 1, (x,)), True),
+    "while_loop": (lambda x: torch._higher_order_ops.while_loop(
+        lambda i, t: i < 3, lambda i, t: (i + 1, t.sin() + 1), (torch.tensor(0), x))[1], True),
+    "map": (lambda x: torch._higher_order_ops.map(lambda row: row.exp() * 2, x), True),
+    "flex_attention": (_flex, False),  # no backward on the CPU in eager either
+}
+
+
+@pytest.mark.parametrize("name", list(CONTROL_FLOW))
+def test_control_flow_ops_run_eagerly_and_visibly_with_eagers_results(frontend, name):
+    """torch.cond, while_loop, map and flex_attention are higher-order ops whose subgraphs a graph of ATen ops has no
+    place for: the compile raised NotImplementedError (dispatch's, from the capture's mode) out of the call. The
+    graph now runs eagerly with a fallback event; under the trace frontend, whose failed trace had left Dynamo's
+    caches of torch.cond failing, eager calls of the op afterwards still work."""
+    fn, grad = CONTROL_FLOW[name]
+    x = torch.randn(4, 8)
+    for requires_grad in {False, grad}:
+        torch._dynamo.reset()
+        with ember.record_events() as rec:
+            got = compile_with(frontend, fn)(x.clone().requires_grad_(requires_grad))
+        torch.testing.assert_close(got, fn(x))
+        assert count(rec, "fallback") == 1, [e.message for e in rec.events]
+        torch.testing.assert_close(fn(x * 2), fn(x * 2))  # eager still runs the op
+
+
+@pytest.mark.skipif(not hasattr(torch.compiler, "nested_compile_region"), reason="torch without nested regions")
+def test_a_nested_compile_region_is_compiled_inline(frontend):
+    """`torch.compiler.nested_compile_region` reaches the Dynamo frontend as `invoke_subgraph` calls of one
+    subgraph: they crashed the compile as other higher-order ops did; the subgraph now runs inline at each call,
+    in the one graph, forward and backward."""
+    region = torch.compiler.nested_compile_region(lambda t: t.sin() * 2 + t)
+    fn = lambda x: region(x) * region(x + 1).sigmoid()  # noqa: E731
+    x = torch.randn(4, 8)
+    with ember.record_events() as rec:
+        compiled = compile_with(frontend, fn)
+        got_x, want_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, want = compiled(got_x), fn(want_x)
+        got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_x.grad, want_x.grad)
+    assert count(rec, "fallback") == 0 and count(rec, "graph_compiled") >= 1
+
+
 def test_bfloat16_forward_and_backward(frontend):
     def f(x, w):
         return F.silu(x @ w).sum()

@@ -97,7 +97,9 @@ def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFact
 
 class _DynamoReplay(fx.Interpreter):
     """Re-runs Dynamo's graph; a call of `autograd_function_apply` that needs a gradient becomes one
-    `ember.custom_function` call (one that needs none runs inline, as eager would)."""
+    `ember.custom_function` call (one that needs none runs inline, as eager would). A `nested_compile_region`
+    (`invoke_subgraph`) runs its subgraph inline: it only asks to compile a repeated body once, and one graph with
+    the body's ops at each call computes the same. A refusal without a source line gets the node's."""
 
     def __init__(self, gm: fx.GraphModule, custom: CustomFunctions):
         super().__init__(gm)
@@ -105,6 +107,8 @@ class _DynamoReplay(fx.Interpreter):
         self._node: fx.Node | None = None  # the node being run, for the function's name
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if _is_hop(target, "invoke_subgraph") and args and isinstance(args[0], fx.GraphModule) and not kwargs:
+            return tuple(_DynamoReplay(args[0], self.custom).run(*args[2:]))
         if not _is_hop(target, "autograd_function_apply") or not needs_gradient(args[2:]):
             return super().call_function(target, args, kwargs)
         fwd, bwd, *operands = args
@@ -113,7 +117,13 @@ class _DynamoReplay(fx.Interpreter):
 
     def run_node(self, n: fx.Node) -> Any:
         self._node = n
-        return super().run_node(n)
+        try:
+            return super().run_node(n)
+        except CaptureError as e:
+            where = _source_of(n)
+            if e.where is not None or where is None:
+                raise
+            raise CaptureError(e.reason, where) from e
 
 
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in .*$')

@@ -12,7 +12,8 @@ value, returned as an extra output. While the wrappers still exist, it records i
   for an op with an autograd formula of its own (a `torch.library.custom_op` with `register_autograd`), the grad
   mode where it was called (`CallSiteGradMode`), not the no_grad its formula runs its forward under.
 It refuses what the functional graph would compute otherwise than eager: writes autograd does not see into tensors
-that require grad (`_HiddenWriteCheck`), in-place random ops on tensors that are not contiguous (`_InPlaceDrawCheck`).
+that require grad (`_HiddenWriteCheck`), in-place random ops on tensors that are not contiguous, higher-order ops
+(control flow, flex_attention: `_Uncapturable`).
 
 Effectful ops reach the graph as themselves, not threaded through effect tokens (`ember_core.EffectfulFunctionalMode`).
 """
@@ -191,17 +192,28 @@ class _HiddenWriteCheck(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _InPlaceDrawCheck(TorchDispatchMode):
-    """Refuses an in-place random op (`normal_`, `bernoulli_`, `uniform_` ...) on a tensor that is not contiguous.
+class _Uncapturable(TorchDispatchMode):
+    """Refuses what reaches dispatch that a functional ATen graph cannot hold as eager runs it (CaptureError: the
+    function then runs eagerly, visibly):
 
-    Random ops are kept whole so that a seeded run draws eager's numbers. ATen's kernels choose how to draw by
-    the tensor's layout: `normal_` fills a contiguous tensor in vectorized blocks and any other one element by
-    element in memory order. Functionalization draws into a fresh tensor instead (a contiguous copy of a view
-    with gaps; `bernoulli.p`'s result is always contiguous), so on a tensor that is not contiguous the graph would
-    draw other numbers than eager from the same seed (`w[:, 1:].normal_()`, `x.t().bernoulli_(p)`). The function
-    then runs eagerly (CaptureError). A contiguous tensor, an input's or a fresh one's, draws alike in both."""
+    - an in-place random op (`normal_`, `bernoulli_`, `uniform_` ...) on a tensor that is not contiguous. Random ops
+      are kept whole so that a seeded run draws eager's numbers, and ATen's kernels choose how to draw by the
+      tensor's layout: `normal_` fills a contiguous tensor in vectorized blocks and any other one element by element
+      in memory order. Functionalization draws into a fresh tensor instead (a contiguous copy of a view with gaps;
+      `bernoulli.p`'s result is always contiguous), so on a tensor that is not contiguous the graph would draw other
+      numbers than eager from the same seed (`w[:, 1:].normal_()`, `x.t().bernoulli_(p)`). A contiguous tensor, an
+      input's or a fresh one's, draws alike in both;
+    - a higher-order op that reaches dispatch: control flow (`torch.cond`, `while_loop`, `map`) and
+      `flex_attention`, whose branches and bodies are subgraphs a graph of ATen ops has no place for. Without this,
+      dispatch raised its own NotImplementedError out of the compile (checkpointing and `nested_compile_region`
+      never get here: their bodies are traced inline)."""
+
+    supports_higher_order_operators = True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            raise CaptureError(f"the higher-order op {func.name()} (control flow or a subgraph: torch.cond, "
+                               "while_loop, map, flex_attention) cannot be captured as one graph")
         target = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if target is not None and _writes_self(func) and is_random(func) and not target.is_contiguous():
             raise CaptureError(f"{func} draws in place into a tensor that is not contiguous (shape "
@@ -254,7 +266,7 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
         check = _HiddenWriteCheck()
         call_site = CallSiteGradMode()
         detaches = InPlaceDetaches(check)
-        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check, _InPlaceDrawCheck():
+        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check, _Uncapturable():
             f_args = [_to_functional(a) for a in args]
             check.watch(f_args)
             result = fn(*f_args)

@@ -8,12 +8,14 @@ thread what to do: it checks state the holding thread set (a flag, a stack) and 
 threads that are not tracing run the real thing.
 
 `anchor_stack_traces` asks make_fx to keep a function's frames in the stack traces of the nodes it records.
+`forgetting_failed_compiles` undoes what a failed trace left in Dynamo's caches.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -60,3 +62,35 @@ def anchor_stack_traces(fn: Any) -> None:
     target = inspect.unwrap(getattr(fn, "__func__", fn))
     if anchor is not None and hasattr(target, "__code__"):
         anchor(target)
+
+
+@contextlib.contextmanager
+def forgetting_failed_compiles() -> Iterator[None]:
+    """A block whose failure resets Dynamo's caches of torch's own code (`forget_torch_code_compiles`)."""
+    try:
+        yield
+    except BaseException:
+        forget_torch_code_compiles()
+        raise
+
+
+def forget_torch_code_compiles() -> None:
+    """Reset Dynamo's caches of torch's own code objects. torch.cond, while_loop and flex_attention compile
+    themselves with Dynamo when called outside torch.compile; such a compile that failed under a trace's dispatch
+    modes left those caches failing for every later eager call of the op in the process (torch 2.13: "torch.* op
+    returned non-Tensor"), the function's own eager run included. `torch._dynamo.reset()` clears it too, and every
+    compiled function of the user's with it; the user's code objects keep theirs here. Where torch keeps these
+    caches otherwise, nothing is reset."""
+    try:
+        from torch._dynamo import convert_frame
+        from torch._dynamo.eval_frame import reset_code
+        tracked = [*convert_frame.input_codes.seen, *convert_frame.output_codes.seen]
+        lock = convert_frame.compile_lock
+    except (ImportError, AttributeError):
+        return
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    with lock:
+        for ref in tracked:
+            code = ref()
+            if code is not None and os.path.abspath(code.co_filename).startswith(torch_dir):
+                reset_code(code)

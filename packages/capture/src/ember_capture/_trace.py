@@ -55,7 +55,7 @@ from ._guards import (
 )
 from ._inputs import InputLayout, check_inputs
 from ._options import options_of
-from ._patches import anchor_stack_traces
+from ._patches import anchor_stack_traces, forgetting_failed_compiles
 from ._reads import find_reads
 from ._report import qualname, report
 from ._runner import GraphRunner
@@ -360,7 +360,7 @@ def _fakes(layout: InputLayout, fake_mode: FakeTensorMode, user_fake: Callable[[
 def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
     """`capture_graph`, with every reason a function cannot be one graph turned into a `CaptureError`."""
     try:
-        with side_effects_forbidden():
+        with side_effects_forbidden(), forgetting_failed_compiles():
             return capture_graph(traced, fakes, **kwargs)
     except SideEffect as e:
         raise located(f"{e.args[0]} while tracing: the trace frontend cannot capture Python side effects", e) from None
@@ -368,8 +368,13 @@ def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
         raise located(f"data-dependent Python control flow or value ({_first_line(e)})", e) from None
     except UnsupportedOperatorException as e:
         raise located(f"operator {e.func} cannot run on fake tensors", e) from None
-    except CaptureError:
-        raise
+    except torch._dynamo.exc.Unsupported as e:  # torch.cond, while_loop, flex_attention compile themselves
+        raise located(f"the function runs Dynamo (torch.cond ...), which a trace cannot follow ({_first_line(e)})",
+                      e) from None
+    except CaptureError as e:
+        if e.where is not None:
+            raise
+        raise located(e.reason, e) from None  # refused at dispatch (`_functionalize._Uncapturable`): the user's line
     except EmberError as e:  # a GraphError: a construct the schema cannot hold
         raise CaptureError(str(e)) from e
 
