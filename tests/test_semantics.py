@@ -303,6 +303,22 @@ def test_a_nested_compile_region_is_compiled_inline(frontend):
     assert count(rec, "fallback") == 0 and count(rec, "graph_compiled") >= 1
 
 
+def test_ember_compile_called_inside_a_compiled_function_runs_its_model_inline(frontend):
+    """`ember.compile(m)(x)` inside a function being compiled failed (Dynamo traced into `compile` and stopped at
+    "already tracked for mutation"; make_fx cannot trace a Dynamo-optimized function); a nested torch.compile runs
+    `m` inline in the outer graph, and so does ember's now."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    fn = lambda x: ember.compile(m)(x).sin()  # noqa: E731
+    x = torch.randn(4, 8)
+    got_x, want_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compile_with(frontend, fn)(got_x), m(want_x).sin()
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_x.grad, want_x.grad)
+
+
 def test_bfloat16_forward_and_backward(frontend):
     def f(x, w):
         return F.silu(x @ w).sum()

@@ -36,7 +36,7 @@ def compile(  # noqa: A001 - the name is torch.compile's
     if model is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
                                  options=options, disable=disable)
-    if disable:
+    if disable or _inside_a_trace():
         return model
     if backend != "ember":
         return torch.compile(model, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options)
@@ -56,6 +56,14 @@ def compile(  # noqa: A001 - the name is torch.compile's
     if not isinstance(model, torch.nn.Module) and compiled is not model:
         functools.update_wrapper(compiled, model, updated=())
     return mark_compiled(compiled)
+
+
+def _inside_a_trace() -> bool:
+    """Whether Dynamo or make_fx (the trace frontend) is tracing the caller: `ember.compile(m)(x)` inside a compiled
+    function. `m` then runs inline in the outer graph, as a nested torch.compile does; compiling it there failed in
+    Dynamo ("already tracked for mutation") or in make_fx (which cannot trace a Dynamo-optimized function)."""
+    fx_tracing = getattr(torch.fx._symbolic_trace, "is_fx_tracing", lambda: False)
+    return torch.compiler.is_compiling() or fx_tracing()
 
 
 class CompiledModule(torch.nn.Module):
