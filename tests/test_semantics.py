@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import ember
 import pytest
@@ -317,6 +318,27 @@ def test_ember_compile_called_inside_a_compiled_function_runs_its_model_inline(f
     want.sum().backward()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_x.grad, want_x.grad)
+
+
+@dataclasses.dataclass
+class _Result:
+    value: torch.Tensor
+    count: int
+
+
+def test_a_dataclass_of_results_holds_real_tensors(frontend):
+    """The trace frontend kept a returned dataclass (no pytree: one leaf) as a constant of the trace, so every call
+    returned the trace's FakeTensor, with no error. Dynamo rebuilds it; the trace frontend now runs the function
+    eagerly, visibly."""
+    fn = lambda x, k: _Result(x.sin() * k, k + 1)  # noqa: E731
+    x = torch.randn(5)
+    compiled = compile_with(frontend, fn)
+    with ember.record_events() as rec:
+        results = [compiled(x, 3) for _ in range(2)]
+    for got in results:
+        assert type(got.value) is torch.Tensor and got.count == 4
+        torch.testing.assert_close(got.value, x.sin() * 3)
+    assert count(rec, "fallback") == (1 if frontend == "trace" else 0)
 
 
 def test_bfloat16_forward_and_backward(frontend):

@@ -55,6 +55,7 @@ from ._guards import (
 )
 from ._inputs import InputLayout, check_inputs
 from ._options import options_of
+from ._outputs import OutputLayout
 from ._patches import anchor_stack_traces, forgetting_failed_compiles
 from ._reads import find_reads
 from ._report import qualname, report
@@ -264,7 +265,7 @@ class TracedFunction:
         shape_env = ShapeEnv(allow_scalar_outputs=True, allow_dynamic_output_shape_ops=False)
         fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
         fakes = _fakes(layout, fake_mode, lambda i, k: self._fake(fake_mode, flat[i], i, k))
-        outputs = _OutputLayout()
+        outputs = OutputLayout()
         traced = _flat_function(self.fn, layout, flat, spec, outputs)
         graph = _capture(traced, fakes, name=name, producer=PRODUCER, fake_mode=fake_mode,
                          input_names=[_ident(n) for n in layout.names], input_kinds=layout.kinds)
@@ -308,43 +309,6 @@ class TracedFunction:
         return g.build(), g.readable()
 
 
-class _OutputLayout:
-    """How the function's return value is rebuilt from the graph's outputs: its pytree and its constant leaves."""
-
-    def __init__(self) -> None:
-        self.spec: Any = None
-        self.graph_leaves: list[int] = []  # positions of the leaves the graph computes
-        self.template: list[Any] = []  # the other leaves, traced as Python constants
-
-    def record(self, result: Any) -> list:
-        leaves, self.spec = tree_flatten(result)
-        self.template = list(leaves)
-        for p, v in enumerate(leaves):
-            if isinstance(v, torch.Tensor) or (isinstance(v, torch.SymInt) and not v.node.expr.is_number):
-                self.graph_leaves.append(p)
-                self.template[p] = None
-            elif isinstance(v, torch.SymInt):
-                self.template[p] = int(v)
-            elif isinstance(v, (torch.SymFloat, torch.SymBool)):
-                raise CaptureError(f"the function returns a symbolic {type(v).__name__} that depends on sizes")
-        return [leaves[p] for p in self.graph_leaves]
-
-    def caller(self, runner: GraphRunner, inputs: Callable[[list], list]) -> Callable[[list], Any]:
-        """`run(flat)`: the graph called on `inputs(flat)`, its outputs put back in the function's return value."""
-        spec, positions, template = self.spec, self.graph_leaves, self.template
-        if positions == [0] and len(template) == 1 and spec.is_leaf():
-            return lambda flat: runner(inputs(flat))[0]
-
-        def run(flat: list) -> Any:
-            outs = runner(inputs(flat))
-            result = template.copy()
-            for p, v in zip(positions, outs):
-                result[p] = v
-            return tree_unflatten(result, spec)
-
-        return run
-
-
 def _fakes(layout: InputLayout, fake_mode: FakeTensorMode, user_fake: Callable[[int, int], Any]) -> list:
     """`layout.fakes`, with a tensor torch cannot make a fake of (a subclass whose Python-level metadata is not a
     tensor's: a `requires_grad` that is no bool) turned into a `CaptureError`: the function then runs eagerly."""
@@ -380,7 +344,7 @@ def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
 
 
 def _flat_function(fn: Callable, layout: InputLayout, flat: list, spec: Any,
-                   outputs: _OutputLayout) -> Callable[..., list]:
+                   outputs: OutputLayout) -> Callable[..., list]:
     """`fn` as a function of the graph's inputs (see `InputLayout`) returning the graph's outputs as a flat list."""
     n_state = len(layout.state)
 

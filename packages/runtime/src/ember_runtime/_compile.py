@@ -62,8 +62,8 @@ def _inside_a_trace() -> bool:
     """Whether Dynamo or make_fx (the trace frontend) is tracing the caller: `ember.compile(m)(x)` inside a compiled
     function. `m` then runs inline in the outer graph, as a nested torch.compile does; compiling it there failed in
     Dynamo ("already tracked for mutation") or in make_fx (which cannot trace a Dynamo-optimized function)."""
-    fx_tracing = getattr(torch.fx._symbolic_trace, "is_fx_tracing", lambda: False)
-    return torch.compiler.is_compiling() or fx_tracing()
+    # the flag fx's tracer (make_fx's too) sets; `is_fx_tracing()` reads it but logs a warning on its first call
+    return torch.compiler.is_compiling() or bool(getattr(torch.fx._symbolic_trace, "_is_fx_tracing_flag", False))
 
 
 class CompiledModule(torch.nn.Module):
