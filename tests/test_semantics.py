@@ -326,10 +326,15 @@ class _Result:
     count: int
 
 
+def _closure_over_a_result(x):
+    y = x.exp()
+    return lambda: y
+
+
 def test_a_dataclass_of_results_holds_real_tensors(frontend):
     """The trace frontend kept a returned dataclass (no pytree: one leaf) as a constant of the trace, so every call
-    returned the trace's FakeTensor, with no error. Dynamo rebuilds it; the trace frontend now runs the function
-    eagerly, visibly."""
+    returned the trace's FakeTensor, with no error (a closure over a result too). Dynamo rebuilds it; the trace
+    frontend now runs the function eagerly, visibly."""
     fn = lambda x, k: _Result(x.sin() * k, k + 1)  # noqa: E731
     x = torch.randn(5)
     compiled = compile_with(frontend, fn)
@@ -339,6 +344,7 @@ def test_a_dataclass_of_results_holds_real_tensors(frontend):
         assert type(got.value) is torch.Tensor and got.count == 4
         torch.testing.assert_close(got.value, x.sin() * 3)
     assert count(rec, "fallback") == (1 if frontend == "trace" else 0)
+    torch.testing.assert_close(compile_with(frontend, _closure_over_a_result)(x)(), x.exp())
 
 
 def test_bfloat16_forward_and_backward(frontend):

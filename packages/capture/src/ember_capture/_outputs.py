@@ -61,13 +61,15 @@ class OutputLayout:
 
 def _holds_traced_values(value: Any, depth: int = 3) -> bool:
     """Whether a return value's leaf that is no pytree (a dataclass, an object of the user's class) holds, within a
-    few attribute levels, a value of the trace (a fake tensor, a symbolic size). Kept as a constant, the caller
-    would get the trace's fake tensor back instead of numbers (a dataclass of results did); modules, classes and
-    functions are the user's own objects, returned as they are."""
+    few attribute levels or closure cells, a value of the trace (a fake tensor, a symbolic size). Kept as a
+    constant, the caller would get the trace's fake tensor back instead of numbers (a dataclass of results did);
+    modules and classes are the user's own objects, returned as they are."""
     if isinstance(value, _TRACED):
         return True
-    if depth == 0 or isinstance(value, (torch.nn.Module, type, types.ModuleType, types.FunctionType, torch.Tensor)):
+    if depth == 0 or isinstance(value, (torch.nn.Module, type, types.ModuleType, torch.Tensor)):
         return False
+    if isinstance(value, types.FunctionType):  # a closure made in the function may hold its values
+        return any(_holds_traced_values(_contents(cell), depth - 1) for cell in value.__closure__ or ())
     if isinstance(value, (list, tuple, set, frozenset)):
         return any(_holds_traced_values(v, depth - 1) for v in value)
     if isinstance(value, dict):
@@ -76,3 +78,10 @@ def _holds_traced_values(value: Any, depth: int = 3) -> bool:
         return any(_holds_traced_values(getattr(value, f.name, None), depth - 1) for f in dataclasses.fields(value))
     attributes = getattr(value, "__dict__", None)
     return isinstance(attributes, dict) and any(_holds_traced_values(v, depth - 1) for v in attributes.values())
+
+
+def _contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not filled yet
+        return None
