@@ -347,6 +347,19 @@ def test_a_dataclass_of_results_holds_real_tensors(frontend):
     torch.testing.assert_close(compile_with(frontend, _closure_over_a_result)(x)(), x.exp())
 
 
+def test_sizes_returned_as_text_and_as_a_shape_are_the_calls_own(frontend):
+    """Under dynamic shapes the trace frontend returned `f"rows={x.shape[0]}"` as "rows=s25" (the symbol's name) at
+    every size, and `x.shape` as a plain tuple; a size turned into text now specializes the trace (a guard, as
+    Dynamo does), and a returned torch.Size stays one."""
+    fn = lambda x: (x * 2, f"rows={x.shape[0]}", x.shape, {"shape": x[0].shape})  # noqa: E731
+    compiled = compile_with(frontend, fn, dynamic=True)
+    for rows in (3, 5, 3):
+        x = torch.randn(rows, 2)
+        got, want = compiled(x), fn(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:] and type(got[2]) is torch.Size and type(got[3]["shape"]) is torch.Size, got
+
+
 def test_bfloat16_forward_and_backward(frontend):
     def f(x, w):
         return F.silu(x @ w).sum()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 from collections.abc import Callable
@@ -49,14 +50,38 @@ class OutputLayout:
         if positions == [0] and len(template) == 1 and spec.is_leaf():
             return lambda flat: runner(inputs(flat))[0]
 
+        sizes = _has_sizes(spec)
+
         def run(flat: list) -> Any:
             outs = runner(inputs(flat))
             result = template.copy()
             for p, v in zip(positions, outs):
                 result[p] = v
-            return tree_unflatten(result, spec)
+            value = tree_unflatten(result, spec)
+            return _sizes_back(value, spec) if sizes else value
 
         return run
+
+
+def _has_sizes(spec: Any) -> bool:
+    return spec.type is torch.Size or any(_has_sizes(c) for c in getattr(spec, "children_specs", ()))
+
+
+def _sizes_back(value: Any, spec: Any) -> Any:
+    """`value` with every `torch.Size` of `spec` a torch.Size again: torch's pytree gives a returned `x.shape` back
+    as a plain tuple, which has no `numel()`."""
+    if spec.type is torch.Size:
+        return torch.Size(value)
+    children = getattr(spec, "children_specs", ())
+    if not children or not any(_has_sizes(c) for c in children):
+        return value
+    if isinstance(value, dict):  # a copy keeps the dict's class (OrderedDict, defaultdict's factory)
+        out = copy.copy(value)
+        for k, c in zip(value, children):
+            out[k] = _sizes_back(value[k], c)
+        return out
+    rebuilt = [_sizes_back(v, c) for v, c in zip(value, children)]
+    return rebuilt if type(value) is list else value._make(rebuilt) if hasattr(value, "_make") else type(value)(rebuilt)
 
 
 def _holds_traced_values(value: Any, depth: int = 3) -> bool:

@@ -4,6 +4,10 @@ While a thread traces, `print` (but into a `StringIO`, which nobody sees), `Tens
 pass (`Tensor.backward`, `torch.autograd.backward`: a training step traced whole would accumulate into `.grad` from
 inside the trace) raise `SideEffect` in that thread; the trace frontend turns it into a fallback naming what was
 called. Other threads keep the real functions (see `_patches.SharedPatch`).
+
+A symbolic size turned into text (`f"rows={x.shape[0]}"`, `str(n)`) is specialized in that thread: the text is the
+size's value, and the trace holds for that value only (a guard), as Dynamo does it. The text was the symbol's name
+(`rows=s25`), returned or used as it was at every size.
 """
 
 from __future__ import annotations
@@ -53,10 +57,19 @@ def _into_a_buffer(file: Any) -> bool:
 _patch = SharedPatch([(owner, name) for owner, name, _ in _PLACES], _refusing)
 
 
+def _as_its_value(k: int, original: Callable) -> Callable:
+    def replacement(self: torch.SymInt) -> str:
+        return repr(int(self)) if _forbidden() else original(self)  # int(): the value, guarded
+    return replacement
+
+
+_text = SharedPatch([(torch.SymInt, "__repr__")], _as_its_value)  # str() and f-strings call it too
+
+
 @contextlib.contextmanager
 def side_effects_forbidden() -> Iterator[None]:
     """Refuse the side effects above in this thread for the block (re-entrant)."""
-    with _patch.hold():
+    with _patch.hold(), _text.hold():
         before, _local.on = _forbidden(), True
         try:
             yield
