@@ -504,3 +504,22 @@ def test_written_argument_sharing_memory_with_one_that_needs_grad_runs_eagerly(c
     expected.sum().backward()
     assert_close(w.grad, w_ref.grad)
     assert "share memory" in events.of("fallback")[0].message
+
+
+def test_only_a_failure_inside_dynamo_resets_its_caches_of_torch_code(compile_graph, monkeypatch):
+    """torch.cond compiles itself with Dynamo when called outside torch.compile; failing under the trace's modes,
+    that compile left every later eager torch.cond in the process failing, so such a failure resets Dynamo's caches
+    of torch's own code. A fallback Dynamo had no part in (a branch on data) resets nothing."""
+    import ember_capture._patches as patches
+
+    resets, reset = [], patches.forget_torch_code_compiles
+    monkeypatch.setattr(patches, "forget_torch_code_compiles", lambda: (resets.append(1), reset()))
+    branchy = wrap(lambda x: x * 2 if x.sum() > 0 else x - 1, compile_graph)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        assert_close(branchy(torch.ones(3)), torch.full((3,), 2.0))
+        assert resets == []
+        cond = lambda x: torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (x,))  # noqa: E731
+        x = torch.randn(4)
+        assert_close(wrap(cond, compile_graph)(x), cond(x))
+    assert resets == [1]

@@ -25,6 +25,10 @@ class CaptureError(ember_core.EmberError):
         super().__init__(text + (f"\n    {code}" if code else ""))
 
 
+class HigherOrderOpRefused(CaptureError):
+    """A higher-order op (torch.cond ...) reached the capture's dispatch: see `_functionalize._Uncapturable`."""
+
+
 def is_torch_file(path: str) -> bool:
     """Is `path` inside torch or ember-capture, or ember-core's functionalization mode (not the user's code)?"""
     path = os.path.abspath(path)

@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-from ._errors import CaptureError
+from ._errors import CaptureError, HigherOrderOpRefused
 
 
 @dataclass
@@ -212,8 +212,8 @@ class _Uncapturable(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if isinstance(func, torch._ops.HigherOrderOperator):
-            raise CaptureError(f"the higher-order op {func.name()} (control flow or a subgraph: torch.cond, "
-                               "while_loop, map, flex_attention) cannot be captured as one graph")
+            raise HigherOrderOpRefused(f"the higher-order op {func.name()} (control flow or a subgraph: torch.cond, "
+                                       "while_loop, map, flex_attention) cannot be captured as one graph")
         target = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if target is not None and _writes_self(func) and is_random(func) and not target.is_contiguous():
             raise CaptureError(f"{func} draws in place into a tensor that is not contiguous (shape "

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from ._errors import HigherOrderOpRefused
+
 
 class SharedPatch:
     """Attributes (`(owner, name)`, each in the owner's own `__dict__`) replaced while at least one thread holds
@@ -66,12 +68,23 @@ def anchor_stack_traces(fn: Any) -> None:
 
 @contextlib.contextmanager
 def forgetting_failed_compiles() -> Iterator[None]:
-    """A block whose failure resets Dynamo's caches of torch's own code (`forget_torch_code_compiles`)."""
+    """A block whose failure, if it came out of Dynamo or a higher-order op (torch.cond compiles itself with
+    Dynamo), resets Dynamo's caches of torch's own code (`forget_torch_code_compiles`). Other failures (a branch on
+    data, a side effect) leave them alone."""
     try:
         yield
-    except BaseException:
-        forget_torch_code_compiles()
+    except BaseException as e:
+        if _through_dynamo(e):
+            forget_torch_code_compiles()
         raise
+
+
+def _through_dynamo(e: BaseException | None, depth: int = 4) -> bool:
+    if e is None or depth == 0:
+        return False
+    if isinstance(e, (torch._dynamo.exc.TorchDynamoException, HigherOrderOpRefused)):
+        return True
+    return _through_dynamo(e.__cause__ or e.__context__, depth - 1)
 
 
 def forget_torch_code_compiles() -> None:
