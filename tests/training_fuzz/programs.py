@@ -267,24 +267,22 @@ def generate(seed: int) -> Program:
 
 
 def with_floats(program: Program) -> Program:
-    """The program with two to four `SCALED` steps after its own, drawn from a generator of their own (the program
-    of a seed without `--floats` stays what it was)."""
-    rng = random.Random(program.seed * 7919 + 17)
-    steps = list(program.steps)
-    for _ in range(rng.randint(2, 4)):
-        known = program.inputs + len(steps)
-        steps.append(("scaled", rng.choice(sorted(SCALED)), rng.randrange(known), rng.randrange(known)))
-    return dataclasses.replace(program, steps=tuple(steps))
+    """The program with two to four `SCALED` steps after its own (the program of a seed without `--floats` stays
+    what it was)."""
+    return _with_steps(program, "scaled", SCALED, random.Random(program.seed * 7919 + 17))
 
 
 def with_edges(program: Program) -> Program:
-    """The program with two to four `EDGES` steps after its own, drawn from a generator of their own (as
-    `with_floats`: the program of a seed without `--edges` stays what it was)."""
-    rng = random.Random(program.seed * 6007 + 29)
+    """The program with two to four `EDGES` steps after its own (as `with_floats`)."""
+    return _with_steps(program, "edge", EDGES, random.Random(program.seed * 6007 + 29))
+
+
+def _with_steps(program: Program, kind: str, table: dict[str, Callable], rng: random.Random) -> Program:
+    """Two to four steps of `kind` from `table` after the program's own, drawn from `rng`, a generator of their own."""
     steps = list(program.steps)
     for _ in range(rng.randint(2, 4)):
         known = program.inputs + len(steps)
-        steps.append(("edge", rng.choice(sorted(EDGES)), rng.randrange(known), rng.randrange(known)))
+        steps.append((kind, rng.choice(sorted(table)), rng.randrange(known), rng.randrange(known)))
     return dataclasses.replace(program, steps=tuple(steps))
 
 
