@@ -280,3 +280,20 @@ def test_matmul_templates_under_max_autotune_match_eager(dtype, monkeypatch):
             assert all(e.get("choice") != [0, 0, 0, 0, 0] for e in tuned)
         assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
         torch._dynamo.reset()
+
+
+def test_a_slice_from_before_the_start_and_a_clamp_at_zero_match_eager_on_cuda(frontend):
+    """On CUDA, what the CPU's tests of two lowering rules check (tests/test_training.py, tests/test_semantics.py):
+    the gradient of `x[:, -3:]` of 2 columns (its slice_scatter once started writing at -1) and `1 / relu(x)` at
+    -0.0 and NaN (relu keeps x where it equals the bound, as eager does)."""
+    fn = lambda x: x[:, -3:].sin()  # noqa: E731
+    x = torch.randn(4, 2, device="cuda")
+    got_x, want_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled_on_cuda(fn, frontend)(got_x), fn(want_x)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(got_x.grad, want_x.grad)
+    z = torch.tensor([-0.0, 0.0, float("nan"), -1.0, 2.0] * 8, device="cuda")
+    for clamp in (torch.relu, lambda t: t.clamp(0, 1)):
+        reciprocal = lambda t, clamp=clamp: 1 / clamp(t)  # noqa: E731
+        torch.testing.assert_close(compiled_on_cuda(reciprocal, frontend)(z), reciprocal(z), equal_nan=True)
