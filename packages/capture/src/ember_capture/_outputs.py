@@ -64,7 +64,7 @@ class OutputLayout:
 
 
 def _has_sizes(spec: Any) -> bool:
-    return spec.type is torch.Size or any(_has_sizes(c) for c in getattr(spec, "children_specs", ()))
+    return spec.type is torch.Size or any(_has_sizes(c) for c in spec.children())
 
 
 def _sizes_back(value: Any, spec: Any) -> Any:
@@ -72,7 +72,7 @@ def _sizes_back(value: Any, spec: Any) -> Any:
     as a plain tuple, which has no `numel()`."""
     if spec.type is torch.Size:
         return torch.Size(value)
-    children = getattr(spec, "children_specs", ())
+    children = spec.children()
     if not children or not any(_has_sizes(c) for c in children):
         return value
     if isinstance(value, dict):  # a copy keeps the dict's class (OrderedDict, defaultdict's factory)

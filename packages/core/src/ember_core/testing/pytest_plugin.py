@@ -1,6 +1,6 @@
-"""pytest plugin of ember-core: the `gpu` marker (skipped without CUDA), fixtures for plugin tests,
-`no_build_failures`, which fails a test whose generated code did not build, and `cold_stage_caches`, which makes
-every stage run in each test."""
+"""pytest plugin of ember-core: the `gpu` marker (skipped without CUDA), deprecation warnings out of ember's code
+made errors, fixtures for plugin tests, `no_build_failures`, which fails a test whose generated code did not build,
+and `cold_stage_caches`, which makes every stage run in each test."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped (and counted as skipped) without one")
     config.addinivalue_line("markers", "allow_build_failure(reason): the test breaks a codegen's build on purpose; "
                                        "the no_build_failures fixture lets it pass")
+    # a deprecated torch API that ember calls warns the user at every compile and breaks on the next torch: such a
+    # warning attributed to an ember module (the warning's stacklevel points at its caller) fails the test
+    for category in ("DeprecationWarning", "FutureWarning"):
+        config.addinivalue_line("filterwarnings", f"error::{category}:ember")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
