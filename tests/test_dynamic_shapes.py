@@ -84,3 +84,26 @@ def test_causal_attention_of_symbolic_head_size_compiles_its_graph():
             torch.testing.assert_close((out, *torch.autograd.grad((out * weights).sum(), ember_in)),
                                        (eager, *torch.autograd.grad((eager * weights).sum(), eager_in)))
     assert not [e.message for e in rec.events if e.kind == "fallback"]
+
+
+@pytest.mark.parametrize("mode, scale", [("nearest", 0.5), ("nearest", 0.29), ("bilinear", 1.7),
+                                         ("bicubic", (0.3, 2.5))])
+def test_a_fractional_interpolate_scale_compiles_with_symbolic_sizes(frontend, mode, scale):
+    """`F.interpolate(x, scale_factor=0.5)` of a symbolic size has the size `TruncToInt(0.5*ToFloat(s0))`, a double
+    rounded toward zero: the schema's grammar had no float, so the graph ran eagerly. The size is computed in
+    double precision as Python computes it (0.29 * 100 is 28.999999999999996: 28 rows, not the 29 of exact
+    arithmetic; 0.3 * 10 is 3.0000000000000004). Forward and backward match eager at each size, nothing falls
+    back."""
+    import ember
+    import torch
+    import torch.nn.functional as F
+
+    def resize(x):
+        return F.interpolate(x, scale_factor=scale, mode=mode)
+
+    compiled = ember.compile(resize, dynamic=True, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for size in ((100, 10), (37, 14), (64, 9)):
+            x = torch.randn(2, 3, *size)
+            assert_same_value_and_grad(resize, compiled, x, where=f"size={size}")
+    assert not [e.message for e in rec.events if e.kind == "fallback"]

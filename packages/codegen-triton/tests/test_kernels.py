@@ -255,3 +255,17 @@ def test_a_reduction_result_read_as_an_index_after_its_loop(dim):
         return x.gather(dim, at) * 2, torch.zeros(x.shape, dtype=torch.bool).scatter(dim, at, True)
 
     check(f, torch.randn(6, 7))
+
+
+def test_a_float_in_an_index_expression_is_refused_not_rounded_to_float32():
+    """Triton reads a Python float constant as float32, which would round a size of a fractional scale
+    (`TruncToInt(0.29*ToFloat(s0))`, a double of the shape env) differently: the printer refuses it, and the graph
+    falls back visibly (CannotPrint) instead of computing another size."""
+    import sympy
+    from ember_codegen_triton._exprs import TritonIndexPrinter
+    from ember_lowering.codegen import CannotPrint
+    from torch.utils._sympy.functions import ToFloat, TruncToInt
+
+    s0 = sympy.Symbol("s0", integer=True)
+    with pytest.raises(CannotPrint, match="0.29"):
+        TritonIndexPrinter({"s0": "s0"})(TruncToInt(sympy.Float(0.29) * ToFloat(s0)))

@@ -102,7 +102,7 @@ def test_text_prints_each_subgraph_indented_after_the_return_line(graph):
     text = str(graph)
     head, _, rest = text.partition(f"\nsubgraph {BACKWARD}:\n")
     assert head.endswith("  return (add, getitem_1)")
-    assert rest.startswith("    # ember graph v1.1 from ember_core.testing\n    def Gate_0_backward(")
+    assert rest.startswith("    # ember graph v1.2 from ember_core.testing\n    def Gate_0_backward(")
     assert f"\nsubgraph {FORWARD}:\n" in rest
 
 

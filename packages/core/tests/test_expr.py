@@ -1,11 +1,14 @@
 """ember's own expression grammar: what sympy prints reads back equal; nothing in the text is ever run."""
 
+import math
 import time
 
 import pytest
 import sympy
 from ember_core import ExprError, IntExpr, parse_expr
-from ember_core.graph._expr import INDEX_FUNCTIONS, MAX_CHARS, MAX_DEPTH, SIZE_FUNCTIONS
+from ember_core.graph._expr import INDEX_FUNCTIONS, MAX_CHARS, MAX_DEPTH, SIZE_FUNCTIONS, parse_integer
+from ember_core.graph._symbolic import expr_text
+from torch.utils._sympy.functions import ToFloat, TruncToInt
 
 CANARY: list[str] = []
 
@@ -52,7 +55,7 @@ def test_python_is_not_an_expression(text):
 
 @pytest.mark.parametrize("text,what", [
     ("", "empty"), ("s0 +", "unexpected end"), ("(s0", "expected ')', found the end"), ("s0 s1", "unexpected 's1'"),
-    ("1.5*s0", "unexpected character '.'"), ("foo(s0)", "unknown function 'foo'"), ("s0 / 0", "division by zero"),
+    ("1.5.2*s0", "unexpected character '.'"), ("foo(s0)", "unknown function 'foo'"), ("s0 / 0", "division by zero"),
     ("s0 $ 1", "unexpected character '$'"), ("٣*s0", "unexpected character"),
 ])
 def test_bad_text_is_an_error_naming_what_and_where(text, what):
@@ -97,3 +100,43 @@ def test_int_expr_evaluates_like_sympy(text, env, value):
 def test_int_expr_refuses_a_non_integer_result():
     with pytest.raises(ExprError, match="non-integer"):
         IntExpr("s0/2")({"s0": 3})
+    with pytest.raises(ExprError, match="non-integer"):
+        IntExpr("0.5*ToFloat(s0)")({"s0": 3})
+
+
+@pytest.mark.parametrize("text", ["TruncToInt(1e300*1e300*ToFloat(s0))", "FloorToInt(ToFloat(s0)/0.0)",
+                                  "s0 // (s0 - 1)", "RoundToInt(1e308*10.0*ToFloat(s0))"])
+def test_int_expr_of_a_value_past_a_double_or_a_zero_division_is_an_expression_error(text):
+    with pytest.raises(ExprError, match="cannot be evaluated"):
+        IntExpr(text)({"s0": 1})
+
+
+@pytest.mark.parametrize("value", [1.7, 0.29, 0.30000000000000004, 1e-05, 2.5e+300, 0.5])
+def test_a_float_of_a_size_reads_back_as_the_same_double_and_rounds_as_python(value):
+    """`F.interpolate(x, scale_factor=v)` of a symbolic size: `TruncToInt(v*ToFloat(s0))`. sympy prints a float
+    with 15 digits (0.30000000000000004 as 0.3); the schema text is the shortest that reads back to the double,
+    and IntExpr computes in doubles as Python did (0.29 * 100 is 28.999999999999996: 28, not exact arithmetic's
+    29)."""
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    size = TruncToInt(sympy.Float(value) * ToFloat(s0))
+    text = expr_text(size)
+    assert repr(value) in text
+    assert parse_integer(text) == size.xreplace({s0: sympy.Symbol("s0", integer=True)})
+    for n in (1, 10, 100, 37):
+        assert IntExpr(text)({"s0": n}) == math.trunc(n * value)
+
+
+def test_a_float_is_a_size_only_once_rounded_to_an_integer():
+    with pytest.raises(ExprError, match="the float 0.5"):
+        parse_integer("0.5*s0")
+    assert parse_integer("TruncToInt(0.5*ToFloat(s0))") is not None
+
+
+@pytest.mark.parametrize("text,what", [("1e999*s0", "not finite"), ("0." + "1" * 60, "too long"),
+                                       ("1.5e3j", "unexpected 'j'"), ("nan", None), ("inf*s0", None)])
+def test_a_float_literal_past_a_double_is_refused(text, what):
+    if what is None:  # names, not numbers: integer symbols, as any other name
+        assert all(s.is_integer for s in parse_expr(text).free_symbols)
+        return
+    with pytest.raises(ExprError, match=what):
+        parse_expr(text)

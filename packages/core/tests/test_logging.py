@@ -28,7 +28,7 @@ def test_chosen_artifact_is_logged_with_its_graph(records):
     logger.configure("graphs")
     logger(Event("graph_captured", "capture", "captured 1 graph", graph=GRAPH))
     (rec,) = records
-    assert rec.name == "ember.graphs" and rec.getMessage().startswith("captured 1 graph\n# ember graph v1.1")
+    assert rec.name == "ember.graphs" and rec.getMessage().startswith("captured 1 graph\n# ember graph v1.2")
 
 
 def test_a_graph_is_printed_once_however_many_events_carry_it(records):
@@ -40,7 +40,7 @@ def test_a_graph_is_printed_once_however_many_events_carry_it(records):
     logger(Event("pass_applied", "passes", "pass", graph=changed))
     texts = [r.getMessage() for r in records]
     assert texts[1] == "compiled (graph 'model.fwd' as printed above)"
-    assert texts[2].startswith("pass\n# ember graph v1.1") and texts[0].startswith("captured\n# ember graph")
+    assert texts[2].startswith("pass\n# ember graph v1.2") and texts[0].startswith("captured\n# ember graph")
 
 
 def test_other_artifacts_stay_quiet(records):

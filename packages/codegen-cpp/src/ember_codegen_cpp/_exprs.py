@@ -21,3 +21,12 @@ class ExprPrinter(IndexPrinter):
         if n == _INT64_MIN:
             return "(-9223372036854775807LL - 1)"
         return f"{n}LL" if not -(1 << 31) <= n < (1 << 31) else str(n)
+
+    def float_literal(self, x: float) -> str:
+        return x.hex()  # a C++17 hexadecimal literal: the exact double, no decimal rounding in between
+
+    def to_float(self, a: str) -> str:
+        return f"static_cast<double>({a})"
+
+    def trunc_to_int(self, a: str) -> str:
+        return f"static_cast<int64_t>({a})"  # toward zero, as Python's int() of a float

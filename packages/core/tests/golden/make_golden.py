@@ -16,6 +16,7 @@ import torch
 from ember_core import Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value
 from ember_core.testing import battery_case, gate_graph
 
+HALF = "TruncToInt(0.5*ToFloat(s0))"  # the size `F.interpolate(scale_factor=0.5)` gives a symbolic one
 CASES = ("pointwise_chain", "symbolic_sizes", "multi_output", "input_mutation", "constants", "views", "dtypes")
 
 
@@ -36,6 +37,7 @@ def every_field() -> Graph:
         Node(("v8",), "aten.sum.dim_IntList", (Ref("v1"), (1,), False), {"dtype": None}, meta={"region": "backward"}),
         Node(("v9", "v10"), "aten.max.dim", (Ref("v7"), 0), meta={"name": "max_1"}),
         Node(("v11",), "aten.logical_and.default", (Ref("c_bool"), Ref("c_bool"))),
+        Node(("v12",), "aten.new_zeros.default", (Ref("x"), (Sym(HALF),))),  # since 1.2: a float in a size
     )
     values = {
         "x": f32("s0", 4), "w": f32(4, requires_grad=True), "buf": f32(4), "s0": Value(type="sym", dtype="int64"),
@@ -43,14 +45,14 @@ def every_field() -> Graph:
         "v2": f32("4*s0", base="x"), "v3": f32(4), "v4": Value(dtype="float16", shape=("4*s0",), stride=(1,)),
         "v5": f32("s0", 4), "v6": f32(4, base="x", storage_offset="4*s0 - 4"), "v7": f32("s0", 4), "v8": f32("s0"),
         "v9": f32(4), "v10": Value(dtype="int64", shape=(4,), stride=(1,)),
-        "v11": Value(dtype="bool", shape=(2,), stride=(1,)),
+        "v11": Value(dtype="bool", shape=(2,), stride=(1,)), "v12": f32(HALF),
     }
     return Graph(
         name="every_field",
         inputs=(Input("x"), Input("w", "param"), Input("buf", "buffer", mutated=True), Input("s0")),
         nodes=nodes,
         outputs=(Output("v1"), Output("v3", "mutation", 2), Output("v2", "alias", 0), Output("v8", "grad"),
-                 Output("v6", "saved"), Output("v4"), Output("v9"), Output("v10"), Output("v11")),
+                 Output("v6", "saved"), Output("v4"), Output("v9"), Output("v10"), Output("v11"), Output("v12")),
         values=values,
         symbols=(Symbol("s0", 3, 2, None), Symbol("s1", 5, 1, 64)),
         constants={"c_int": Constant("c_int", torch.tensor([1, 2, 3, 4])),

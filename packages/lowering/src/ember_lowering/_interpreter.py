@@ -32,6 +32,8 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
     """An index expression's value: a Python int, or an int64 tensor where the env holds tensors."""
     if expr.is_Integer:
         return int(expr)
+    if expr.is_Float:  # a double of a size (a fractional scale: `TruncToInt(1.7*ToFloat(s0))`)
+        return float(expr)
     if expr.is_Symbol:
         return env[expr.name]
     if expr.is_Rational:
@@ -59,6 +61,10 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
         return _mod(_floordiv(args[0], args[1]), args[2])
     if name in ("CleanDiv", "IntTrueDiv"):
         return _floordiv(*args)
+    if name == "ToFloat":
+        return args[0].double() if isinstance(args[0], torch.Tensor) else float(args[0])
+    if name == "TruncToInt":
+        return args[0].trunc().long() if isinstance(args[0], torch.Tensor) else math.trunc(args[0])
     raise PlanError(f"cannot evaluate index expression {expr} ({name})")
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sympy
+import torch
+from ember_lowering._interpreter import evaluate
 from ember_lowering.codegen import IndexPrinter
+from torch.utils._sympy.functions import ToFloat, TruncToInt
 
 i0, s0, t3 = (sympy.Symbol(n, integer=True) for n in ("i0", "s0", "t3"))
 PRINTER = IndexPrinter({"i0": "i0", "s0": "S_s0", "t3": "t3"}, {"i0": 0, "s0": 2}.get)
@@ -27,3 +30,13 @@ def test_bounds_of_sums_products_and_divisions():
 
 def test_large_integers_print_as_python_ints():
     assert PRINTER(sympy.Integer(1 << 40) * i0) == "(1099511627776 * i0)"
+
+
+def test_a_size_of_a_fractional_scale_is_computed_in_doubles():
+    """`TruncToInt(0.29*ToFloat(s0))` (`F.interpolate(scale_factor=0.29)`): Python text of the exact double, and
+    the interpreter's value: 0.29 * 100 is 28.999999999999996 in doubles, so 28 rows. The bound is known too."""
+    size = TruncToInt(sympy.Float(0.29) * ToFloat(s0))
+    assert PRINTER(size) == "int((0.29 * float(S_s0)))"
+    assert eval(compile(PRINTER(size), "<size>", "eval"), {"S_s0": 100}) == 28
+    assert evaluate(size, {"s0": 100}) == 28 and evaluate(i0 * size, {"i0": torch.tensor([2]), "s0": 100}) == 56
+    assert PRINTER.nonneg(size)

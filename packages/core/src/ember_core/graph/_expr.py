@@ -7,7 +7,11 @@ a small recursive-descent parser over a closed grammar, with limits on length, n
     term  := unary (('*' | '/' | '//' | '%') unary)*
     unary := ('-' | '+') unary | power
     power := atom ('**' unary)?
-    atom  := INT | NAME | NAME '(' expr (',' expr)* ')' | '(' expr ')'
+    atom  := INT | FLOAT | NAME | NAME '(' expr (',' expr)* ')' | '(' expr ')'
+
+FLOAT is a decimal with a point or an exponent (`1.7`, `0.30000000000000004`, `1e-05`): a double, finite, which
+only a size's rounding function (`TruncToInt(1.7*ToFloat(s0))`, the size `F.interpolate` gives a fractional scale)
+may turn into an integer. `expr_text` prints each as the shortest text that reads back to the same double.
 
 Precedence and meaning are Python's, so every expression sympy prints (`(s0//2)`, `Max(1, s0 - 1)`,
 `ModularIndexing(i0, 4, 8)`) reads back to an equal sympy object. A NAME followed by `(` must be a function of the
@@ -24,6 +28,7 @@ symbols' hints (`_sizes.py`).
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -38,7 +43,7 @@ from .._errors import EmberError
 MAX_CHARS = 8192  # longer texts are refused before any parsing
 MAX_DEPTH = 64  # parentheses, calls and unary signs nested deeper than this are refused
 MAX_TREE_DEPTH = 256  # a longer chain `a + b + ...` (a tree this deep) is refused: the folds recurse over it
-MAX_LITERAL_DIGITS = 40  # int64 needs 19
+MAX_LITERAL_DIGITS = 40  # int64 needs 19; a double's shortest text 24 characters
 MAX_POWER_BITS = 4096  # a numeric `a ** b` whose result would be larger is refused (no `10**10**10` hang)
 
 
@@ -79,16 +84,17 @@ _REAL_OF_ANY = frozenset({"ToFloat", "IntTrueDiv", "FloatTrueDiv", "FloatPow", "
 
 # -------------------------------------------------------------------------------------------- the tree
 
-# ("int", n) | ("name", s) | ("neg", x) | ("bin", op, a, b) | ("call", f, (args...))
+# ("int", n) | ("float", x) | ("name", s) | ("neg", x) | ("bin", op, a, b) | ("call", f, (args...))
 ExprTree = tuple
 
-_TOKEN = re.compile(r"([0-9]+)|([A-Za-z_][A-Za-z_0-9]*)|(\*\*|//|[-+*/%(),])")
+_TOKEN = re.compile(r"([0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)|([0-9]+)|([A-Za-z_][A-Za-z_0-9]*)"
+                    r"|(\*\*|//|[-+*/%(),])")
 BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
            "//": operator.floordiv, "%": operator.mod, "**": operator.pow}
 
 
 def _tokens(text: str) -> list[tuple[str, str, int]]:
-    """(kind, text, position) per token; kind is 'int', 'name' or 'op'."""
+    """(kind, text, position) per token; kind is 'float', 'int', 'name' or 'op'."""
     out, pos = [], 0
     while True:
         while pos < len(text) and text[pos] in " \t":
@@ -98,7 +104,7 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
         m = _TOKEN.match(text, pos)
         if m is None:
             raise ExprError(text, f"unexpected character {text[pos]!r}", pos)
-        kind = ("int", "name", "op")[m.lastindex - 1]
+        kind = ("float", "int", "name", "op")[m.lastindex - 1]
         out.append((kind, m.group(), pos))
         pos = m.end()
 
@@ -178,6 +184,12 @@ class _Parser:
                 self.k -= 1
                 raise self.fail(f"integer literal longer than {MAX_LITERAL_DIGITS} digits")
             return ("int", int(tok))
+        if kind == "float":
+            value = float(tok)
+            if len(tok) > MAX_LITERAL_DIGITS or not math.isfinite(value):
+                self.k -= 1
+                raise self.fail(f"float literal {tok[:MAX_LITERAL_DIGITS]!r} is too long or not finite")
+            return ("float", value)
         if kind == "name":
             return self.call(tok) if self.peek() == "(" else ("name", tok)
         if tok == "(":
@@ -256,6 +268,8 @@ def _real_part(tree: ExprTree) -> str | None:
     kind = tree[0]
     if kind in ("int", "name"):
         return None
+    if kind == "float":
+        return f"the float {tree[1]!r}"
     if kind == "bin" and tree[1] == "/":
         return "a true division '/'"
     if kind == "call" and tree[1] in _INTEGER_OF_ANY:
@@ -288,6 +302,8 @@ def to_sympy(tree: ExprTree, functions: Mapping[str, Any], text: str = "") -> sy
     kind = tree[0]
     if kind == "int":
         return sympy.Integer(tree[1])
+    if kind == "float":
+        return sympy.Float(tree[1])  # a Python float: 53 bits, the value torch's shape env holds
     if kind == "name":
         return _symbol(tree[1])
     if kind == "neg":

@@ -2,7 +2,8 @@
 
 The text is read by `_expr.py`'s grammar into its tree; this fold turns the tree into nested closures over Python
 ints, with division exact (fractions), so the value agrees with sympy's, and with the same limits on powers (and
-products) that keep a hostile text from running for ever.
+products) that keep a hostile text from running for ever. A float (a literal, `ToFloat`) is a double, so that
+`TruncToInt(1.7*ToFloat(s0))` rounds as the Python arithmetic of `F.interpolate` that made it does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ def _ceil_div(a: Any, b: Any) -> int:
     return -(-a // b)
 
 
-def _exact_div(a: Any, b: Any) -> Fraction:
+def _exact_div(a: Any, b: Any) -> Any:
+    """Exact on integers and fractions; a double where either side is one, as Python (and the shape env) divides."""
+    if isinstance(a, float) or isinstance(b, float):
+        return float(a) / float(b)
     return Fraction(a) / Fraction(b)
 
 
@@ -43,7 +47,7 @@ _INT_FUNCTIONS: Mapping[str, Callable[..., Any]] = {
     "FloatTrueDiv": _exact_div, "CeilDiv": _ceil_div, "Mod": operator.mod, "PythonMod": operator.mod,
     "ModularIndexing": lambda x, d, m: (x // d) % m, "Max": max, "Min": min, "Abs": abs,
     "floor": math.floor, "ceiling": math.ceil, "FloorToInt": math.floor, "CeilToInt": math.ceil,
-    "TruncToInt": math.trunc, "RoundToInt": round, "ToFloat": Fraction, "Identity": lambda x: x,
+    "TruncToInt": math.trunc, "RoundToInt": round, "ToFloat": float, "Identity": lambda x: x,
     "BitwiseFn_bitwise_and": operator.and_, "BitwiseFn_bitwise_or": operator.or_,
     "BitwiseFn_bitwise_xor": operator.xor,
 }
@@ -62,11 +66,16 @@ class IntExpr:
         self._run = _int_fold(tree, text)
 
     def __call__(self, env: Mapping[str, int]) -> int:
-        value = self._run(env)
-        if isinstance(value, Fraction):
-            if value.denominator != 1:
+        try:
+            value = self._run(env)
+        except (ArithmeticError, ValueError) as e:  # a division by zero, a float past a double rounded to an int
+            if isinstance(e, ExprError):
+                raise
+            raise ExprError(self.text, f"cannot be evaluated at {dict(env)}: {e}"[:300]) from None
+        if isinstance(value, (Fraction, float)):
+            if not (isinstance(value, Fraction) and value.denominator == 1 or isinstance(value, float)
+                    and value.is_integer()):
                 raise ExprError(self.text, f"evaluates to the non-integer {value}")
-            value = value.numerator
         return int(value)
 
 
@@ -78,7 +87,7 @@ def _names(tree: ExprTree) -> set[str]:
 
 def _int_fold(tree: ExprTree, text: str) -> Callable[[Mapping[str, int]], Any]:
     kind = tree[0]
-    if kind == "int":
+    if kind in ("int", "float"):
         n = tree[1]
         return lambda env: n
     if kind == "name":

@@ -1,7 +1,7 @@
 """The one canonical text form of a Graph: a header, one line per node, a return line. Deterministic, and read
 back exactly by `parse_graph` (`_parser.py`):
 
-    # ember graph v1.1 from ember-capture 0.1.0 trace
+    # ember graph v1.2 from ember-capture 0.1.0 trace
     # symbols: s0=8 in [2, inf]
     def f(x: f32[s0, 4] requires_grad, w: f32[4] param, n: sym:i64):
       c0: f32[3] = constant [0.5, 1.0, 2.0]

@@ -8,13 +8,28 @@ from collections.abc import Mapping
 
 import sympy
 import torch
+from sympy.printing.str import StrPrinter
 
 from ._expr import parse_expr
 
 
+class _SchemaPrinter(StrPrinter):
+    """sympy's text, but a float (a double in the shape env: a fractional scale of `F.interpolate`) as the shortest
+    text that reads back to the same double; sympy prints 15 digits, and `0.30000000000000004` would come back 0.3."""
+
+    def _print_Float(self, expr: sympy.Float) -> str:
+        value = float(expr)
+        if sympy.Float(value) != expr:
+            raise ValueError(f"the float {expr} of a size expression is not a double")
+        return repr(value)
+
+
+_PRINTER = _SchemaPrinter()
+
+
 def expr_text(expr) -> str:
     """The schema text of a sympy expression or int."""
-    return str(expr)
+    return _PRINTER.doprint(expr) if isinstance(expr, sympy.Basic) else str(expr)
 
 
 def parse(text: str) -> sympy.Expr:

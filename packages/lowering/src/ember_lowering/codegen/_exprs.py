@@ -10,6 +10,7 @@ loop IR's meaning (floor division, remainder with the divisor's sign).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import sympy
@@ -31,8 +32,12 @@ class IndexPrinter:
         """A lower bound of e over every value of its symbols, or None."""
         if e.is_Integer:
             return int(e)
+        if e.is_Float:
+            return math.floor(float(e))
         if e.is_Symbol:
             return self.lower_of(e.name)
+        if type(e).__name__ in ("ToFloat", "TruncToInt"):  # x >= n (an int) gives trunc(x) >= n
+            return self.lower(e.args[0])
         args = [self.lower(a) for a in e.args]
         if isinstance(e, sympy.Add):
             return None if None in args else sum(args)
@@ -73,6 +78,8 @@ class IndexPrinter:
     def print(self, e: sympy.Expr) -> str:
         if e.is_Integer:
             return self.integer(int(e))
+        if e.is_Float:
+            return self.float_literal(float(e))
         if e.is_Symbol:
             if e.name not in self.names:
                 raise CannotPrint(f"unknown symbol {e.name!r} in {e}")
@@ -100,6 +107,10 @@ class IndexPrinter:
             return self.floordiv(*e.args)
         if name == "ModularIndexing":
             return self.mod(sympy.floor(e.args[0] / e.args[1]), e.args[2])
+        if name == "ToFloat":  # a size of a fractional scale: `TruncToInt(1.7*ToFloat(s0))`, double arithmetic
+            return self.to_float(self.print(e.args[0]))
+        if name == "TruncToInt":
+            return self.trunc_to_int(self.print(e.args[0]))
         raise CannotPrint(f"cannot print index expression {e} ({name})")
 
     # ------------------------------------------------------------------ leaves (set or override per language)
@@ -114,6 +125,18 @@ class IndexPrinter:
 
     def integer(self, n: int) -> str:
         return str(n)
+
+    # A float of a size (`F.interpolate`'s fractional scale: `TruncToInt(1.7*ToFloat(s0))`) is a double of the
+    # shape env, which the kernel computes with in double precision as Python did: `float_literal` spells the exact
+    # double (a number the compiler formats, never text from a file), `to_float` and `trunc_to_int` the conversions.
+    def float_literal(self, x: float) -> str:
+        return repr(x)
+
+    def to_float(self, a: str) -> str:
+        return f"float({a})"
+
+    def trunc_to_int(self, a: str) -> str:
+        return f"int({a})"
 
     def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
         a, b = self.print(num), self.print(den)
