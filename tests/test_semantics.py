@@ -360,6 +360,22 @@ def test_sizes_returned_as_text_and_as_a_shape_are_the_calls_own(frontend):
         assert got[1:] == want[1:] and type(got[2]) is torch.Size and type(got[3]["shape"]) is torch.Size, got
 
 
+def test_sizes_formatted_with_a_spec_are_the_calls_own(frontend):
+    """A format spec on a symbolic size, or on a float or bool made of one (`f"{n:5d}"`, `f"{n / 2:.2f}"`), raised
+    TypeError out of the trace frontend's trace (symbolic types have no `__format__` of their own), where eager and
+    Dynamo give the text of the value."""
+    def fn(x):
+        n = x.shape[0]
+        return x + 1, f"{n:5d}|{n:x}|{n / 2:.2f}|{n / 4!r}|{n > 4}|{n > 4:>6}|{'%d' % n}"  # noqa: UP031 - %-formatting of a size is a case
+
+    compiled = compile_with(frontend, fn, dynamic=True)
+    for rows in (3, 12, 300):
+        x = torch.randn(rows, 2)
+        got, want = compiled(x), fn(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+
+
 def test_bfloat16_forward_and_backward(frontend):
     def f(x, w):
         return F.silu(x @ w).sum()

@@ -523,3 +523,17 @@ def test_only_a_failure_inside_dynamo_resets_its_caches_of_torch_code(compile_gr
         x = torch.randn(4)
         assert_close(wrap(cond, compile_graph)(x), cond(x))
     assert resets == [1]
+
+
+def test_a_patch_of_an_inherited_attribute_is_removed_again():
+    """`SharedPatch` may replace an attribute the owner only inherits (`SymInt.__format__`, from object): while
+    held, the owner has one of its own; afterwards it has none again, and the inherited one answers as before."""
+    import torch
+    from ember_capture._patches import ABSENT, SharedPatch
+
+    seen = []
+    patch = SharedPatch([(torch.SymInt, "__format__")], lambda k, original: seen.append(original) or (lambda s, f: ""))
+    assert "__format__" not in vars(torch.SymInt)
+    with patch.hold():
+        assert "__format__" in vars(torch.SymInt) and seen == [ABSENT]
+    assert "__format__" not in vars(torch.SymInt)

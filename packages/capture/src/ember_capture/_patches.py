@@ -24,24 +24,27 @@ import torch
 
 from ._errors import HigherOrderOpRefused
 
+ABSENT = object()  # what `originals[k]` is for an attribute the owner inherits: the patch adds it, then removes it
+
 
 class SharedPatch:
-    """Attributes (`(owner, name)`, each in the owner's own `__dict__`) replaced while at least one thread holds
-    the patch. `replace(k, original)` makes the replacement of the k-th from what it held; `originals[k]` is what
-    the k-th held when the patch went in."""
+    """Attributes (`(owner, name)`) replaced while at least one thread holds the patch. `replace(k, original)` makes
+    the replacement of the k-th from what the owner's own `__dict__` held (`ABSENT` where it held nothing: the
+    owner inherits the attribute, and the patch deletes its own again); `originals[k]` is what the k-th held when
+    the patch went in."""
 
     def __init__(self, places: Sequence[tuple[Any, str]], replace: Callable[[int, Any], Any]):
         self.places, self.replace = tuple(places), replace
         self.lock = threading.Lock()
         self.holders = 0
-        self.originals: list[Any] = [vars(owner)[name] for owner, name in self.places]
+        self.originals: list[Any] = [vars(owner).get(name, ABSENT) for owner, name in self.places]
         self.installed: list[Any] = []
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
         with self.lock:
             if self.holders == 0:
-                self.originals = [vars(owner)[name] for owner, name in self.places]
+                self.originals = [vars(owner).get(name, ABSENT) for owner, name in self.places]
                 self.installed = [self.replace(k, original) for k, original in enumerate(self.originals)]
                 for (owner, name), new in zip(self.places, self.installed):
                     setattr(owner, name, new)
@@ -54,7 +57,10 @@ class SharedPatch:
                 if self.holders == 0:  # put back what is still ours
                     for (owner, name), mine, original in zip(self.places, self.installed, self.originals):
                         if vars(owner).get(name) is mine:
-                            setattr(owner, name, original)
+                            if original is ABSENT:
+                                delattr(owner, name)
+                            else:
+                                setattr(owner, name, original)
 
 
 def anchor_stack_traces(fn: Any) -> None:

@@ -5,9 +5,10 @@ pass (`Tensor.backward`, `torch.autograd.backward`: a training step traced whole
 inside the trace) raise `SideEffect` in that thread; the trace frontend turns it into a fallback naming what was
 called. Other threads keep the real functions (see `_patches.SharedPatch`).
 
-A symbolic size turned into text (`f"rows={x.shape[0]}"`, `str(n)`) is specialized in that thread: the text is the
-size's value, and the trace holds for that value only (a guard), as Dynamo does it. The text was the symbol's name
-(`rows=s25`), returned or used as it was at every size.
+A symbolic size turned into text (`f"rows={x.shape[0]}"`, `str(n)`, `f"{n:5d}"`, `f"{n / 2:.2f}"`, a symbolic
+float or bool as well) is specialized in that thread: the text is the value's, and the trace holds for that value
+only (a guard), as Dynamo does it. The text was the symbol's name (`rows=s25`), returned or used as it was at every
+size, and a format spec raised TypeError (symbolic types have no `__format__` of their own).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ._patches import SharedPatch
+from ._patches import ABSENT, SharedPatch
 
 
 class SideEffect(Exception):
@@ -57,13 +58,39 @@ def _into_a_buffer(file: Any) -> bool:
 _patch = SharedPatch([(owner, name) for owner, name, _ in _PLACES], _refusing)
 
 
+_SYMBOLIC = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}  # each type: its value (a guard)
+_TEXT_PLACES = [(cls, name) for cls in _SYMBOLIC for name in ("__repr__", "__format__")]
+
+
 def _as_its_value(k: int, original: Callable) -> Callable:
-    def replacement(self: torch.SymInt) -> str:
-        return repr(int(self)) if _forbidden() else original(self)  # int(): the value, guarded
-    return replacement
+    cls, name = _TEXT_PLACES[k]
+    to_value = _SYMBOLIC[cls]
+
+    def value(self: Any) -> Any:
+        """The value, or None where it has none yet: a data-dependent symbol (`u0`), whose error message torch
+        builds with this very repr."""
+        if not _forbidden():
+            return None
+        try:
+            return to_value(self)
+        except Exception:  # noqa: BLE001 - GuardOnDataDependentSymNode and kin: the symbol's own text then
+            return None
+
+    if name == "__repr__":  # str() and f-strings without a spec call it too
+        def replacement(self: Any) -> str:
+            v = value(self)
+            return original(self) if v is None else repr(v)
+        return replacement
+
+    def formatted(self: Any, spec: str) -> str:
+        v = value(self)
+        if v is not None:
+            return format(v, spec)
+        return object.__format__(self, spec) if original is ABSENT else original(self, spec)
+    return formatted
 
 
-_text = SharedPatch([(torch.SymInt, "__repr__")], _as_its_value)  # str() and f-strings call it too
+_text = SharedPatch(_TEXT_PLACES, _as_its_value)
 
 
 @contextlib.contextmanager
