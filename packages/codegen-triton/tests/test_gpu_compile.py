@@ -71,6 +71,9 @@ CASES = {
     # reduction's rows to 4 x 6: `_rewrite.refine`)
     "sum_over_a_merging_view": (lambda g: (lambda y: (y, y.view(-1, 16).sum(0)))(F.gelu(g) * g),
                                 (torch.randn(4, 6, 16),), "fake"),
+    # sizes of a fractional scale, `TruncToInt(0.7*ToFloat(s2))`: float64 constants and casts of size arguments
+    "fractional_scale_sizes": (lambda x: (F.interpolate(x, scale_factor=(0.7, 1.7), mode="nearest"),),
+                               (torch.randn(2, 3, 100, 10),), "symbolic"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",

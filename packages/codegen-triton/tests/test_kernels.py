@@ -257,15 +257,18 @@ def test_a_reduction_result_read_as_an_index_after_its_loop(dim):
     check(f, torch.randn(6, 7))
 
 
-def test_a_float_in_an_index_expression_is_refused_not_rounded_to_float32():
-    """Triton reads a Python float constant as float32, which would round a size of a fractional scale
-    (`TruncToInt(0.29*ToFloat(s0))`, a double of the shape env) differently: the printer refuses it, and the graph
-    falls back visibly (CannotPrint) instead of computing another size."""
+
+def test_a_size_of_a_fractional_scale_is_computed_in_doubles():
+    """`F.interpolate(x, scale_factor=0.7)` of symbolic sizes: the output's size `TruncToInt(0.7*ToFloat(s2))`
+    is computed in float64 in the kernel, the constant an explicit float64 (in float32, 0.7 * 10 is 6 rows where
+    eager's doubles give 7). The interpreter computes a bare constant in float64 anyway, so the text is checked;
+    the rows of 10, 20, 37 and 100 match eager; the build for sm_90 is test_gpu_compile.py's."""
     import sympy
     from ember_codegen_triton._exprs import TritonIndexPrinter
-    from ember_lowering.codegen import CannotPrint
     from torch.utils._sympy.functions import ToFloat, TruncToInt
 
     s0 = sympy.Symbol("s0", integer=True)
-    with pytest.raises(CannotPrint, match="0.29"):
-        TritonIndexPrinter({"s0": "s0"})(TruncToInt(sympy.Float(0.29) * ToFloat(s0)))
+    text = TritonIndexPrinter({"s0": "s0"})(TruncToInt(sympy.Float(0.29) * ToFloat(s0)))
+    assert text == "tl.cast((tl.full([], 0.29, tl.float64) * tl.cast(s0, tl.float64)), tl.int64)"
+    check(lambda x: (F.interpolate(x, scale_factor=0.7, mode="nearest"),), torch.randn(2, 3, 10, 20),
+          mode="symbolic", others=[(torch.randn(1, 3, 37, 100),), (torch.randn(2, 2, 20, 10),)])
