@@ -107,3 +107,29 @@ def test_a_fractional_interpolate_scale_compiles_with_symbolic_sizes(frontend, m
             x = torch.randn(2, 3, *size)
             assert_same_value_and_grad(resize, compiled, x, where=f"size={size}")
     assert not [e.message for e in rec.events if e.kind == "fallback"]
+
+
+@pytest.mark.parametrize("rounding, scale", [("floor", 0.29), ("ceil", 0.07)])
+def test_a_size_rounded_down_or_up_from_a_float_compiles(frontend, rounding, scale):
+    """`x[:math.floor(n * 0.29)]` sizes a slice `FloorToInt(0.29*ToFloat(s0))` (ceil: `CeilToInt`): the printers had
+    no spelling of either, and the graph ran in the interpreter codegen. Equal to eager, forward and backward, at
+    sizes where doubles and exact arithmetic part (0.29 * 100 is 28.999999999999996: 28 rows; 0.07 * 100 is
+    7.000000000000001: 8 rows). The trace frontend compiles it with no fallback. Under Dynamo the first graph of a
+    process may carry the size as a symbol of its own (`s2`, or in the joint trace an unbacked `u1`) that no
+    input's shape binds, and run in the interpreter codegen: visible, equal to eager, not yet compiled."""
+    import math
+
+    import ember
+    import torch
+
+    round_ = getattr(math, rounding)
+
+    def head(x):
+        return x[:round_(x.shape[0] * scale)] * 3
+
+    compiled = ember.compile(head, dynamic=True, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for n in (100, 37, 10):
+            assert_same_value_and_grad(head, compiled, torch.randn(n, 3), where=f"n={n}")
+    fallbacks = [e.message for e in rec.events if e.kind == "fallback"]
+    assert not fallbacks if frontend == "trace" else all("appear in no input's shape" in m for m in fallbacks)

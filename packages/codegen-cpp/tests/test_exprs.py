@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy
 from ember_codegen_cpp._exprs import ExprPrinter
-from torch.utils._sympy.functions import ToFloat, TruncToInt
+from torch.utils._sympy.functions import CeilToInt, FloorToInt, ToFloat, TruncToInt
 
 i0, s0, t3 = (sympy.Symbol(n, integer=True) for n in ("i0", "s0", "t3"))
 NAMES = {"i0": "i0", "s0": "S_s0", "t3": "t3"}
@@ -40,3 +40,9 @@ def test_a_size_of_a_fractional_scale_is_a_double_rounded_toward_zero():
     size = TruncToInt(sympy.Float(0.29) * ToFloat(s0))
     assert printer()(size) == "static_cast<int64_t>((0x1.28f5c28f5c28fp-2 * static_cast<double>(S_s0)))"
     assert printer()(sympy.floor(size / 2)) == f"({printer()(size)} / 2)"
+
+
+def test_a_size_rounded_down_or_up_from_a_float():
+    scaled = sympy.Float(0.3) * ToFloat(s0)
+    assert printer()(FloorToInt(scaled)).startswith("static_cast<int64_t>(__builtin_floor((0x1.3333333333333p-2 * ")
+    assert printer()(CeilToInt(scaled)).startswith("static_cast<int64_t>(__builtin_ceil((0x1.3333333333333p-2 * ")

@@ -12,6 +12,7 @@ in a fresh process: this file run as a script (`python test_gpu_compile.py`) pri
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import stat
@@ -72,7 +73,9 @@ CASES = {
     "sum_over_a_merging_view": (lambda g: (lambda y: (y, y.view(-1, 16).sum(0)))(F.gelu(g) * g),
                                 (torch.randn(4, 6, 16),), "fake"),
     # sizes of a fractional scale, `TruncToInt(0.7*ToFloat(s2))`: float64 constants and casts of size arguments
-    "fractional_scale_sizes": (lambda x: (F.interpolate(x, scale_factor=(0.7, 1.7), mode="nearest"),),
+    "fractional_scale_sizes": (lambda x: (F.interpolate(x, scale_factor=(0.7, 1.7), mode="nearest"),
+                                          x[:, :, :math.floor(x.shape[2] * 0.3)] * 2,
+                                          x[:, :, :math.ceil(x.shape[2] * 0.3)] * 3),
                                (torch.randn(2, 3, 100, 10),), "symbolic"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",

@@ -263,6 +263,8 @@ def test_a_size_of_a_fractional_scale_is_computed_in_doubles():
     is computed in float64 in the kernel, the constant an explicit float64 (in float32, 0.7 * 10 is 6 rows where
     eager's doubles give 7). The interpreter computes a bare constant in float64 anyway, so the text is checked;
     the rows of 10, 20, 37 and 100 match eager; the build for sm_90 is test_gpu_compile.py's."""
+    import math
+
     import sympy
     from ember_codegen_triton._exprs import TritonIndexPrinter
     from torch.utils._sympy.functions import ToFloat, TruncToInt
@@ -270,5 +272,6 @@ def test_a_size_of_a_fractional_scale_is_computed_in_doubles():
     s0 = sympy.Symbol("s0", integer=True)
     text = TritonIndexPrinter({"s0": "s0"})(TruncToInt(sympy.Float(0.29) * ToFloat(s0)))
     assert text == "tl.cast((tl.full([], 0.29, tl.float64) * tl.cast(s0, tl.float64)), tl.int64)"
-    check(lambda x: (F.interpolate(x, scale_factor=0.7, mode="nearest"),), torch.randn(2, 3, 10, 20),
+    check(lambda x: (F.interpolate(x, scale_factor=0.7, mode="nearest"), x[:, :, :math.floor(x.shape[2] * 0.3)] * 2,
+                     x[:, :, :math.ceil(x.shape[2] * 0.3)] * 3), torch.randn(2, 3, 10, 20),
           mode="symbolic", others=[(torch.randn(1, 3, 37, 100),), (torch.randn(2, 2, 20, 10),)])

@@ -30,3 +30,9 @@ class ExprPrinter(IndexPrinter):
 
     def trunc_to_int(self, a: str) -> str:
         return f"static_cast<int64_t>({a})"  # toward zero, as Python's int() of a float
+
+    def floor_to_int(self, a: str) -> str:
+        return f"static_cast<int64_t>(__builtin_floor({a}))"
+
+    def ceil_to_int(self, a: str) -> str:
+        return f"static_cast<int64_t>(__builtin_ceil({a}))"

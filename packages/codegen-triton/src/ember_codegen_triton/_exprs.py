@@ -23,3 +23,9 @@ class TritonIndexPrinter(IndexPrinter):
 
     def trunc_to_int(self, a: str) -> str:
         return f"tl.cast({a}, tl.int64)"  # toward zero, as Python's int() of a float
+
+    def floor_to_int(self, a: str) -> str:
+        return f"tl.cast(tl.floor({a}), tl.int64)"
+
+    def ceil_to_int(self, a: str) -> str:
+        return f"tl.cast(tl.ceil({a}), tl.int64)"

@@ -63,9 +63,14 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
         return _floordiv(*args)
     if name == "ToFloat":
         return args[0].double() if isinstance(args[0], torch.Tensor) else float(args[0])
-    if name == "TruncToInt":
-        return args[0].trunc().long() if isinstance(args[0], torch.Tensor) else math.trunc(args[0])
+    if name in _ROUNDED:
+        tensor_op, number_op = _ROUNDED[name]
+        return getattr(args[0], tensor_op)().long() if isinstance(args[0], torch.Tensor) else number_op(args[0])
     raise PlanError(f"cannot evaluate index expression {expr} ({name})")
+
+
+_ROUNDED = {"TruncToInt": ("trunc", math.trunc), "FloorToInt": ("floor", math.floor),
+            "CeilToInt": ("ceil", math.ceil)}  # a size of a float (schema 1.2): (tensor method, number function)
 
 
 def _mul(expr: sympy.Mul, env: Mapping[str, Any]) -> Any:

@@ -6,7 +6,7 @@ import sympy
 import torch
 from ember_lowering._interpreter import evaluate
 from ember_lowering.codegen import IndexPrinter
-from torch.utils._sympy.functions import ToFloat, TruncToInt
+from torch.utils._sympy.functions import CeilToInt, FloorToInt, ToFloat, TruncToInt
 
 i0, s0, t3 = (sympy.Symbol(n, integer=True) for n in ("i0", "s0", "t3"))
 PRINTER = IndexPrinter({"i0": "i0", "s0": "S_s0", "t3": "t3"}, {"i0": 0, "s0": 2}.get)
@@ -40,3 +40,12 @@ def test_a_size_of_a_fractional_scale_is_computed_in_doubles():
     assert eval(compile(PRINTER(size), "<size>", "eval"), {"S_s0": 100}) == 28
     assert evaluate(size, {"s0": 100}) == 28 and evaluate(i0 * size, {"i0": torch.tensor([2]), "s0": 100}) == 56
     assert PRINTER.nonneg(size)
+
+
+def test_a_size_rounded_down_or_up_from_a_float():
+    """In doubles, as Python: 0.29 * 100 is 28.999999999999996 (floor 28), 0.07 * 100 is 7.000000000000001 (ceil 8)."""
+    down, up = FloorToInt(sympy.Float(0.29) * ToFloat(s0)), CeilToInt(sympy.Float(0.07) * ToFloat(s0))
+    for n, floor_, ceil_ in ((100, 28, 8), (10, 2, 1), (37, 10, 3)):
+        assert eval(compile(PRINTER(down), "<size>", "eval"), {"S_s0": n}) == floor_ == evaluate(down, {"s0": n})
+        assert eval(compile(PRINTER(up), "<size>", "eval"), {"S_s0": n}) == ceil_ == evaluate(up, {"s0": n})
+    assert PRINTER.nonneg(down) and PRINTER.nonneg(up)

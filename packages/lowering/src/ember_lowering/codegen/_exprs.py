@@ -18,6 +18,8 @@ from ember_core import as_sympy
 
 from ._errors import CannotPrint
 
+_ROUNDINGS = ("ToFloat", "TruncToInt", "FloorToInt", "CeilToInt")  # functions of a size of a float (schema 1.2)
+
 
 class IndexPrinter:
     """Prints expressions as Python; `names` maps each symbol name to its spelling, `lower` gives a symbol's known
@@ -36,7 +38,7 @@ class IndexPrinter:
             return math.floor(float(e))
         if e.is_Symbol:
             return self.lower_of(e.name)
-        if type(e).__name__ in ("ToFloat", "TruncToInt"):  # x >= n (an int) gives trunc(x) >= n
+        if type(e).__name__ in _ROUNDINGS:  # x >= n (an int) gives trunc(x), floor(x), ceil(x) >= n
             return self.lower(e.args[0])
         args = [self.lower(a) for a in e.args]
         if isinstance(e, sympy.Add):
@@ -111,6 +113,10 @@ class IndexPrinter:
             return self.to_float(self.print(e.args[0]))
         if name == "TruncToInt":
             return self.trunc_to_int(self.print(e.args[0]))
+        if name == "FloorToInt":
+            return self.floor_to_int(self.print(e.args[0]))
+        if name == "CeilToInt":
+            return self.ceil_to_int(self.print(e.args[0]))
         raise CannotPrint(f"cannot print index expression {e} ({name})")
 
     # ------------------------------------------------------------------ leaves (set or override per language)
@@ -137,6 +143,12 @@ class IndexPrinter:
 
     def trunc_to_int(self, a: str) -> str:
         return f"int({a})"
+
+    def floor_to_int(self, a: str) -> str:
+        return f"int(({a}) // 1)"  # a float's `// 1` is its floor, exactly
+
+    def ceil_to_int(self, a: str) -> str:
+        return f"(-int((-({a})) // 1))"
 
     def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
         a, b = self.print(num), self.print(den)
