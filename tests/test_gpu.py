@@ -297,3 +297,30 @@ def test_a_slice_from_before_the_start_and_a_clamp_at_zero_match_eager_on_cuda(f
     for clamp in (torch.relu, lambda t: t.clamp(0, 1)):
         reciprocal = lambda t, clamp=clamp: 1 / clamp(t)  # noqa: E731
         torch.testing.assert_close(compiled_on_cuda(reciprocal, frontend)(z), reciprocal(z), equal_nan=True)
+
+
+def test_sizes_of_a_fractional_scale_match_eager_on_cuda(frontend):
+    """On CUDA, what tests/test_dynamic_shapes.py checks on the CPU: `F.interpolate(scale_factor=0.29)` and
+    `x[:math.floor(n * 0.29)]` of symbolic sizes, whose sizes Triton computes in float64 (0.29 * 100 is
+    28.999999999999996: 28 rows, as eager; in float32 or exact arithmetic it would be 29), forward and backward.
+    The Triton kernels must run: no fallback to the interpreter codegen."""
+    import math
+
+    import torch.nn.functional as F
+
+    def fn(x):
+        return F.interpolate(x, scale_factor=0.29, mode="nearest"), x[:, :, :math.floor(x.shape[2] * 0.29)] * 2
+
+    compiled = ember.compile(fn, dynamic=True, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for rows in (100, 37):
+            x = torch.randn(2, 3, rows, 10, device="cuda")
+            got_x, want_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+            got, want = compiled(got_x), fn(want_x)
+            torch.testing.assert_close(got, want)
+            sum(t.sum() for t in got).backward()
+            sum(t.sum() for t in want).backward()
+            torch.testing.assert_close(got_x.grad, want_x.grad)
+    assert "triton" in codegens(rec)
+    assert not [e.message for e in rec.kinds("fallback") if "interpreter codegen" in e.message
+                and "appear in no input's shape" not in e.message]
