@@ -133,3 +133,26 @@ def test_a_size_rounded_down_or_up_from_a_float_compiles(frontend, rounding, sca
             assert_same_value_and_grad(head, compiled, torch.randn(n, 3), where=f"n={n}")
     fallbacks = [e.message for e in rec.events if e.kind == "fallback"]
     assert not fallbacks if frontend == "trace" else all("appear in no input's shape" in m for m in fallbacks)
+
+
+@pytest.mark.parametrize("size", ["ceil", "trunc", "floor"])
+def test_a_size_rounded_from_a_true_division_is_eagers(frontend, size):
+    """`x[:math.ceil(n / 2)]` is `CeilToInt(IntTrueDiv(s0, 2))`; the printers spelled IntTrueDiv as a floor division
+    (right under a floor only), so the slice had n // 2 rows where eager has ceil(n / 2): silently one row short at
+    odd n (2c080ad, found before the session ended). Inside a rounding a true division is now a double division,
+    as Python's `n / 2`; forward and backward equal eager, nothing falls back."""
+    import math
+
+    import ember
+    import torch
+
+    round_ = {"ceil": math.ceil, "trunc": int, "floor": math.floor}[size]
+
+    def head(x):
+        return x[:round_(x.shape[0] / 2)] * 2
+
+    compiled = ember.compile(head, dynamic=True, options={"frontend": frontend})
+    with ember.record_events() as rec:
+        for n in (7, 10, 13):
+            assert_same_value_and_grad(head, compiled, torch.randn(n, 3), where=f"n={n}")
+    assert not [e.message for e in rec.events if e.kind == "fallback"]

@@ -28,8 +28,9 @@ _SENTINEL_INT = -7  # what unwritten integer memory holds
 # ---------------------------------------------------------------------------------------------- index exprs
 
 
-def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
-    """An index expression's value: a Python int, or an int64 tensor where the env holds tensors."""
+def evaluate(expr: sympy.Expr, env: Mapping[str, Any], real: bool = False) -> Any:
+    """An index expression's value: a Python int, or an int64 tensor where the env holds tensors. `real`: inside a
+    rounding of a float (`CeilToInt(IntTrueDiv(s0, 2))`, `math.ceil(n / 2)`), where a true division is one."""
     if expr.is_Integer:
         return int(expr)
     if expr.is_Float:  # a double of a size (a fractional scale: `TruncToInt(1.7*ToFloat(s0))`)
@@ -38,11 +39,13 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
         return env[expr.name]
     if expr.is_Rational:
         raise PlanError(f"index expression {expr} is not an integer")
-    args = [evaluate(a, env) for a in expr.args] if not isinstance(expr, (sympy.floor, sympy.ceiling)) else None
+    name = type(expr).__name__
+    real = real or name in ("ToFloat", *_ROUNDED)
+    args = [evaluate(a, env, real) for a in expr.args] if not isinstance(expr, (sympy.floor, sympy.ceiling)) else None
     if isinstance(expr, sympy.Add):
         return _fold(args, lambda a, b: a + b)
     if isinstance(expr, sympy.Mul):
-        return _mul(expr, env)
+        return _mul(expr, env, real)
     if isinstance(expr, sympy.Pow) and expr.args[1].is_Integer and expr.args[1] >= 0:
         return _fold([args[0]] * int(expr.args[1]) or [1], lambda a, b: a * b)
     if isinstance(expr, (sympy.floor, sympy.ceiling)):
@@ -54,7 +57,9 @@ def evaluate(expr: sympy.Expr, env: Mapping[str, Any]) -> Any:
     if isinstance(expr, (sympy.Max, sympy.Min)):
         big = isinstance(expr, sympy.Max)
         return _fold(args, lambda a, b: _maximum(a, b) if big else _minimum(a, b))
-    name = type(expr).__name__
+    if name in ("IntTrueDiv", "FloatTrueDiv") and real:
+        a, b = (x.double() if isinstance(x, torch.Tensor) else float(x) for x in args)
+        return a / b
     if name == "FloorDiv":
         return _floordiv(*args)
     if name == "ModularIndexing":
@@ -73,11 +78,11 @@ _ROUNDED = {"TruncToInt": ("trunc", math.trunc), "FloorToInt": ("floor", math.fl
             "CeilToInt": ("ceil", math.ceil)}  # a size of a float (schema 1.2): (tensor method, number function)
 
 
-def _mul(expr: sympy.Mul, env: Mapping[str, Any]) -> Any:
+def _mul(expr: sympy.Mul, env: Mapping[str, Any], real: bool = False) -> Any:
     num, den = sympy.fraction(expr)
     if den != 1:
         raise PlanError(f"index expression {expr} is not an integer")
-    return _fold([evaluate(a, env) for a in expr.args], lambda a, b: a * b)
+    return _fold([evaluate(a, env, real) for a in expr.args], lambda a, b: a * b)
 
 
 def _fold(xs: list, fn: Callable) -> Any:

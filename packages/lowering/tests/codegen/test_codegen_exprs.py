@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 from ember_lowering._interpreter import evaluate
 from ember_lowering.codegen import IndexPrinter
-from torch.utils._sympy.functions import CeilToInt, FloorToInt, ToFloat, TruncToInt
+from torch.utils._sympy.functions import CeilToInt, FloorToInt, IntTrueDiv, ToFloat, TruncToInt
 
 i0, s0, t3 = (sympy.Symbol(n, integer=True) for n in ("i0", "s0", "t3"))
 PRINTER = IndexPrinter({"i0": "i0", "s0": "S_s0", "t3": "t3"}, {"i0": 0, "s0": 2}.get)
@@ -49,3 +51,13 @@ def test_a_size_rounded_down_or_up_from_a_float():
         assert eval(compile(PRINTER(down), "<size>", "eval"), {"S_s0": n}) == floor_ == evaluate(down, {"s0": n})
         assert eval(compile(PRINTER(up), "<size>", "eval"), {"S_s0": n}) == ceil_ == evaluate(up, {"s0": n})
     assert PRINTER.nonneg(down) and PRINTER.nonneg(up)
+
+
+def test_a_true_division_inside_a_rounding_is_a_double_division():
+    """`math.ceil(n / 2)` is `CeilToInt(IntTrueDiv(s0, 2))`: IntTrueDiv prints as a floor division elsewhere (under
+    a floor of its own), which made this n // 2: one short at odd n."""
+    up = CeilToInt(IntTrueDiv(s0, 2))
+    assert PRINTER(up) == "(-int((-((float(S_s0) / float(2)))) // 1))"
+    for n in (7, 8, 13):
+        assert eval(compile(PRINTER(up), "<size>", "eval"), {"S_s0": n}) == math.ceil(n / 2) == evaluate(up, {"s0": n})
+    assert PRINTER(IntTrueDiv(s0, 2)) == "(S_s0 // 2)"  # outside a rounding: unchanged

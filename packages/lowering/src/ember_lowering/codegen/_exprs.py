@@ -27,6 +27,7 @@ class IndexPrinter:
 
     def __init__(self, names: Mapping[str, str], lower: Callable[[str], int | None] = lambda name: None):
         self.names, self.lower_of = names, lower
+        self.real = 0  # > 0 while printing the argument of a rounding: IntTrueDiv is a true division there
 
     # ------------------------------------------------------------------ facts
 
@@ -105,18 +106,21 @@ class IndexPrinter:
         if isinstance(e, (sympy.Max, sympy.Min)):
             return self.extremum(e)
         name = type(e).__name__
+        if name in ("IntTrueDiv", "FloatTrueDiv") and self.real:  # `math.ceil(n / 2)`: a double division
+            return f"({self.to_float(self.print(e.args[0]))} / {self.to_float(self.print(e.args[1]))})"
         if name in ("FloorDiv", "CleanDiv", "IntTrueDiv"):
             return self.floordiv(*e.args)
         if name == "ModularIndexing":
             return self.mod(sympy.floor(e.args[0] / e.args[1]), e.args[2])
-        if name == "ToFloat":  # a size of a fractional scale: `TruncToInt(1.7*ToFloat(s0))`, double arithmetic
-            return self.to_float(self.print(e.args[0]))
-        if name == "TruncToInt":
-            return self.trunc_to_int(self.print(e.args[0]))
-        if name == "FloorToInt":
-            return self.floor_to_int(self.print(e.args[0]))
-        if name == "CeilToInt":
-            return self.ceil_to_int(self.print(e.args[0]))
+        if name in _ROUNDINGS:  # a size of a fractional scale: `TruncToInt(1.7*ToFloat(s0))`, double arithmetic
+            self.real += 1
+            try:
+                inner = self.print(e.args[0])
+            finally:
+                self.real -= 1
+            spell = {"ToFloat": self.to_float, "TruncToInt": self.trunc_to_int, "FloorToInt": self.floor_to_int,
+                     "CeilToInt": self.ceil_to_int}[name]
+            return spell(inner)
         raise CannotPrint(f"cannot print index expression {e} ({name})")
 
     # ------------------------------------------------------------------ leaves (set or override per language)
@@ -150,14 +154,22 @@ class IndexPrinter:
     def ceil_to_int(self, a: str) -> str:
         return f"(-int((-({a})) // 1))"
 
+    def integers(self, *operands: sympy.Expr) -> list[str]:
+        """Operands of an integer operation: a true division inside them is a floor division again."""
+        real, self.real = self.real, 0
+        try:
+            return [self.print(x) for x in operands]
+        finally:
+            self.real = real
+
     def floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        a, b = self.print(num), self.print(den)
+        a, b = self.integers(num, den)
         if self.floordiv_fn is None or self.nonneg(num) and self.positive(den):
             return f"({a} {self.div_op} {b})"
         return f"{self.floordiv_fn}({a}, {b})"
 
     def mod(self, num: sympy.Expr, den: sympy.Expr) -> str:
-        a, b = self.print(num), self.print(den)
+        a, b = self.integers(num, den)
         if self.mod_fn is None or self.nonneg(num) and self.positive(den):
             return f"({a} % {b})"
         return f"{self.mod_fn}({a}, {b})"
