@@ -75,7 +75,8 @@ CASES = {
     # sizes of a fractional scale, `TruncToInt(0.7*ToFloat(s2))`: float64 constants and casts of size arguments
     "fractional_scale_sizes": (lambda x: (F.interpolate(x, scale_factor=(0.7, 1.7), mode="nearest"),
                                           x[:, :, :math.floor(x.shape[2] * 0.3)] * 2,
-                                          x[:, :, :math.ceil(x.shape[2] * 0.3)] * 3),
+                                          x[:, :, :math.ceil(x.shape[2] * 0.3)] * 3,
+                                          x[:, :, :math.ceil(x.shape[2] / 2)] * 4),  # a double division
                                (torch.randn(2, 3, 100, 10),), "symbolic"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
@@ -140,6 +141,9 @@ def main() -> None:
         assert names and not fallbacks, (name, fallbacks)
         assert "from triton.language.extra import libdevice" in compiled.source  # the GPU's, not the interpreter's
         assert all(binaries(k) for k in names), (name, names)
+        if name == "fractional_scale_sizes":  # math.ceil(n / 2) divides doubles, as Python did, not integers
+            assert re.search(r"tl\.ceil\(\(tl\.cast\(S_\w+, tl\.float64\) / tl\.cast\(2, tl\.float64\)\)\)",
+                             compiled.source), compiled.source
         print(f"{name}:ok", flush=True)
 
     # on CUDA an index read from a tensor (a gather's; a scatter's, lowered as a select) asserts on the device, and

@@ -16,6 +16,7 @@ class ExprPrinter(IndexPrinter):
 
     div_op, floordiv_fn, mod_fn = "/", "ember_ifloor", "ember_imod"
     max_fn, min_fn = "ember_imax", "ember_imin"
+    floor_fn, ceil_fn = "__builtin_floor", "__builtin_ceil"
 
     def integer(self, n: int) -> str:
         if n == _INT64_MIN:
@@ -30,9 +31,3 @@ class ExprPrinter(IndexPrinter):
 
     def trunc_to_int(self, a: str) -> str:
         return f"static_cast<int64_t>({a})"  # toward zero, as Python's int() of a float
-
-    def floor_to_int(self, a: str) -> str:
-        return f"static_cast<int64_t>(__builtin_floor({a}))"
-
-    def ceil_to_int(self, a: str) -> str:
-        return f"static_cast<int64_t>(__builtin_ceil({a}))"

@@ -10,6 +10,7 @@ from ember_lowering.codegen import IndexPrinter
 class TritonIndexPrinter(IndexPrinter):
     floordiv_fn, mod_fn = "_ember_floordiv", "_ember_mod"
     max_fn, min_fn = "tl.maximum", "tl.minimum"
+    floor_fn, ceil_fn = "tl.floor", "tl.ceil"
 
     # A size of a fractional scale (`TruncToInt(0.7*ToFloat(s0))`) in doubles, as the shape env computed it. A bare
     # Python float takes its type from Triton's promotion rules (float32 where no float64 operand decides it, and
@@ -23,9 +24,3 @@ class TritonIndexPrinter(IndexPrinter):
 
     def trunc_to_int(self, a: str) -> str:
         return f"tl.cast({a}, tl.int64)"  # toward zero, as Python's int() of a float
-
-    def floor_to_int(self, a: str) -> str:
-        return f"tl.cast(tl.floor({a}), tl.int64)"
-
-    def ceil_to_int(self, a: str) -> str:
-        return f"tl.cast(tl.ceil({a}), tl.int64)"

@@ -57,7 +57,7 @@ def test_a_true_division_inside_a_rounding_is_a_double_division():
     """`math.ceil(n / 2)` is `CeilToInt(IntTrueDiv(s0, 2))`: IntTrueDiv prints as a floor division elsewhere (under
     a floor of its own), which made this n // 2: one short at odd n."""
     up = CeilToInt(IntTrueDiv(s0, 2))
-    assert PRINTER(up) == "(-int((-((float(S_s0) / float(2)))) // 1))"
+    assert PRINTER(up) == "int((-((-((float(S_s0) / float(2)))) // 1)))"
     for n in (7, 8, 13):
         assert eval(compile(PRINTER(up), "<size>", "eval"), {"S_s0": n}) == math.ceil(n / 2) == evaluate(up, {"s0": n})
     assert PRINTER(IntTrueDiv(s0, 2)) == "(S_s0 // 2)"  # outside a rounding: unchanged

@@ -138,7 +138,11 @@ class IndexPrinter:
 
     # A float of a size (`F.interpolate`'s fractional scale: `TruncToInt(1.7*ToFloat(s0))`) is a double of the
     # shape env, which the kernel computes with in double precision as Python did: `float_literal` spells the exact
-    # double (a number the compiler formats, never text from a file), `to_float` and `trunc_to_int` the conversions.
+    # double (a number the compiler formats, never text from a file), `to_float` and `trunc_to_int` the conversions,
+    # `floor_fn` / `ceil_fn` the language's rounding of a double to a whole double (None: Python's `// 1`, exact).
+    floor_fn: str | None = None
+    ceil_fn: str | None = None
+
     def float_literal(self, x: float) -> str:
         return repr(x)
 
@@ -149,10 +153,10 @@ class IndexPrinter:
         return f"int({a})"
 
     def floor_to_int(self, a: str) -> str:
-        return f"int(({a}) // 1)"  # a float's `// 1` is its floor, exactly
+        return self.trunc_to_int(f"{self.floor_fn}({a})" if self.floor_fn else f"(({a}) // 1)")
 
     def ceil_to_int(self, a: str) -> str:
-        return f"(-int((-({a})) // 1))"
+        return self.trunc_to_int(f"{self.ceil_fn}({a})" if self.ceil_fn else f"(-((-({a})) // 1))")
 
     def integers(self, *operands: sympy.Expr) -> list[str]:
         """Operands of an integer operation: a true division inside them is a floor division again."""
