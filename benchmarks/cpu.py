@@ -50,6 +50,11 @@ from models import (  # noqa: E402
     rmsnorm,
 )
 from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+
+def resize(scale: float, mode: str) -> Callable:
+    return lambda x: F.interpolate(x, scale_factor=scale, mode=mode).relu()
 
 
 @dataclass
@@ -71,6 +76,12 @@ WORKLOADS = [
     Workload("mlp train step 256x512", lambda: (mlp_train_step_model(), (torch.randn(256, 512),)), False, True),
     Workload("cross-entropy train step 2048x8000",
              lambda: (CrossEntropy(8000), (torch.randn(2048, 8000), torch.randint(0, 8000, (2048,)))), True, True),
+    # resizes as FPN and U-Net decoders make them (x2 up) and as a pyramid's input (/2 down), then an activation
+    Workload("upsample nearest x2 8x64x64x64", lambda: (resize(2.0, "nearest"), (torch.randn(8, 64, 64, 64),)), True),
+    Workload("upsample bilinear x2 8x64x64x64", lambda: (resize(2.0, "bilinear"), (torch.randn(8, 64, 64, 64),)),
+             True),
+    Workload("downsample bilinear /2 8x32x128x128", lambda: (resize(0.5, "bilinear"),
+                                                             (torch.randn(8, 32, 128, 128),)), True),
 ]
 
 

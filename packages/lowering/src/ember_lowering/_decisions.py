@@ -16,6 +16,8 @@ from ._errors import LoweringError
 
 VERDICTS = frozenset({
     "fused",  # two steps became one (fuse-inline, fuse-vertical, fuse-siblings)
+    "folded",  # an op the value ranges decide became a constant or one of its operands (bound-indices)
+    "proven",  # a gather's index is inside its buffer for every input: not tested at run time (bound-indices)
     "kept",  # left apart or as it is
     "merged",  # two dims became one (coalesce-dims)
     "reordered",  # a kernel's dims nest in another order (order-dims)

@@ -258,7 +258,8 @@ class Instr:
     the stored value's). srcs: SSA operands (a load's optional mask; a store's value then optional mask).
     buffer/index: what a load or store addresses; index holds the one expression of `Op.INDEX`.
     value: a const's value, or the value a masked load gives where its mask is false; for a cast, True when it is
-    implicit (`IMPLICIT_CAST`).
+    implicit (`IMPLICIT_CAST`). in_bounds: a gather's load whose index values a pass proved inside the buffer's
+    shape (`bound-indices`): codegens do not test it (text: `load x[t3] in bounds`).
     """
 
     op: Op
@@ -268,6 +269,7 @@ class Instr:
     buffer: str | None = None
     index: tuple[sympy.Expr, ...] = ()
     value: Scalar = None
+    in_bounds: bool = False
 
     def replace(self, **changes: Any) -> Instr:
         return dataclasses.replace(self, **changes)

@@ -198,12 +198,14 @@ class _Parser:
             m.group("outs").split(", ")), m.group("rest") or ""
         if op is Op.LOAD:
             buffer, index, tail = self.access(rest)
+            in_bounds = tail.startswith(" in bounds")
+            tail = tail[len(" in bounds"):] if in_bounds else tail
             if not tail:
-                return Instr(op, outs, dtype, (), buffer, index)
+                return Instr(op, outs, dtype, (), buffer, index, in_bounds=in_bounds)
             mm = re.match(r" if (\w+) else (.+)$", tail)
             if not mm:
-                raise self.fail("expected 'if MASK else VALUE' after a masked load")
-            return Instr(op, outs, dtype, (mm.group(1),), buffer, index, parse_scalar(mm.group(2), dtype))
+                raise self.fail("expected 'if MASK else VALUE' or 'in bounds' after a load")
+            return Instr(op, outs, dtype, (mm.group(1),), buffer, index, parse_scalar(mm.group(2), dtype), in_bounds)
         if op is Op.CONST:
             return Instr(op, outs, dtype, value=parse_scalar(rest, dtype))
         if op is Op.INDEX:

@@ -118,7 +118,7 @@ def format_instr(instr: Instr) -> str:
         return text + (f" if {instr.srcs[1]}" if len(instr.srcs) > 1 else "")
     lhs = f"{', '.join(instr.outs)}: {DTYPE_SHORT[instr.dtype]} = "
     if op is Op.LOAD:
-        text = f"load {instr.buffer}{format_index(instr.index)}"
+        text = f"load {instr.buffer}{format_index(instr.index)}" + (" in bounds" if instr.in_bounds else "")
         if instr.srcs:
             text += f" if {instr.srcs[0]} else {format_scalar(instr.value, instr.dtype)}"
         return lhs + text

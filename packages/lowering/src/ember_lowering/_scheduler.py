@@ -21,6 +21,7 @@ from ._decisions import Decision, Note, make_decision
 from ._loop_ir import Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
 from ._verify import check_round_trip, verify_plan
+from .loop_passes.bound_indices import BoundIndices
 from .loop_passes.coalesce_dims import CoalesceDims
 from .loop_passes.extern_in_place import ExternInPlace
 from .loop_passes.fuse_inline import FuseInline
@@ -45,9 +46,10 @@ class Pass(Protocol):
 def default_passes() -> tuple[Pass, ...]:
     """Fusion first (it matches iteration spaces dim by dim), then what fusion made of bfloat16 chains
     (keep-float32, which widens only in a plan `lower` bound it to: see `bind_passes`), the shape of each kernel's
-    loops (order-dims, coalesce-dims, split-moments, stash-values), then storage (extern-in-place, plan-buffers)."""
+    loops (order-dims, coalesce-dims, split-moments, stash-values), then storage (extern-in-place), what the value
+    ranges of the final kernels prove (bound-indices) and the buffers' storage (plan-buffers)."""
     return (FuseInline(), FuseVertical(), FuseSiblings(), KeepFloat32(), OrderDims(), CoalesceDims(), SplitMoments(),
-            StashValues(), ExternInPlace(), PlanBuffers())
+            StashValues(), ExternInPlace(), BoundIndices(), PlanBuffers())
 
 
 def bind_passes(passes: Sequence[Pass], graph: Graph) -> tuple[Pass, ...]:

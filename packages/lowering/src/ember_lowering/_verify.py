@@ -247,6 +247,8 @@ class _KernelChecker:
         ints = frozenset(v for v in visible if self.dtypes.get(v) in INT_DTYPES)
         for e in i.index:
             self.p.closed(e, key, f"kernel {self.kernel.name}: index {e}", frozenset(loop_vars) | ints)
+        if i.in_bounds and (i.op is not Op.LOAD or not any(s.name in ints for e in i.index for s in e.free_symbols)):
+            raise self.fail(key, "'in bounds' marks only a load whose index reads values (a gather)")
         if i.op in (Op.LOAD, Op.STORE):
             self.access(i, key)
         elif i.dtype not in KERNEL_DTYPES:

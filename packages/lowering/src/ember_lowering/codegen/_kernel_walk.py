@@ -11,7 +11,7 @@ spelled, its index printer (`index_printer()`, an `IndexPrinter` over `names`). 
   whether it writes it: the kernel's parameters;
 - `flat(i)`: an access's element as one offset from its root (`flat_index` with the buffer's strides and offset);
 - `indirect(i)`: the (index, size) pairs of an access's dims whose index reads SSA values (gathers, scatters),
-  which the printer tests against the buffer's shape;
+  which the printer tests against the buffer's shape (none for a load marked `in_bounds`);
 - `origins_comment(marker)`: the graph nodes the kernel computes, as a comment of the language.
 """
 
@@ -64,6 +64,8 @@ class KernelWalk:
         return flat_index(i.index, b.stride, self.layout.rel_offset(i.buffer), self.ranges)
 
     def indirect(self, i: Instr) -> list[tuple[sympy.Expr, sympy.Expr]]:
+        if i.in_bounds:  # proven inside the buffer (bound-indices): nothing to test
+            return []
         b = self.layout.buffers[i.buffer]
         return [(e, size) for e, size in zip(i.index, b.shape)
                 if any(s.name in self.dtypes for s in as_sympy(e).free_symbols)]
