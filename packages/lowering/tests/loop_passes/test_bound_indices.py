@@ -9,7 +9,6 @@ from ember_lowering import Op, parse_plan, run_plan, schedule
 from ember_lowering.loop_passes.bound_indices import BoundIndices
 from lowering_checks import check, plan_of, run_passes, verdicts
 
-
 HEAD = "# ember kernel plan 'g' on cpu\n# passes: lower\n"
 
 
