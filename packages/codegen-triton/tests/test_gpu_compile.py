@@ -78,6 +78,12 @@ CASES = {
                                           x[:, :, :math.ceil(x.shape[2] * 0.3)] * 3,
                                           x[:, :, :math.ceil(x.shape[2] / 2)] * 4),  # a double division
                                (torch.randn(2, 3, 100, 10),), "symbolic"),
+    # static resizes: every gather's index is computed from an arange and proven inside the input (lowering's
+    # bound-indices), so the kernels load without a test, an error flag or a device assert
+    "resizes_in_bounds": (lambda x: (F.interpolate(x, scale_factor=2, mode="nearest"),
+                                     F.interpolate(x, scale_factor=2, mode="bilinear") * 2,
+                                     F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=False) + 1),
+                          (torch.randn(2, 3, 9, 13),), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",
@@ -144,6 +150,10 @@ def main() -> None:
         if name == "fractional_scale_sizes":  # math.ceil(n / 2) divides doubles, as Python did, not integers
             assert re.search(r"tl\.ceil\(\(tl\.cast\(S_\w+, tl\.float64\) / tl\.cast\(2, tl\.float64\)\)\)",
                              compiled.source), compiled.source
+        if name == "resizes_in_bounds":
+            ptx = "".join(p.with_suffix(".ptx").read_text() for k in names for p in binaries(k))
+            assert "ember_err" not in compiled.source and "debug=True" not in compiled.source, compiled.source
+            assert "__assertfail" not in ptx, name
         print(f"{name}:ok", flush=True)
 
     # on CUDA an index read from a tensor (a gather's; a scatter's, lowered as a select) asserts on the device, and

@@ -12,13 +12,15 @@ last place of its dtype (`_EPS`), more than IEEE rounding (half a unit) or Trito
 can move it, so that a bound holds for the computed value and not only for the exact one. Zero stays zero: a
 rounding of a nonnegative result is nonnegative.
 
-A load reads what `plan_ranges` knows of its buffer: a temp written whole by one unmasked store of one kernel
-holds that store's values (the index arrays `F.interpolate` computes from `arange`, read by the kernel that
-gathers with them); anything else (inputs, views, an extern's result) is unknown.
+`plan_ranges` walks a plan's kernels in order, once each. A load reads what it knows of its buffer by then: a temp
+written whole by one unmasked store of one kernel holds that store's values (the index arrays `F.interpolate`
+computes from `arange`, read by the kernel that gathers with them); anything else (inputs, views, an extern's
+result) is unknown.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
@@ -128,19 +130,22 @@ def index_range(expr: sympy.Expr, ranges: Ranges, values: Mapping[str, Interval 
     return -INF, INF
 
 
+def _const_range(value: float | bool, dtype: str) -> Interval | None:
+    return None if isinstance(value, float) and not math.isfinite(value) else _fit((value, value), dtype)
+
+
 def instr_range(i: Instr, args: list[Interval | None], dtypes: list[str], ranges: Ranges,
                 values: Mapping[str, Interval | None], buffers: Mapping[str, Interval | None]) -> Interval | None:
     """The range of `i`'s result from its operands' (`args`, of `dtypes`)."""
     op, dtype = i.op, i.dtype
     if op is Op.CONST:
-        v = i.value
-        return None if isinstance(v, float) and not math.isfinite(v) else _fit((v, v), dtype)
+        return _const_range(i.value, dtype)
     if op is Op.INDEX:
         return _fit(index_range(i.index[0], ranges, values), dtype)
     if op is Op.LOAD:
         r = buffers.get(i.buffer) if i.buffer is not None else None
-        if i.srcs and r is not None:
-            r = _union(r, instr_range(Instr(Op.CONST, ("_",), dtype, value=i.value), [], [], ranges, values, {}))
+        if i.srcs and r is not None:  # a masked load: its buffer's values or its fill value
+            r = _union(r, _const_range(i.value, dtype))
         return r if r is not None else full(dtype)
     if op is Op.CAST:
         return _cast(args[0], dtypes[0], dtype)
@@ -206,11 +211,19 @@ def _may_be_nan(op: Op, a: Interval, b: Interval) -> bool:
     return a_inf or b_inf  # division and the rest: only of finite ranges
 
 
-def kernel_ranges(kernel: Kernel, lowers: Mapping[str, int], buffers: Mapping[str, Interval | None],
-                  decided: dict[str, bool] | None = None) -> dict[str, Interval | None]:
-    """Each SSA value's range (see the module docstring); `decided` collects the comparisons the ranges decide."""
+@dataclasses.dataclass(frozen=True)
+class KernelRanges:
+    """What the ranges say of one kernel."""
+
+    ranges: Ranges  # its loop vars' and the symbols' bounds
+    values: dict[str, Interval | None]  # each SSA value's range
+    decided: dict[str, bool]  # the comparisons the ranges decide: value -> its only result
+
+
+def kernel_ranges(kernel: Kernel, lowers: Mapping[str, int], buffers: Mapping[str, Interval | None]) -> KernelRanges:
+    """Each SSA value's range (see the module docstring), a load's from what `buffers` says its buffer holds."""
     ranges = Ranges({d.var: d.size for d in kernel.dims}, lowers)
-    decided = {} if decided is None else decided
+    decided: dict[str, bool] = {}
     values: dict[str, Interval | None] = {}
     dtypes: dict[str, str] = {}
     for i in kernel.instrs():
@@ -228,7 +241,7 @@ def kernel_ranges(kernel: Kernel, lowers: Mapping[str, int], buffers: Mapping[st
             r = instr_range(i, args, [dtypes.get(s, i.dtype) for s in i.srcs], ranges, values, buffers)
         for o in i.outs:
             values[o], dtypes[o] = (r if len(i.outs) == 1 else full(i.dtype)), i.dtype
-    return values
+    return KernelRanges(ranges, values, decided)
 
 
 def whole_writes(plan: KernelPlan) -> dict[str, tuple[Kernel, Instr]]:
@@ -267,16 +280,22 @@ def _walks(kernel: Kernel, store: Instr, b: Buffer) -> bool:
     return len(store.index) == b.rank and seen == set(sizes) and not kernel.reduce_dims
 
 
-def plan_ranges(plan: KernelPlan) -> dict[str, Interval | None]:
-    """The range of the values each buffer holds, for the temps `whole_writes` finds (others are unknown)."""
+def plan_ranges(plan: KernelPlan) -> list[KernelRanges | None]:
+    """Each step's ranges (None for an extern), computed once per kernel in the plan's order: a load reads the range
+    of the values an earlier kernel wrote to its buffer, for the temps `whole_writes` finds (others are unknown)."""
     lowers = {s.name: s.lower for s in plan.symbols if s.lower is not None}
     dtypes = {b.name: b.dtype for b in plan.buffers}
     written = whole_writes(plan)
-    out: dict[str, Interval | None] = {}
-    for step in plan.steps:  # in order: a kernel may read what an earlier one wrote
-        for name in [n for n, (k, _) in written.items() if k is step]:
-            store = written[name][1]
-            values = kernel_ranges(step, lowers, out)
-            value_dtype = next(i.dtype for i in step.instrs() if store.srcs[0] in i.outs)
-            out[name] = _cast(values[store.srcs[0]], value_dtype, dtypes[name])
+    held: dict[str, Interval | None] = {}
+    out: list[KernelRanges | None] = []
+    for step in plan.steps:
+        if not isinstance(step, Kernel):
+            out.append(None)
+            continue
+        found = kernel_ranges(step, lowers, held)
+        for name, (kernel, store) in written.items():
+            if kernel is step:
+                value_dtype = next(i.dtype for i in step.instrs() if store.srcs[0] in i.outs)
+                held[name] = _cast(found.values[store.srcs[0]], value_dtype, dtypes[name])
+        out.append(found)
     return out

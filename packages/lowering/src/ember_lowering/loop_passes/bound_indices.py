@@ -21,7 +21,7 @@ from .._decisions import Note
 from .._indexing import Ranges
 from .._loop_ir import COMPARISONS, Instr, Kernel, KernelPlan, Loop, Op
 from .._rewrite import canonicalize, rename_values
-from .._value_ranges import Interval, index_range, kernel_ranges, plan_ranges
+from .._value_ranges import Interval, KernelRanges, index_range, plan_ranges
 
 
 class BoundIndices:
@@ -30,17 +30,14 @@ class BoundIndices:
     reasons = frozenset({"decided", "in-bounds"})
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
-        held = plan_ranges(plan)
-        lowers = {s.name: s.lower for s in plan.symbols if s.lower is not None}
         shapes = {b.name: b.shape for b in plan.buffers}
-        steps = tuple(_bound(s, held, lowers, shapes, note) if isinstance(s, Kernel) else s for s in plan.steps)
+        steps = tuple(s if found is None else _bound(s, found, shapes, note)
+                      for s, found in zip(plan.steps, plan_ranges(plan)))
         return plan.replace(steps=steps)
 
 
-def _bound(kernel: Kernel, held: dict, lowers: dict[str, int], shapes: dict, note: Note) -> Kernel:
-    decided: dict[str, bool] = {}
-    values = kernel_ranges(kernel, lowers, held, decided)
-    ranges = Ranges({d.var: d.size for d in kernel.dims}, lowers)
+def _bound(kernel: Kernel, found: KernelRanges, shapes: dict, note: Note) -> Kernel:
+    ranges, values, decided = found.ranges, found.values, found.decided
     alias: dict[str, str] = {}
     changed = False
 
