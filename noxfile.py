@@ -69,6 +69,8 @@ TORCH_LOWEST = "2.11.0"
 LOWEST_TESTS = ["tests/test_models.py", "tests/test_training.py", "tests/test_dynamic_shapes.py",
                 "tests/test_compiled_autograd.py", "tests/test_autocast.py", "tests/test_devices.py",
                 "tests/test_cli.py", "tests/test_trace_threads.py"]
+# oneDNN's matmul with the operand layouts codegen-cpp gives it, on the lowest torch's oneDNN
+LOWEST_CPP_TESTS = ["packages/codegen-cpp/tests/test_gemm.py"]
 
 LOWEST_TRITON_TESTS = ["packages/codegen-triton/tests/test_launcher.py",
                        "packages/codegen-triton/tests/test_gpu_compile.py"]
@@ -144,6 +146,7 @@ def lowest(session: nox.Session) -> None:
     """A fast subset of the integration suite on the lowest torch the packages declare."""
     install_siblings(session, [*(f"packages/{p}" for p in PACKAGES), *EXAMPLES], TORCH_LOWEST)
     pytest(session, *LOWEST_TESTS)
+    pytest(session, *LOWEST_CPP_TESTS)  # apart: each test folder's conftest is a module named conftest
     # torch 2.11's CUDA build brings Triton 3.6, the GPU machines' Triton: the lean launchers against its
     # specialization rules and its own launch path (a stand-in sm_90 driver; no GPU needed).
     pytest(session, *LOWEST_TRITON_TESTS)

@@ -38,6 +38,19 @@ def test_every_training_gradient_is_within_3x_eagers_error_against_float64(name)
     assert not bad, f"{name}: {len(bad)} gradients more than 3x eager's error:\n" + "\n".join(map(str, bad))
 
 
+@pytest.mark.parametrize("name", ["mlp", "tiny_gpt"])
+def test_gradients_through_onednns_matmul_are_within_3x_eagers_error(name):
+    """codegen-cpp's float32 matmuls on oneDNN (option `cpp.gemm`; "measure" takes it where it is faster): every
+    linear layer's forward, input gradient and weight gradient summed in oneDNN's order, not MKL's."""
+    build, inputs = MODELS[name]
+    with ember.record_events() as rec:
+        errors = gradient_errors(build(), inputs(), lambda m: ember.compile(m, options={"cpp.gemm": "onednn"}),
+                                 threads=(2,))
+    assert not rec.kinds("fallback") and any("_onednn_linear" in e.source for e in rec.kinds("graph_compiled"))
+    bad = too_far(errors)
+    assert not bad, f"{name}: {len(bad)} gradients more than 3x eager's error:\n" + "\n".join(map(str, bad))
+
+
 @pytest.mark.parametrize("shape, dim", [((64, 1000), 1), ((16, 8, 33), (0, 2))])
 def test_a_logsumexp_gradient_is_as_accurate_as_eagers(shape, dim):
     """Through its decomposition the gradient of logsumexp added, at each row's max, `g - sum(g * softmax)`: zero

@@ -10,6 +10,10 @@ which does its work on the first call only:
     if _tune_ember_seg0.pending:
         _tune_ember_seg0(b_x_1, b_out, S_s0)
 
+A float32 matmul that oneDNN runs faster on this CPU (`_gemm.py`) is called there instead of ATen's:
+
+    b_mm = _onednn_linear0(b_x, b_w.t(), None, 'none', [], '')  # aten.mm.default
+
 The profiled twin of the wrapper (see the shared `WrapperWriter`) calls the segment's kernels one at a time, each
 in a profiler range, through the entry point the library exports for each kernel (`ember_run_<kernel>`, see
 `_program.py`): a kernel's time is then the profiler's to measure, with no timer in the C++ and nothing added to
@@ -22,8 +26,12 @@ the segment calls of the normal path.
 
 from __future__ import annotations
 
+import torch
+from ember_core import direct_call
+from ember_lowering import Extern
 from ember_lowering.codegen import Segment, WrapperWriter
 
+from ._gemm import linear_form, on_onednn
 from ._program import entry_point
 
 
@@ -33,6 +41,15 @@ class CppWrapperWriter(WrapperWriter):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.signatures: dict[str, tuple[int, int]] = {}
+
+    def extern_call(self, ext: Extern) -> str:
+        form = linear_form(ext, self.layout.buffers)
+        if form is None or not on_onednn(form, self.p.options):
+            return super().extern_call(ext)
+        linear = self.const(direct_call(torch.ops.mkldnn._linear_pointwise.default), "_onednn_linear")
+        a, b = (self._arg(r) for r in ext.args[-2:])
+        bias = self._arg(ext.args[0]) if form.bias is not None else "None"
+        return f"{linear}({a}, {b}.t(), {bias}, 'none', [], '')"
 
     def call_segment(self, seg: Segment) -> None:
         self._tune_first(seg)

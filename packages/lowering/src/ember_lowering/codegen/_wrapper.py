@@ -326,12 +326,17 @@ class WrapperWriter:
         with self.ranged(step.name or step.kernel.name):
             self.emit(f"{name}([{', '.join(args)}])")
 
+    def extern_call(self, ext: Extern) -> str:
+        """The expression that runs the extern: its ATen op on its arguments. A codegen may call something else that
+        gives the same result (codegen-cpp: a matmul on oneDNN where that is faster)."""
+        fn = self.const(direct_call(resolve_op(ext.op)), "_op")
+        args = [self._arg(a) for a in ext.args] + [f"{keyword_name(k)}={self._arg(v)}" for k, v in ext.kwargs.items()]
+        return f"{fn}({', '.join(args)})"
+
     def _extern(self, ext: Extern) -> None:
         op = resolve_op(ext.op)
-        fn = self.const(direct_call(op), "_op")
-        args = [self._arg(a) for a in ext.args] + [f"{keyword_name(k)}={self._arg(v)}" for k, v in ext.kwargs.items()]
         outs = [o for o in ext.outs]
-        call = f"{fn}({', '.join(args)})"
+        call = self.extern_call(ext)
         if len(outs) == 1:
             if outs[0] == "_":
                 self.emit(f"{call}  # {ext.op}")
