@@ -75,6 +75,33 @@ def test_a_long_kernel_is_launched_twice():
     assert runs == [(1,), (1,), (2,), (2,)]
 
 
+def test_an_interleaving_tuner_launches_every_candidate_once_a_round_and_keeps_each_ones_median():
+    """A load that comes and goes (here: the first round runs three times slower) weighs on every candidate alike;
+    no candidate is cut, however slow, a candidate's time is its median round, and writes are restored after each
+    launch."""
+    runs, out, slow = [], torch.zeros(2), [3.0]
+    seconds = {(1,): 0.002, (2,): 0.0015, (3,): 0.004}  # 3: more than 2x the best, not cut here
+    inner = launcher(seconds, out, runs)
+
+    def launch(choice):
+        start = _tuning.time.now
+        inner(choice)
+        _tuning.time.now = start + (_tuning.time.now - start) * slow[0]
+        if len(runs) == len(seconds):
+            slow[0] = 1.0
+
+    tuner = Tuner("test_tune", "test", repeats=4, interleave=True)
+    with record_events() as rec:
+        assert tuner.measure(uuid.uuid4().hex, "k", list(seconds), launch, [out]) == (2,)
+    assert runs == list(seconds) * 4 and torch.equal(out, torch.zeros(2))
+    assert rec.kinds("kernel_tuned")[0].get("seconds") == pytest.approx(list(seconds.values()))
+    runs.clear()  # candidates of 10 ms: three rounds take more than LONG (20 ms) a candidate, and are enough
+    slow[0], long = 1.0, {(1,): 0.01, (2,): 0.012}
+    Tuner("test_tune", "test", repeats=7, interleave=True).measure(uuid.uuid4().hex, "k", list(long),
+                                                                    launcher(long, out, runs), [out])
+    assert runs == list(long) * 3
+
+
 def test_the_heuristics_choice_stays_unless_another_beats_it_by_the_margin():
     tuner = Tuner("test_tune", "test", margin=0.5)
     seconds = {(1,): 0.002, (2,): 0.0015}

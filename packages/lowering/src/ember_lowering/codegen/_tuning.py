@@ -9,7 +9,10 @@ call it asks its `Tuner` to `choose` one:
   entry that is anything else is ignored and the kernel measured again (parsed, never evaluated; ember-core's
   `DiskCache` has already checked the file's hash, owner and mode);
 - otherwise every candidate runs on the call's own arguments, the best of `repeats` launches is its time, and the
-  fastest is stored (a candidate twice as slow as the best so far is launched once, a long kernel twice). The
+  fastest is stored (a candidate twice as slow as the best so far is launched once, a long kernel twice; a tuner
+  made to `interleave` runs `repeats` rounds that launch every candidate once each, three once they have taken
+  `LONG` seconds a candidate, and takes each one's median instead: a call that is fast only now and then is not its
+  typical time). The
   first candidate is the heuristics' choice, and another must beat it by `margin` (3%) to be kept: a difference
   inside the noise of a few launches is no reason to leave the heuristics. The buffers the kernel writes are saved
   first and put back after every launch, so a kernel that updates a buffer in place (an optimizer step) leaves it
@@ -22,6 +25,7 @@ Which mode tunes is the codegen's business, read from its options (`tuning_mode`
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -54,10 +58,13 @@ class Tuner:
     whose files are `<key>.choice`)."""
 
     def __init__(self, cache: DiskCache | str, stage: str, repeats: int = 3, margin: float = 0.03,
-                 machine: tuple[str, ...] = ("cpu",)):
-        """`machine`: what the timings depend on, for a remote cache or an artifact (`ember_core.caches`)."""
+                 machine: tuple[str, ...] = ("cpu",), interleave: bool = False):
+        """`machine`: what the timings depend on, for a remote cache or an artifact (`ember_core.caches`).
+        `interleave`: each of `repeats` rounds launches every candidate once, so that a load that comes and goes
+        (a compiler building the graph's kernels beside the measurement) weighs on all of them alike, and a
+        candidate's time is its median; no candidate stops early."""
         self.cache = cache if isinstance(cache, DiskCache) else DiskCache(cache, ("choice",), machine=machine)
-        self.stage, self.repeats, self.margin = stage, repeats, margin
+        self.stage, self.repeats, self.margin, self.interleave = stage, repeats, margin, interleave
 
     def choose(self, key: str, kernel: str, candidates: Sequence[Choice], launch: Callable[[Choice], None],
                written: Sequence[torch.Tensor], args: Sequence[Any] = ()) -> Choice:
@@ -71,8 +78,18 @@ class Tuner:
         """`choose` without looking on disk first: every candidate timed, the fastest stored and returned."""
         saved = [t.clone() for t in written]
         times: dict[Choice, float] = {}
-        for c in candidates:  # a candidate 2x slower than the best so far stops after its first launch
-            times[c] = self._time(launch, c, written, saved, [*args, *written], 2 * min(times.values(), default=1e9))
+        if self.interleave:
+            rounds: dict[Choice, list[float]] = {c: [] for c in candidates}
+            for k in range(self.repeats):
+                for c in candidates:
+                    rounds[c].append(self._time(launch, c, written, saved, [*args, *written], 0, repeats=1))
+                if k >= 2 and sum(map(sum, rounds.values())) > LONG * len(candidates):
+                    break  # long launches: three rounds are enough
+            times = {c: statistics.median(t) for c, t in rounds.items()}
+        else:
+            for c in candidates:  # a candidate 2x slower than the best so far stops after its first launch
+                times[c] = self._time(launch, c, written, saved, [*args, *written],
+                                      2 * min(times.values(), default=1e9))
         best = min(times, key=times.__getitem__)
         if times[best] > times[candidates[0]] * (1 - self.margin):
             best = candidates[0]
@@ -86,11 +103,11 @@ class Tuner:
         return best
 
     def _time(self, launch: Callable[[Choice], None], choice: Choice, written: Sequence[torch.Tensor],
-              saved: Sequence[torch.Tensor], args: Sequence[Any], give_up: float) -> float:
-        """The best of `repeats` launches; of fewer once one takes longer than `give_up` seconds, or once two or
-        more have taken `LONG` seconds together (a long kernel's launches vary little)."""
+              saved: Sequence[torch.Tensor], args: Sequence[Any], give_up: float, repeats: int = 0) -> float:
+        """The best of `repeats` launches (the tuner's by default); of fewer once one takes longer than `give_up`
+        seconds, or once two or more have taken `LONG` seconds together (a long kernel's launches vary little)."""
         best, spent = float("inf"), 0.0
-        for k in range(self.repeats):
+        for k in range(repeats or self.repeats):
             sync(args)
             start = time.perf_counter()
             launch(choice)
