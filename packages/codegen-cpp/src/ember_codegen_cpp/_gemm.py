@@ -19,6 +19,7 @@ The result is a new row-major tensor either way, which is what the plan's buffer
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Mapping
@@ -34,11 +35,10 @@ log = logging.getLogger("ember.kernels")
 
 OPTION = "cpp.gemm"
 CHOICES = ("measure", "onednn", "aten")
-LINEAR = "mkldnn._linear_pointwise.default"
 MIN_MACS = 1 << 20
 MARGIN = 0.05
 ATEN, ONEDNN = (0,), (1,)
-# interleaved rounds: the graph's C++ may be building on the same cores while its wrapper is printed
+# interleaved rounds: a load that comes and goes (another graph's C++ building) weighs on both candidates alike
 TUNER = Tuner("cpp_gemm", "codegen-cpp", repeats=7, margin=MARGIN, machine=("cpu",), interleave=True)
 _chosen: dict[str, bool] = {}  # key -> oneDNN?, for this process (printing asks again for the profiled twin)
 
@@ -64,6 +64,7 @@ class LinearForm:
         return hashlib.sha256(repr((layout, machine)).encode()).hexdigest()[:40]
 
 
+@functools.cache
 def available() -> bool:
     """Does this torch call oneDNN's linear on the CPU?"""
     if not torch.backends.mkldnn.is_available():
