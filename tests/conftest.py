@@ -13,6 +13,7 @@ import shutil
 import tempfile
 
 import ember_core
+import ember_runtime
 import pytest
 import torch
 
@@ -92,7 +93,11 @@ def builds_succeed(no_build_failures):
 
 @pytest.fixture(autouse=True)
 def stages_run(cold_stage_caches):
-    """No partition or kernel plan comes from an earlier test (ember-core's `cold_stage_caches`)."""
+    """No partition, kernel plan or compiled graph comes from an earlier test: the disk caches of stage results
+    (ember-core's `cold_stage_caches`) and the runtime's compiled graphs in memory are emptied, so every stage runs
+    and sends its events whichever tests this process ran before (a report test failed after another test had
+    compiled the same block: its graphs came from memory and sent no `kernels_planned`)."""
+    ember_runtime.clear_cache()
     yield
 
 

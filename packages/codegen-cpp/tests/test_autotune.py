@@ -154,3 +154,31 @@ def test_tuning_picks_variants_in_every_part_of_a_split_unit():
     assert "k0" in tuned_kernels and len(tuned_kernels) >= 2  # the kernels of both parts (split by the matmul)
     torch.testing.assert_close(out[0], chain(*inputs)[0])
     torch.testing.assert_close(compiled(clone(inputs))[0], chain(*inputs)[0])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y, i: (torch.cat([x, y], 0).sum(0),),  # outer-contiguous: a block's masks and loads hoisted
+    lambda x, y, i: ((x[i] * y[:8]).sum(-1), torch.softmax(y * x[:40], -1)),  # a gather; a row stashed
+    lambda x, y, i: (torch.where(y > 0, x[:40], y).sum(0) + x[0],),
+], ids=["cat-columns", "gather-softmax", "where-columns"])
+def test_every_variant_of_a_kernel_takes_its_parameters_as_the_default_does(fn):
+    """The dispatch calls the chosen variant with the default's arguments: a variant listing its buffers in
+    another order would read one as another (its parameters follow the loop IR, not the printed text)."""
+    inputs = torch.randn(48, 64), torch.randn(40, 64), torch.randint(0, 48, (8,))
+    plan = lower(trace(fn, *inputs))
+    layout = PlanLayout(plan)
+    tried = 0
+    for kernel in plan.kernels:
+        default = KernelPrinter(kernel, layout, "k").print()
+        for v in KernelPrinter(kernel, layout, "k").variants(True)[1:]:
+            other = KernelPrinter(kernel, layout, "k", v).print()
+            assert other.roots == default.roots and _params(other.text) == _params(default.text)
+            tried += 1
+    assert tried
+    compiled, out, _ = tuned(fn, inputs)
+    for got, want in zip(out, fn(*inputs)):
+        torch.testing.assert_close(got, want)
+
+
+def _params(text: str) -> str:
+    return text.split("static int k(", 1)[1].split(") {", 1)[0]

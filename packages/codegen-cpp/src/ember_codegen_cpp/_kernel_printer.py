@@ -105,7 +105,14 @@ class KernelPrinter(StatementPrinter):
 
     def print(self) -> PrintedKernel:
         body = self._body()
-        roots = sorted(self.roots, key=list(self.layout.buffers).index)
+        # in the order the loop IR first names them (not the printed text's: max-autotune's variants of a kernel
+        # hoist loads differently, and each must take its parameters as the default does); kernels of one body
+        # list theirs alike, so repeated layers print once (`_program.py`)
+        first = {}
+        for i in self.k.instrs():
+            if i.buffer is not None and i.buffer not in self.locals:
+                first.setdefault(self.layout.root(i.buffer), len(first))
+        roots = sorted(self.roots, key=lambda r: first.get(r, len(first)))
         params = []
         for r in roots:
             const = "" if self.roots[r] else "const "

@@ -7,12 +7,18 @@ A big unit (a training graph's backward: thousands of lines, seconds of g++ on o
 (`translation_units`): whole segments, contiguous and of about equal lines, each part a unit of its own with the
 prelude, its segments' kernels, the segments and the kernels' entry points. Kernels stay `static` (a segment and
 its kernels are always in one part), so each part builds and loads as a library of its own (see `_build.py`).
+
+Kernels of one body (repeated layers) are printed once per unit: the others are references to the first
+(`static constexpr auto& k23_gelu_2 = k15_gelu_1;`), so g++ compiles each body once (the shared layer's
+`same_kernels`). Kernels printed in variants under max-autotune are measured by name and stay apart.
 """
 
 from __future__ import annotations
 
+import functools
+
 from ember_lowering import KernelPlan
-from ember_lowering.codegen import Program, Segment, plan_program
+from ember_lowering.codegen import PrintedKernel, Program, Segment, plan_program, same_kernels, with_placeholders
 
 from ._autotune import dispatch_source
 from ._cpp_rules import STORAGE_CTYPE
@@ -57,19 +63,39 @@ def translation_units(program: Program, parts: int) -> list[str]:
 
 def unit_lines(program: Program) -> int:
     """The lines of the kernels (all variants), which is what a build spends its time on."""
-    return sum(_lines(program, s) for s in program.segments)
+    same = same_bodies(program, program.kernels)
+    return sum(_lines(program, s, same) for s in program.segments)
 
 
-def _lines(program: Program, seg: Segment) -> int:
-    texts = [t for k in seg.kernels for t in ([v for _, v in program.variants.get(k.name, ())] or [k.text])]
+def _lines(program: Program, seg: Segment, same: dict[str, str]) -> int:
+    """The lines of the segment's kernels, a kernel of an earlier one's body counted as one."""
+    texts = [t for k in seg.kernels for t in ([v for _, v in program.variants.get(k.name, ())] or
+                                               [k.text if same.get(k.name, k.name) == k.name else ""])]
     return sum(t.count("\n") + 1 for t in texts)
+
+
+def same_bodies(program: Program, kernels: list[PrintedKernel]) -> dict[str, str]:
+    """Each kernel's name → the first of `kernels` with its body (see the module docstring); kernels printed in
+    variants are left out."""
+    layout = program.layout
+    stashes = frozenset(layout.local[n] for n, b in layout.buffers.items() if b.kind == "local")  # in a kernel
+    return same_kernels([k for k in kernels if k.name not in program.variants],
+                        lambda k: _canonical(k.text, k.name, tuple(layout.local[r] for r in k.roots), stashes))
+
+
+@functools.lru_cache(maxsize=1024)  # a program's units are printed several times (lines, parts, each unit)
+def _canonical(text: str, name: str, params: tuple[str, ...], stashes: frozenset[str]) -> str:
+    head, _, body = text.partition("\n")
+    head = head.partition(" {")[0].replace(f" {name}(", " (", 1)  # no name, no origins comment (after the brace)
+    return with_placeholders(head + "\n" + body, params, stashes)
 
 
 def split_segments(program: Program, parts: int) -> list[list[Segment]]:
     """The segments in at most `parts` contiguous groups of about equal lines: a segment goes to the share of the
     lines its middle line falls in."""
     segments = program.segments
-    weights = [_lines(program, s) for s in segments]
+    same = same_bodies(program, program.kernels)
+    weights = [_lines(program, s, same) for s in segments]
     total = sum(weights) or 1
     groups: dict[int, list[Segment]] = {}
     done = 0
@@ -85,10 +111,13 @@ def _unit(program: Program, segments: list[Segment], header: str) -> str:
     kernels = [k for s in segments for k in s.kernels]
     out = [header, prelude()]
     syms = [layout.sym_local[s] for s in layout.symbols]
+    same = same_bodies(program, kernels)
     for k in kernels:
         variants = program.variants.get(k.name)
         if not variants:
-            out.append(k.text + "\n")
+            first = same[k.name]
+            out.append(k.text + "\n" if first == k.name else
+                       f"static constexpr auto& {k.name} = {first};  // the same kernel\n")
             continue
         out += [text + "\n" for _, text in variants]
         args = [layout.local[r] for r in k.roots] + syms

@@ -1,20 +1,19 @@
-"""One `@triton.jit` function for kernels that differ only in their names.
+"""One `@triton.jit` function for kernels that differ only in their names (the shared layer's
+`ember_lowering.codegen.same_kernels`).
 
-A model of repeated layers prints the same kernel once per layer: a transformer of six identical blocks, 43 kernels
-of 22 bodies; resnet50's bottlenecks repeat within each stage. Each printed function is a JIT function of its own,
-compiled on its own (Triton front end, LLVM, ptxas: the bulk of a cold GPU build). The module keeps the first of
-each group and binds the others' names to it (`ember_k28_... = ember_k15_...`), so the group compiles once per
-specialization, and every launch site and lean launcher keeps its kernel's own name in the wrapper. A CUDA profile
-shows the group under the first one's name.
-
-Kernels are the same when their text is, except for the function's name, the origins comment on its `def` line
-and the names of its parameters (the plan's buffer names, which differ from layer to layer).
+Each printed function is a JIT function of its own, compiled on its own (Triton front end, LLVM, ptxas: the bulk of
+a cold GPU build); resnet50's bottlenecks repeat within each stage, a transformer's blocks one another. The module
+keeps the first of each group and binds the others' names to it (`ember_k28_... = ember_k15_...`), so the group
+compiles once per specialization, and every launch site and lean launcher keeps its kernel's own name in the
+wrapper. A CUDA profile shows the group under the first one's name.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from ember_lowering.codegen import same_kernels, with_placeholders
 
 from ._kernel_printer import TritonKernel
 
@@ -28,20 +27,14 @@ def canonical(k: TritonKernel) -> str:
     if match is None:  # not a printer's kernel: compare whole texts
         return k.text
     params = [p.split(":")[0].strip() for p in match.group(2).split(",")]
-    text = "\n".join(body)
-    for n, p in enumerate(params):
-        text = re.sub(rf"\b{re.escape(p)}\b", f"_p{n}", text)
+    text = with_placeholders("\n".join(body), params)
     kinds = [p.split(":", 1)[1].strip() if ":" in p else "" for p in match.group(2).split(",")]
     return "\n".join([decorator, repr(kinds), text])
 
 
 def groups(kernels: Sequence[TritonKernel]) -> dict[str, str]:
     """Each kernel's name → the name of the first kernel with its canonical text (itself, for a first one)."""
-    first: dict[str, str] = {}
-    out = {}
-    for k in kernels:
-        out[k.name] = first.setdefault(canonical(k), k.name)
-    return out
+    return same_kernels(kernels, canonical)
 
 
 def module_text(kernels: Sequence[TritonKernel]) -> str:

@@ -115,6 +115,12 @@ def _to_arg(a: Any) -> Any:
     return a
 
 
+# a source file's base name → the paths of the files of that name graphs were read from in this process (the
+# report shows a node's line from its file when one path goes with the name, `report/_sources.py`; the graph keeps
+# the base name only)
+SOURCE_PATHS: dict[str, set[str]] = {}
+
+
 def _node_meta(node: fx.Node) -> dict[str, str]:
     if "ember_meta" in node.meta:
         return dict(node.meta["ember_meta"])
@@ -127,7 +133,9 @@ def _node_meta(node: fx.Node) -> dict[str, str]:
             last = lines[-1]
             path = last.split('"')[1] if '"' in last else "?"
             line = last.split("line ")[1].split(",")[0] if "line " in last else "?"
-            meta["source"] = f"{path.rsplit('/', 1)[-1]}:{line}"
+            name = path.rsplit("/", 1)[-1]
+            meta["source"] = f"{name}:{line}"
+            SOURCE_PATHS.setdefault(name, set()).add(path)
     stack = node.meta.get("nn_module_stack")
     if stack:
         path = list(stack.values())[-1][0]

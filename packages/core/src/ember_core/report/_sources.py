@@ -1,12 +1,16 @@
 """The user's source lines behind graph nodes: a node's `meta["source"]` is `file.py:12` (the file's base name), and
-the report shows line 12 of that file when exactly one file of that name is known to this process (a loaded
-module, a file `linecache` has read, the main script). Best effort: anything else shows the location only."""
+the report shows line 12 of that file when exactly one file of that name is known to this process: of the files
+graphs were captured from (the fx bridge's `SOURCE_PATHS`), else of every known file (a loaded module, a file
+`linecache` has read, the main script); a project's two `models.py` of which one was compiled are not ambiguous.
+Best effort: anything else shows the location only."""
 
 from __future__ import annotations
 
 import linecache
 import os
 import sys
+
+from ..graph import _fx_bridge
 
 MAX_LINE = 240
 
@@ -29,7 +33,9 @@ class SourceLines:
 
     def _file(self, name: str) -> str | None:
         if name not in self._files:
-            found = {os.path.realpath(p) for p in _known_files() if os.path.basename(p) == name and os.path.isfile(p)}
+            captured = _fx_bridge.SOURCE_PATHS.get(name, set())
+            found = {os.path.realpath(p) for p in captured or _known_files()
+                     if os.path.basename(p) == name and os.path.isfile(p)}
             self._files[name] = found.pop() if len(found) == 1 else None
         return self._files[name]
 

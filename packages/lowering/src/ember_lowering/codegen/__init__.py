@@ -7,6 +7,7 @@ wrapper calls a segment (see ember-codegen-cpp)."""
 
 from ._build_pool import Build, BuildPool, report_build
 from ._codegen import PlanCodegen
+from ._dedup import same_kernels, with_placeholders
 from ._errors import BindError, BuildError, CannotPrint, ExternDtypeError
 from ._exprs import IndexPrinter, unwrapped
 from ._fallback import (
@@ -40,6 +41,8 @@ __all__ = [
     "PlanLayout", "PrintedKernel", "Program", "Segment", "Step",
     "Tuner", "UseFallback", "WrapperWriter", "fix_layout", "interpreted_kernel", "non_overlapping",
     "plan_program", "relayout", "report_build", "report_fallback", "same_layout", "tuning_mode", "unwrapped",
+    # kernels of one body printed once (`_dedup.py`)
+    "same_kernels", "with_placeholders",
     # the op tables: what a codegen prints of them (its conformance tests assert `missing_ops(prints_op) == []` and
     # `missing_reductions(print_kernel) == []`)
     "REDUCTION_SHAPES", "missing_ops", "missing_reductions", "one_op_kernel", "one_reduction_plan", "prints_by_trying",
