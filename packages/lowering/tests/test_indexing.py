@@ -73,3 +73,20 @@ def test_only_a_symbol_whose_range_starts_at_zero_or_above_is_taken_for_nonnegat
     assert not is_nonneg(k, Ranges()) and not is_nonneg(k * s0, Ranges(lowers={"s0": 2}))
     r = Ranges({"i0": sympy.Integer(8)}, {"k": INT64_MIN})
     assert simplify(sympy.Mod(i0 + k, 8), r) == sympy.Mod(i0 + k, 8)  # i0 + k may leave [0, 8)
+
+
+def test_a_kept_address_is_one_of_the_same_ranges():
+    """flat_index keeps its simplified addresses (kernels of one shape address alike): a name's range is part of
+    what is kept, so the same address under other ranges is simplified again, not taken from the first."""
+    x, s = sym("x"), sym("s")
+    address = [sympy.floor(x / 4), sympy.Mod(x, 4)]
+    assert flat_index(address, [1, 1], ranges=Ranges({"x": sympy.Integer(4)})) == x
+    assert flat_index(address, [1, 1], ranges=Ranges({"x": sympy.Integer(8)})) == sympy.floor(x / 4) + \
+        sympy.Mod(x, 4)
+    assert flat_index(address, [1, 1]) == sympy.floor(x / 4) + sympy.Mod(x, 4)
+    assert flat_index(address, [1, 1], ranges=Ranges({"x": sympy.Integer(4)})) == x
+    # a symbol's lower bound: x in [0, s) with s >= 1 is its own remainder; without the bound s may be negative
+    rest = [sympy.Mod(x, s)]
+    assert flat_index(rest, [1], ranges=Ranges({"x": s}, {"s": 1})) == x
+    assert flat_index(rest, [1], ranges=Ranges({"x": s})) == sympy.Mod(x, s)
+    assert flat_index(rest, [1], ranges=Ranges({"x": s}, {"s": 1})) == x

@@ -263,5 +263,16 @@ def simplify_all(exprs: Iterable[Expr], ranges: Ranges) -> tuple[Expr, ...]:
 def flat_index(index: Sequence[Expr], stride: Sequence[Expr], offset: Expr = ZERO,
                ranges: Ranges | None = None) -> Expr:
     """The storage offset (in elements) of a logical index under a layout; what a codegen addresses memory with."""
-    flat = offset + sum((i * s for i, s in zip(index, stride)), ZERO)
-    return simplify(sympy.expand(flat), ranges or Ranges())
+    flat = sympy.expand(offset + sum((i * s for i, s in zip(index, stride)), ZERO))
+    ranges = ranges or Ranges()
+    names = names_in(flat)
+    known = tuple(sorted((n, ranges.sizes.get(n), ranges.lowers.get(n)) for n in names))
+    return _simplified(flat, known)
+
+
+@functools.lru_cache(maxsize=8192)
+def _simplified(flat: Expr, known: tuple[tuple[str, Expr | None, int | None], ...]) -> Expr:
+    """`simplify` of an address, kept: kernels of one shape address alike, and lowering's passes and the printers
+    ask again. What it depends on is `flat` and the ranges of the names in it (`known`: name, size, lower bound)."""
+    return simplify(flat, Ranges({n: s for n, s, _ in known if s is not None},
+                                 {n: lo for n, _, lo in known if lo is not None}))
