@@ -84,6 +84,11 @@ CASES = {
                                      F.interpolate(x, scale_factor=2, mode="bilinear") * 2,
                                      F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=False) + 1),
                           (torch.randn(2, 3, 9, 13),), "fake"),
+    # three layers of one body between bf16 matmuls (extern calls): one @triton.jit function and two names bound to
+    # it (`_dedup.py`, the shared `same_kernels`), each launch site lean through its own name
+    "repeated_layers_bf16": (lambda x, w: (torch.softmax(torch.tanh(torch.softmax(torch.tanh(torch.softmax(
+        torch.tanh(x @ w) * 2, -1) @ w) * 2, -1) @ w) * 2, -1),),
+        (torch.randn(8, 32).bfloat16(), torch.randn(32, 32).bfloat16()), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
           *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",
@@ -150,6 +155,9 @@ def main() -> None:
         if name == "fractional_scale_sizes":  # math.ceil(n / 2) divides doubles, as Python did, not integers
             assert re.search(r"tl\.ceil\(\(tl\.cast\(S_\w+, tl\.float64\) / tl\.cast\(2, tl\.float64\)\)\)",
                              compiled.source), compiled.source
+        if name == "repeated_layers_bf16":
+            aliases = re.findall(r"^(ember_\w+) = (ember_\w+)  # the same kernel$", compiled.source, re.M)
+            assert len(names) == 1 and [first for _, first in aliases] == names * 2, compiled.source
         if name == "resizes_in_bounds":
             ptx = "".join(p.with_suffix(".ptx").read_text() for k in names for p in binaries(k))
             assert "ember_err" not in compiled.source and "debug=True" not in compiled.source, compiled.source
