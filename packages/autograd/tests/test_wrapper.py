@@ -104,6 +104,22 @@ def test_unused_output_gets_a_zero_tangent():
     torch.testing.assert_close(x.grad, x.detach().cos())
 
 
+def test_an_input_that_only_unused_outputs_read_gets_no_gradient():
+    """As in eager, where autograd never reaches it: None, not the zeros the backward computes for it."""
+    def f(x, w, v):
+        h = x @ w
+        return h.tanh(), (h * v).sum(1), v.detach() * 2
+
+    x, w, v = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True), torch.randn(5, requires_grad=True)
+    run = Compiled(f, x, w, v)
+    run(x, w, v)[0].sum().backward()
+    assert v.grad is None  # read by the unused second output and, detached, by the third
+    torch.testing.assert_close(w.grad, x.t() @ (1 - (x @ w).detach().tanh() ** 2))
+    assert not run(x, w, v)[2].requires_grad
+    run(x, w, v)[1].sum().backward()
+    torch.testing.assert_close(v.grad, (x @ w).detach().sum(0))
+
+
 def test_mutation_and_alias_outputs_come_back_in_the_forward_order():
     def f(x, buf):
         return x.view(-1), (x * 2).sum(), buf + 1

@@ -6,6 +6,12 @@ backward graph on first use (once), feeds it the saved values and the incoming g
 none, made contiguous, as the tangents were traced), and hands back one gradient per primal (None where the
 backward computes none). `retain_graph=True` runs it again on the same saved values.
 
+A primal whose value reaches none of the outputs that got a gradient gets None, not the zeros the backward
+computes for it: eager autograd never reaches it, so its `.grad` stays None, and an optimizer skips it (AdamW
+would otherwise decay it and move its moments). Reach is the forward graph's data flow (`_output_sources`), which
+covers autograd's; autograd hands the function None for an output the loss does not use (grads not
+materialized; compiled autograd does the same).
+
 A backward asked for with `create_graph=True` (a gradient penalty, double backward) must itself be
 differentiable: the compiled kernels are not, so that backward runs both graphs of the partition through ATen
 with grad mode on, the forward again from the function's inputs (so that the saved values carry their history)
@@ -29,12 +35,14 @@ import torch.fx as fx
 from ember_core import (
     CompiledGraph,
     Event,
+    Graph,
     GraphError,
     Interpreter,
     Partition,
     autocast_disabled,
     emit,
     is_random,
+    node_refs,
     symbolic_backward_formulas,
     to_fx,
 )
@@ -70,6 +78,7 @@ class Plan:
         self.num_primals = len(fw.inputs)
         self.num_outputs = len(fw.outputs) - len(partition.saved)
         self.differentiable = tuple(fw.values[o.name].requires_grad for o in fw.outputs[:self.num_outputs])
+        self.sources = _output_sources(fw, self.num_outputs)
         self.traced_grad = tuple(fw.values[i.name].requires_grad for i in fw.inputs)
         self.grad_inputs = tuple(o.input for o in bw.outputs)
         slot = {k: j for j, k in enumerate(self.grad_inputs)}
@@ -124,6 +133,14 @@ class Plan:
                     self._differentiable = (Interpreter(fw), Interpreter(bw))
         return self._differentiable
 
+    def reached(self, grad_outputs: Sequence[Any]) -> int:
+        """Bit k set: primal k reaches an output that got a gradient (None: the loss does not use it)."""
+        bits = 0
+        for source, g, d in zip(self.sources, grad_outputs, self.differentiable):
+            if d and g is not None:
+                bits |= source
+        return bits
+
     def check_inputs(self, inputs: Sequence[Any]) -> None:
         """An input that requires grad now but was traced without would silently get no gradient: refuse it."""
         for k, (x, traced) in enumerate(zip(inputs, self.traced_grad)):
@@ -142,6 +159,8 @@ class CompiledFunction(torch.autograd.Function):
             plan.backward_module()  # built now: Dynamo, tracing the backward later, cannot build an FX module
         results = plan.forward(list(inputs))
         outs, saved = results[:plan.num_outputs], results[plan.num_outputs:]
+        ctx.set_materialize_grads(False)  # None then marks an output the loss does not use
+        ctx.tangent_meta = [(o.shape, o.dtype, o.device) for o, d in zip(outs, plan.differentiable) if d]
         ctx.plan = plan
         ctx.inputs = inputs  # kept for a differentiable backward (create_graph=True), which runs the forward again
         ctx.tensor_slots = [isinstance(s, torch.Tensor) for s in saved]
@@ -155,12 +174,14 @@ class CompiledFunction(torch.autograd.Function):
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
         plan: Plan = ctx.plan
         if torch.compiler.is_compiling():  # compiled autograd: Dynamo traces this backward into the whole one
-            return (None, *_grads(plan, plan.backward_module()(*_saved_values(ctx), *_tangents(plan, grad_outputs))))
+            results = plan.backward_module()(*_saved_values(ctx), *_tangents(ctx, grad_outputs))
+            return (None, *_grads(plan, results, grad_outputs))
         with autocast_disabled():  # the backward graph holds the forward's casts: an autocast on now adds none
             if torch.is_grad_enabled():  # create_graph=True: the grads must be differentiable themselves
-                return (None, *_differentiable_grads(plan, ctx.inputs, grad_outputs, ctx.rng))
+                return (None, *_differentiable_grads(ctx, grad_outputs))
             with torch.no_grad():
-                grads = _run_backward(plan, _saved_values(ctx), grad_outputs)
+                grads = _grads(plan, plan.backward()([*_saved_values(ctx), *_tangents(ctx, grad_outputs)]),
+                               grad_outputs)
         return (None, *grads)
 
 
@@ -169,19 +190,34 @@ def _saved_values(ctx: Any) -> list[Any]:
     return [next(tensors) if is_tensor else next(others) for is_tensor in ctx.tensor_slots]
 
 
-def _run_backward(plan: Plan, saved: list[Any], grad_outputs: Sequence[Any]) -> list[Any]:
-    return _grads(plan, plan.backward()([*saved, *_tangents(plan, grad_outputs)]))
+def _tangents(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
+    """The backward graph's tangents: the incoming gradients of the differentiable outputs, contiguous as traced,
+    zeros for those the loss does not use."""
+    incoming = [g for g, d in zip(grad_outputs, ctx.plan.differentiable) if d]
+    return [torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous()
+            for g, (shape, dtype, device) in zip(incoming, ctx.tangent_meta)]
 
 
-def _tangents(plan: Plan, grad_outputs: Sequence[Any]) -> list[Any]:
-    """The backward graph's tangents: the incoming gradients of the differentiable outputs, contiguous as traced."""
-    return [g.contiguous() for g, d in zip(grad_outputs, plan.differentiable) if d]
+def _grads(plan: Plan, results: Sequence[Any], grad_outputs: Sequence[Any]) -> list[Any]:
+    """One gradient per primal from the backward graph's outputs: None where it computes none, or where the primal
+    reaches no output that got a gradient. No list item is assigned: torch 2.11's Dynamo, tracing this under
+    compiled autograd, breaks the graph on `list.__setitem__`."""
+    reached = plan.reached(grad_outputs)
+    return [None if j is None or not reached >> k & 1 else results[j] for k, j in enumerate(plan.grad_slots)]
 
 
-def _grads(plan: Plan, results: Sequence[Any]) -> list[Any]:
-    """One gradient per primal from the backward graph's outputs (None where it computes none). No list item is
-    assigned: torch 2.11's Dynamo, tracing this under compiled autograd, breaks the graph on `list.__setitem__`."""
-    return [None if j is None else results[j] for j in plan.grad_slots]
+def _output_sources(fw: Graph, num_outputs: int) -> tuple[int, ...]:
+    """Per forward output, a mask of the primals its value is computed from (bit k: primal k), through the forward
+    graph's data flow. That covers autograd's reach (a detach or an argmax passes data but no gradient), so a primal
+    it leaves out of every output the loss uses gets no gradient in eager either."""
+    bits = {inp.name: 1 << k for k, inp in enumerate(fw.inputs)}
+    for node in fw.nodes:
+        mask = 0
+        for name in node_refs(node):
+            mask |= bits.get(name, 0)
+        for out in node.outputs:
+            bits[out] = mask
+    return tuple(bits.get(o.name, 0) for o in fw.outputs[:num_outputs])
 
 
 def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
@@ -190,11 +226,11 @@ def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Te
     return torch.get_rng_state(), {d: torch.cuda.get_rng_state(d) for d in sorted(cuda)}
 
 
-def _differentiable_grads(plan: Plan, inputs: Sequence[Any], grad_outputs: Sequence[Any],
-                          rng: tuple[torch.Tensor, dict[int, torch.Tensor]] | None) -> list[Any]:
+def _differentiable_grads(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
     """The backward through ATen with grad mode on: the forward graph again on the inputs (its saved values then
     have autograd history; random ops draw what they drew the first time), then the backward graph on them and
     the tangents."""
+    plan, inputs, rng = ctx.plan, ctx.inputs, ctx.rng
     forward, backward = plan.differentiable_backward()
     with torch.random.fork_rng(devices=list(rng[1]) if rng else [], enabled=rng is not None):
         if rng is not None:
@@ -202,7 +238,7 @@ def _differentiable_grads(plan: Plan, inputs: Sequence[Any], grad_outputs: Seque
             for device, state in rng[1].items():
                 torch.cuda.set_rng_state(state, device)
         saved = forward.run(list(inputs))[plan.num_outputs:]
-    return _grads(plan, backward.run([*saved, *_tangents(plan, grad_outputs)]))
+    return _grads(plan, backward.run([*saved, *_tangents(ctx, grad_outputs)]), grad_outputs)
 
 
 def wrap(partition: Partition, forward: CompiledGraph,

@@ -12,10 +12,21 @@ recomputed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .._decisions import Note
-from .._fusion import deps_of, describe, merge, reads_match, replace_steps, space_map
+from .._fusion import SpaceMap, deps_of, describe, merge, reads_match, replace_steps, space_map
 from .._loop_ir import Kernel, KernelPlan
 from .._rewrite import refine
+
+
+@dataclass(frozen=True)
+class _Pair:
+    steps: tuple[Kernel, Kernel]  # the producer and the consumer as the plan holds them
+    producer: Kernel  # the two as they would merge (one split to the other's dims where needed)
+    consumer: Kernel
+    space: SpaceMap | None
+    refusal: tuple[str, str] | None  # (reason code, in words), from the two kernels alone
 
 
 class FuseVertical:
@@ -26,13 +37,19 @@ class FuseVertical:
 
     def run(self, plan: KernelPlan, note: Note) -> KernelPlan:
         refused: set[tuple] = set()
+        judged: dict[tuple[int, int], _Pair] = {}
         while True:
-            fused = self.fuse_one(plan, note, refused)
+            fused = self.fuse_one(plan, note, refused, judged)
             if fused is None:
                 return plan
             plan = fused
 
-    def fuse_one(self, plan: KernelPlan, note: Note, refused: set[tuple]) -> KernelPlan | None:
+    def fuse_one(self, plan: KernelPlan, note: Note, refused: set[tuple],
+                 judged: dict[tuple[int, int], _Pair]) -> KernelPlan | None:
+        """One merge, or None when no pair fuses. A pair of steps is judged once per run (`judged`, by identity:
+        steps are immutable, and the entry holds them, so an id is not reused): each merge starts the scan
+        again, and matching spaces and reads (sympy) again for every kept pair made a big training graph's
+        fusion quadratic in sympy work. Only "a step runs between them" is asked again: merges change it."""
         deps = deps_of(plan)
         lowers = {s.name: s.lower for s in plan.symbols if s.lower is not None}
         for b, consumer in enumerate(plan.steps):
@@ -41,21 +58,36 @@ class FuseVertical:
             for a in sorted(deps.deps[b], reverse=True):
                 if not isinstance(plan.steps[a], Kernel):
                     continue
-                producer, matched = self.spaces_matched(plan.steps[a], consumer, lowers)
-                refusal = self.refuse(producer, matched, deps, a, b)
+                producer = plan.steps[a]
+                pair = judged.get((id(producer), id(consumer)))
+                if pair is None or pair.steps[0] is not producer or pair.steps[1] is not consumer:
+                    pair = judged[id(producer), id(consumer)] = self.judge(producer, consumer, lowers)
+                refusal = pair.refusal
+                if refusal is None and deps.path(a, b):
+                    refusal = "step-between", "another step runs between them"
                 if refusal is not None:
-                    key = (describe(producer), describe(matched))
+                    key = (describe(pair.producer), describe(pair.consumer))
                     if key not in refused:
                         refused.add(key)
-                        note("kept", refusal[0], (producer.name, matched.name),
+                        note("kept", refusal[0], (pair.producer.name, pair.consumer.name),
                              f"keep {key[0]} apart from {key[1]}: {refusal[1]}")
                     continue
-                merged = merge(producer, matched, space_map(producer, matched))
-                note("fused", "same-iteration", (producer.name, matched.name),
-                     f"fuse {describe(producer)} into {describe(matched)}: consumer reads the producer's "
-                     f"results in the same iteration")
+                merged = merge(pair.producer, pair.consumer, pair.space)
+                note("fused", "same-iteration", (pair.producer.name, pair.consumer.name),
+                     f"fuse {describe(pair.producer)} into {describe(pair.consumer)}: consumer reads the "
+                     f"producer's results in the same iteration")
                 return replace_steps(plan, {a}, {b: merged})
         return None
+
+    def judge(self, producer: Kernel, consumer: Kernel, lowers: dict[str, int]) -> _Pair:
+        """What the two kernels alone say: the pair as it would merge (one of them split to the other's dims
+        where needed), its shared space, and why not where the spaces or the elements read differ."""
+        a, b = self.spaces_matched(producer, consumer, lowers)
+        space = space_map(a, b)
+        if space is None:
+            return _Pair((producer, consumer), a, b, None, ("spaces-differ", "iteration spaces differ"))
+        mismatch = reads_match(a, b, space)
+        return _Pair((producer, consumer), a, b, space, None if mismatch is None else ("other-element", mismatch))
 
     @staticmethod
     def spaces_matched(producer: Kernel, consumer: Kernel, lowers: dict[str, int]) -> tuple[Kernel, Kernel]:
@@ -71,16 +103,3 @@ class FuseVertical:
                 if m is not None and reads_match(a, b, m) is None:
                     return a, b
         return producer, consumer
-
-    @staticmethod
-    def refuse(producer: Kernel, consumer: Kernel, deps, a: int, b: int) -> tuple[str, str] | None:
-        """(reason code, reason in words) not to fuse `producer` (step a) into `consumer` (step b), or None."""
-        m = space_map(producer, consumer)
-        if m is None:
-            return "spaces-differ", "iteration spaces differ"
-        mismatch = reads_match(producer, consumer, m)
-        if mismatch is not None:
-            return "other-element", mismatch
-        if deps.path(a, b):
-            return "step-between", "another step runs between them"
-        return None
