@@ -94,6 +94,42 @@ def test_hook_registered_inside_the_function(frontend):
     torch.testing.assert_close(x.grad, torch.full((4,), 30.0))
 
 
+def test_retain_grad_inside_the_function_fills_the_returned_tensors_grad(frontend):
+    def f(x):
+        y = x * 3
+        y.retain_grad()
+        return (y * y).sum(), y
+
+    x = torch.randn(4, requires_grad=True)
+    loss, y = compile_with(frontend, f)(x)
+    loss.backward()
+    torch.testing.assert_close(y.grad, 2 * y.detach())
+    torch.testing.assert_close(x.grad, 18 * x.detach())
+
+
+@pytest.mark.parametrize("how", ["requires_grad_", "setter"])
+def test_a_leaf_made_inside_the_function_gets_its_gradient(frontend, how):
+    """A tensor made a leaf that requires grad inside the function (a gradient taken with respect to an
+    activation): eager accumulates into that very tensor, which a graph cannot hold."""
+    def f(x):
+        z = x.detach() * 2
+        if how == "setter":
+            z.requires_grad = True
+        else:
+            z.requires_grad_()
+        return (z.sin() * x).sum(), z
+
+    x = torch.randn(4, requires_grad=True)
+    with ember.record_events() as rec:
+        loss, z = compile_with(frontend, f)(x)
+    loss.backward()
+    assert z.requires_grad and z.is_leaf
+    torch.testing.assert_close(z.grad, z.detach().cos() * x.detach())
+    torch.testing.assert_close(x.grad, z.detach().sin())
+    if frontend == "trace":
+        assert ["made a leaf" in e.message for e in rec.kinds("fallback")] == [True]  # it runs eagerly, visibly
+
+
 def test_item_and_print_inside_forward(frontend, capsys):
     def f(x):
         scale = x.abs().max().item()

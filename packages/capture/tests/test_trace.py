@@ -233,6 +233,29 @@ def test_item_in_math_is_captured_and_a_branch_on_it_is_not(compile_graph, capsy
     assert capsys.readouterr().out == "hello\n"
 
 
+def test_a_retained_grad_or_a_leaf_made_inside_is_refused_naming_it(compile_graph):
+    """Neither fits a graph: `retain_grad` keeps the grad on the traced tensor, not on the graph's output, and a
+    leaf made inside is the very tensor eager accumulates into. Under fullgraph they raise; else they run eagerly."""
+    def retains(x):
+        y = x * 2
+        y.retain_grad()
+        return y
+
+    def makes_a_leaf(x):
+        z = x.detach() * 2
+        z.requires_grad_()
+        return z * x
+
+    x = torch.ones(2, requires_grad=True)
+    with pytest.raises(CaptureError, match=r"retain_grad\(\)"):
+        wrap(retains, compile_graph, fullgraph=True)(x)
+    with pytest.raises(CaptureError, match="made a leaf"):
+        wrap(makes_a_leaf, compile_graph, fullgraph=True)(x)
+    y = wrap(retains, compile_graph)(x)
+    y.sum().backward()
+    assert_close(y.grad, torch.ones(2))
+
+
 def test_recompile_limit_warns_and_runs_eagerly(compile_graph, events):
     compiled = wrap(lambda x, k: x + k, compile_graph, recompile_limit=2)
     x = torch.zeros(2)

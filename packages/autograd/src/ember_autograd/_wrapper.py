@@ -78,7 +78,11 @@ class Plan:
         self.num_primals = len(fw.inputs)
         self.num_outputs = len(fw.outputs) - len(partition.saved)
         self.differentiable = tuple(fw.values[o.name].requires_grad for o in fw.outputs[:self.num_outputs])
-        self.sources = _output_sources(fw, self.num_outputs)
+        sources = _output_sources(fw, self.num_outputs)
+        # per primal, per forward output: does the primal reach it? (bools, not masks: torch 2.11's Dynamo, tracing
+        # the backward under compiled autograd, made an int attribute a graph input and printed `0 |= x`)
+        self.reaches = tuple(tuple(d and bool(m >> k & 1) for m, d in zip(sources, self.differentiable))
+                             for k in range(self.num_primals))
         self.traced_grad = tuple(fw.values[i.name].requires_grad for i in fw.inputs)
         self.grad_inputs = tuple(o.input for o in bw.outputs)
         slot = {k: j for j, k in enumerate(self.grad_inputs)}
@@ -132,14 +136,6 @@ class Plan:
                                data={"reason": report, "cause": "autograd"}))
                     self._differentiable = (Interpreter(fw), Interpreter(bw))
         return self._differentiable
-
-    def reached(self, grad_outputs: Sequence[Any]) -> int:
-        """Bit k set: primal k reaches an output that got a gradient (None: the loss does not use it)."""
-        bits = 0
-        for source, g, d in zip(self.sources, grad_outputs, self.differentiable):
-            if d and g is not None:
-                bits |= source
-        return bits
 
     def check_inputs(self, inputs: Sequence[Any]) -> None:
         """An input that requires grad now but was traced without would silently get no gradient: refuse it."""
@@ -202,8 +198,9 @@ def _grads(plan: Plan, results: Sequence[Any], grad_outputs: Sequence[Any]) -> l
     """One gradient per primal from the backward graph's outputs: None where it computes none, or where the primal
     reaches no output that got a gradient. No list item is assigned: torch 2.11's Dynamo, tracing this under
     compiled autograd, breaks the graph on `list.__setitem__`."""
-    reached = plan.reached(grad_outputs)
-    return [None if j is None or not reached >> k & 1 else results[j] for k, j in enumerate(plan.grad_slots)]
+    used = [g is not None for g in grad_outputs]  # None: the loss does not use that output
+    return [None if j is None or not any(r and u for r, u in zip(reach, used)) else results[j]
+            for j, reach in zip(plan.grad_slots, plan.reaches)]
 
 
 def _output_sources(fw: Graph, num_outputs: int) -> tuple[int, ...]:

@@ -257,6 +257,30 @@ def _check_metadata_kept(before: torch.Tensor, after: torch.Tensor, index: int) 
                            "metadata mutations of inputs are not supported")
 
 
+def _made_leaf(outs: Sequence[Any], inputs: Sequence[Any]) -> bool:
+    """Does an output's autograd history reach a leaf that is no input: a tensor made to require grad inside the
+    function (`x.detach().requires_grad_()`, `z.requires_grad = True`)? Eager accumulates the gradient into that
+    very tensor; a graph has no leaf of its own (its output would not even require grad)."""
+    known = {id(x) for x in inputs if isinstance(x, torch.Tensor)}
+    stack = []
+    for o in outs:
+        if isinstance(o, torch.Tensor) and o.requires_grad:
+            if o.grad_fn is None and id(o) not in known:
+                return True
+            stack.append(o.grad_fn)
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)  # an AccumulateGrad node's tensor
+        if leaf is not None and id(leaf) not in known:
+            return True
+        stack.extend(n for n, _ in node.next_functions)
+    return False
+
+
 def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Callable[..., list]:
     """`fn` made functional. It returns its outputs (`fn` returns a tensor or a flat sequence), then the new value
     of each mutated input."""
@@ -271,6 +295,10 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
             check.watch(f_args)
             result = fn(*f_args)
             outs = [result] if isinstance(result, torch.Tensor) else list(result)
+        if _made_leaf(outs, [*args, *f_args]):
+            raise CaptureError("a tensor computed inside the function is made a leaf that requires grad "
+                               "(requires_grad_(), requires_grad = True): a graph cannot hold the tensor eager "
+                               "accumulates its gradient into")
         storages: dict[StorageWeakRef, int] = {}
         for i, a in enumerate(f_args):
             if isinstance(a, torch.Tensor):

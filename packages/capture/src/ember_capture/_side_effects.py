@@ -1,6 +1,7 @@
 """Python side effects a graph cannot replay, refused while a thread traces.
 
-While a thread traces, `print` (but into a `StringIO`, which nobody sees), `Tensor.register_hook` and a backward
+While a thread traces, `print` (but into a `StringIO`, which nobody sees), `Tensor.register_hook`,
+`Tensor.retain_grad` (the graph's output would be another tensor than the one that keeps its grad) and a backward
 pass (`Tensor.backward`, `torch.autograd.backward`: a training step traced whole would accumulate into `.grad` from
 inside the trace) raise `SideEffect` in that thread; the trace frontend turns it into a fallback naming what was
 called. Other threads keep the real functions (see `_patches.SharedPatch`).
@@ -31,6 +32,7 @@ class SideEffect(Exception):
 
 # (owner, attribute, what the error calls it)
 _PLACES = ((builtins, "print", "print()"), (torch.Tensor, "register_hook", "Tensor.register_hook()"),
+           (torch.Tensor, "retain_grad", "Tensor.retain_grad()"),
            (torch.Tensor, "backward", "Tensor.backward()"), (torch.autograd, "backward", "torch.autograd.backward()"))
 _local = threading.local()
 
