@@ -130,6 +130,77 @@ def test_a_leaf_made_inside_the_function_gets_its_gradient(frontend, how):
         assert ["made a leaf" in e.message for e in rec.kinds("fallback")] == [True]  # it runs eagerly, visibly
 
 
+def test_random_draws_from_a_generator_passed_in_are_eagers(frontend):
+    def f(x, gen):
+        return x + torch.randn(x.shape, generator=gen)
+
+    x = torch.zeros(5)
+    ours, theirs = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    compiled = compile_with(frontend, f)
+    for _ in range(2):  # the generator moves on as in eager
+        torch.testing.assert_close(compiled(x, ours), f(x, theirs), rtol=0, atol=0)
+
+
+def test_a_negated_view_input_is_read_with_its_sign(frontend):
+    """`z.conj().imag` is a real tensor whose negative bit ATen applies as it reads it; kernels reading its storage
+    would drop the sign (Inductor does: torch 2.13). It runs in the interpreter codegen, visibly; the same function
+    on a plain tensor still compiles."""
+    def f(x, y):
+        return x * 2 + y
+
+    z, y = torch.randn(6, dtype=torch.complex64), torch.randn(6)
+    negated, plain = z.conj().imag, z.imag.clone()
+    assert negated.is_neg()
+    compiled = compile_with(frontend, f)
+    with ember.record_events() as rec:
+        torch.testing.assert_close(compiled(plain, y), f(plain, y))
+        torch.testing.assert_close(compiled(negated, y), f(negated, y))
+        torch.testing.assert_close(compiled(plain, y), f(plain, y))
+    assert [e.data["cause"] for e in rec.kinds("fallback")] == ["input"]
+    assert [e.message.split()[-1] for e in rec.kinds("graph_compiled")] == ["cpp", "interpreter"]
+
+
+def test_a_conjugated_complex_input_is_read_conjugated(frontend):
+    def f(z):
+        return z * (1 + 2j)
+
+    z = torch.randn(5, dtype=torch.complex64)
+    torch.testing.assert_close(compile_with(frontend, f)(z.conj()), f(z.conj()))
+
+
+SIGN_VIEWS = {  # negated and conjugated views made inside the function, their values computed
+    "imag of a conjugate": (lambda z: z.conj().imag * 2 + 1, lambda: torch.randn(5, dtype=torch.complex64)),
+    "neg view": (lambda x: torch._neg_view(x) * 2 + 1, lambda: torch.randn(5)),
+    "summed": (lambda x: torch.view_as_complex(x).conj().imag.sum(-1), lambda: torch.randn(5, 2)),
+    # returned views of the input: rebuilt by eager (the function runs eagerly), bits and aliasing included
+    "returned conjugate": (lambda z: z.conj(), lambda: torch.randn(5, dtype=torch.complex64)),
+    "returned neg view": (lambda x: torch._neg_view(x), lambda: torch.randn(5)),
+    "returned imag of a conjugate": (lambda z: z.conj().imag, lambda: torch.randn(5, dtype=torch.complex64)),
+}
+
+
+@pytest.mark.parametrize("case", SIGN_VIEWS)
+def test_negated_and_conjugated_views_give_eagers_values(frontend, case):
+    fn, make = SIGN_VIEWS[case]
+    x = make()
+    out, want = compile_with(frontend, fn)(x), fn(x)
+    torch.testing.assert_close(out.resolve_conj().resolve_neg(), want.resolve_conj().resolve_neg())
+    assert (out.is_conj(), out.is_neg(), out.data_ptr() == x.data_ptr()) == \
+        (want.is_conj(), want.is_neg(), want.data_ptr() == x.data_ptr())
+
+
+def test_gradients_through_negated_views_are_eagers(frontend):
+    def f(x, w):
+        return (torch.view_as_complex(x).conj().imag * w).sum() + torch._neg_view(w).pow(3).sum()
+
+    x, w = torch.randn(4, 2, requires_grad=True), torch.randn(4, requires_grad=True)
+    f(x, w).backward()
+    want = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    compile_with(frontend, f)(x, w).backward()
+    torch.testing.assert_close((x.grad, w.grad), want)
+
+
 def test_item_and_print_inside_forward(frontend, capsys):
     def f(x):
         scale = x.abs().max().item()

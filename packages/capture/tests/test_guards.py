@@ -30,11 +30,19 @@ def test_guard_passes_on_equal_metadata_and_explains_each_difference():
         "k: changed from 3 to 4": [torch.zeros(10, 4), 4],
         "k: changed from 3 to 3.0": [torch.zeros(10, 4), 3.0],
         "x: type changed from Tensor to Parameter": [torch.nn.Parameter(torch.zeros(10, 4)), 3],
+        "x: negative bit changed from False to True": [torch.zeros(10, 4, dtype=torch.complex64).conj().imag, 3],
     }
     for reason, flat in cases.items():
         assert not check(flat, None)
         assert explain(flat, None) == reason
     assert "a0.size() != (10, 4)" in source and source.startswith("def guard(flat, spec):")
+
+
+def test_a_complex_tensor_is_guarded_on_its_conjugate_bit():
+    z = torch.zeros(3, dtype=torch.complex64)
+    check, explain, _ = guard_for(z, 1)
+    assert check([z.clone(), 1], None)
+    assert explain([z.conj(), 1], None) == "x: conjugate bit changed from False to True"
 
 
 def test_objects_are_guarded_by_identity_and_errors_fail_the_guard():

@@ -20,6 +20,16 @@ def test_core_decompositions_are_kept():
     assert aten.silu.default in table and aten.native_dropout_backward.default in table
 
 
+def test_negated_and_conjugated_views_become_their_values():
+    """A kernel reading a `_neg_view`'s storage would drop the sign ATen applies as it reads."""
+    table = decompositions()
+    x, z = torch.randn(4), torch.randn(4, dtype=torch.complex64)
+    out = table[aten._neg_view.default](x)
+    assert not out.is_neg() and torch.equal(out, -x)
+    out = table[aten._conj.default](z)
+    assert not out.is_conj() and torch.equal(out, z.conj().resolve_conj())
+
+
 def test_is_random():
     assert is_random(aten.native_dropout.default) and is_random(aten.bernoulli.p)
     assert not is_random(aten.mul.Tensor) and not is_random(print)

@@ -49,3 +49,13 @@ def test_passes_option_selects_no_pass(toy):
 def test_graph_device_is_the_first_tensor_inputs(toy):
     compile(f, options={"frontend": "toy"})(torch.randn(3))
     assert graph_device(toy.frontend.graphs[-1]) == "cpu"
+
+
+def test_a_negated_view_input_runs_its_graph_in_the_interpreter_with_its_sign(toy):
+    """The toy frontend compiles per call, without guards: the runtime itself must see the bit."""
+    negated = torch.randn(3, dtype=torch.complex64).conj().imag
+    with record_events() as rec:
+        out = compile(f, options={"frontend": "toy"})(negated)
+    torch.testing.assert_close(out, f(negated))
+    assert [e.data["cause"] for e in rec.kinds("fallback")] == ["input"]
+    assert "interpreter" in rec.kinds("graph_compiled")[0].message

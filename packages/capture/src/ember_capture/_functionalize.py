@@ -206,11 +206,22 @@ class _Uncapturable(TorchDispatchMode):
     - a higher-order op that reaches dispatch: control flow (`torch.cond`, `while_loop`, `map`) and
       `flex_attention`, whose branches and bodies are subgraphs a graph of ATen ops has no place for. Without this,
       dispatch raised its own NotImplementedError out of the compile (checkpointing and `nested_compile_region`
-      never get here: their bodies are traced inline)."""
+      never get here: their bodies are traced inline).
+
+    It also notes whether the function makes a negated or conjugated view (`sign_views`): the graph computes such a
+    view's values (`ember_core.sign_bit_values`), so an output that eager returns as a view of an input through one
+    cannot be rebuilt as a view of the caller's tensor (`functionalized` refuses it)."""
 
     supports_higher_order_operators = True
+    _SIGN_VIEWS = (torch.ops.aten._neg_view.default, torch.ops.aten._conj.default)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sign_views = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self._SIGN_VIEWS:
+            self.sign_views = True
         if isinstance(func, torch._ops.HigherOrderOperator):
             raise HigherOrderOpRefused(f"the higher-order op {func.name()} (control flow or a subgraph: torch.cond, "
                                        "while_loop, map, flex_attention) cannot be captured as one graph")
@@ -290,7 +301,8 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
         check = _HiddenWriteCheck()
         call_site = CallSiteGradMode()
         detaches = InPlaceDetaches(check)
-        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check, _Uncapturable():
+        uncapturable = _Uncapturable()
+        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check, uncapturable:
             f_args = [_to_functional(a) for a in args]
             check.watch(f_args)
             result = fn(*f_args)
@@ -308,6 +320,9 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
             facts.aliases.append(storages.get(StorageWeakRef(o.untyped_storage())) if is_tensor else None)
             facts.layouts.append((tuple(o.shape), tuple(o.stride()), o.storage_offset()) if is_tensor else None)
             facts.out_requires_grad.append(bool(is_tensor and o.requires_grad))
+        if uncapturable.sign_views and any(a is not None for a in facts.aliases):
+            raise CaptureError("the function returns a view of an input and makes a negated or conjugated view "
+                               "(conj(), .imag of a conjugate): such a view cannot be rebuilt on the caller's tensor")
         new_values = []
         for i, (a, f) in enumerate(zip(args, f_args)):
             if not isinstance(f, FunctionalTensor):

@@ -226,6 +226,7 @@ _NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Call, ast.Compa
 _BUILTINS = frozenset({"type", "len", "list", "tuple", "sorted", "map", "repr", "str", "int", "float", "bool", "abs",
                        "min", "max", "round"})
 _ATTRIBUTES = frozenset({"size", "stride", "storage_offset", "dim", "dtype", "device", "requires_grad", "training",
+                         "is_neg", "is_conj",
                          "shape", "get", "cell_contents", "_modules", "_parameters", "_buffers", "__dict__",
                          "__name__"})
 
@@ -280,8 +281,9 @@ def _function(name: str, body: list[str], ok: str, error: str) -> str:
 
 def tensor_checks(g: GuardBuilder, var: str, label: str, t: torch.Tensor, kind: type) -> None:
     """Checks that `var` is a tensor of type `kind` like `t` (a fake, or the tensor itself): dtype, device,
-    requires_grad, rank, static sizes and strides. Symbolic sizes and strides are left to the shape environment's
-    guards. `t`'s metadata is read as torch keeps it (`Metadata`), not through a subclass's Python overrides."""
+    requires_grad, its negative and conjugate bits, rank, static sizes and strides. Symbolic sizes and strides are
+    left to the shape environment's guards. `t`'s metadata is read as torch keeps it (`Metadata`), not through a
+    subclass's Python overrides."""
     ty, m = g.const("T", kind), Metadata(t)
     dt, dev = g.const("D", m.dtype), g.const("V", m.device)
 
@@ -293,6 +295,10 @@ def tensor_checks(g: GuardBuilder, var: str, label: str, t: torch.Tensor, kind: 
     changed(f"{var}.device != {dev}", "device", m.device, f"{var}.device")
     changed(f"{var}.requires_grad is not {g.literal('B', m.requires_grad)}", "requires_grad", m.requires_grad,
             f"{var}.requires_grad")
+    # a negated or conjugated view compiles apart (its graph runs where ATen applies the bit: ember_runtime)
+    changed(f"{var}.is_neg() is not {g.literal('B', m.neg)}", "negative bit", m.neg, f"{var}.is_neg()")
+    if m.dtype.is_complex:  # only a complex tensor has a conjugate bit
+        changed(f"{var}.is_conj() is not {g.literal('B', m.conj)}", "conjugate bit", m.conj, f"{var}.is_conj()")
     changed(f"{var}.dim() != {g.literal('I', len(m.sizes))}", "number of dims", len(m.sizes), f"{var}.dim()")
     sizes, strides, offset = static_ints(m.sizes), static_ints(m.strides), static_ints([m.offset])[0]
     if None not in sizes and None not in strides and offset is not None:
@@ -324,6 +330,7 @@ class Metadata:
             self.dtype = base.dtype.__get__(t)
             self.device = base.device.__get__(t)
             self.requires_grad = base.requires_grad.__get__(t)
+            self.neg, self.conj = base.is_neg(t), base.is_conj(t)
             self.sizes = tuple(base.size(t))
             self.strides = tuple(base.stride(t))
             self.offset = base.storage_offset(t)

@@ -28,6 +28,7 @@ from ember_core import (
     graph_device,
     interpreter_codegen,
     run_graph_passes,
+    warn_fallback,
     without_autocast,
 )
 
@@ -45,6 +46,12 @@ _cache = GraphCache()
 def clear_cache() -> None:
     """Forget every compiled graph (tests, benchmarks of cold compiles)."""
     _cache.clear()
+
+
+def sign_bit_inputs(inputs: Sequence[Any]) -> list[int]:
+    """Positions of the tensor inputs with their negative or conjugate bit set (`z.conj().imag`, `z.conj()`): views
+    whose values ATen negates or conjugates as it reads them, and compiled kernels would read raw."""
+    return [k for k, x in enumerate(inputs) if isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj())]
 
 
 class Pipeline:
@@ -115,6 +122,11 @@ class Pipeline:
 
     def _compile_graph(self, graph: Graph, example_inputs: Sequence[Any]) -> Any:
         graph = self.run_passes(graph, "post_capture")
+        signed = sign_bit_inputs(example_inputs)
+        if signed:  # the frontends guard on the bits (Dynamo: the dispatch keys), so such a build serves only them
+            names = ", ".join(graph.inputs[k].name if k < len(graph.inputs) else str(k) for k in signed)
+            return self.interpreted(graph, example_inputs, f"input {names}: a negated or conjugated view (a sign bit "
+                                    "ATen applies as it reads, which compiled kernels would not)", "input")
         if not self.needs_grad(graph, example_inputs):
             if freezing_wanted(self.options.get("freezing"), graph, example_inputs):
                 return FrozenGraph(self, graph, example_inputs)  # frozen and compiled on its first call
@@ -141,8 +153,20 @@ class Pipeline:
         """A graph that needs grad under eager autograd (`autograd="eager"`, or no autograd plugin installed): its
         ATen calls must run where autograd records them, in the interpreter codegen (a codegen's kernels are not
         differentiable: their outputs would silently not require grad)."""
-        reason = f"graph {graph.name!r} needs grad under eager autograd: it runs in the interpreter codegen"
-        log.info("runtime: %s", reason)
+        log.info("runtime: graph %r needs grad under eager autograd: it runs in the interpreter codegen", graph.name)
+        return self.interpreted(graph, example_inputs)
+
+    def interpreted(self, graph: Graph, example_inputs: Sequence[Any], reason: str | None = None,
+                    cause: str | None = None) -> CompiledGraph:
+        """The graph's ATen calls run by the interpreter codegen (under autograd when its inputs need grad); with a
+        `reason`, a `fallback` event of that `cause` (and its warning, for a warned cause)."""
+        if reason is not None:
+            message = f"graph {graph.name!r}: {reason}; it runs in the interpreter codegen"
+            log.warning("runtime: %s", message)
+            where = next((n.meta["source"] for n in graph.nodes if n.meta.get("source")), None)
+            self.manager.emit(Event("fallback", "runtime", message, graph=graph,
+                                    data={"reason": reason, "cause": cause, "where": where}))
+            warn_fallback(f"ember: {message}", cause, where)
         with Stopwatch() as clock:
             compiled = interpreter_codegen().compile(graph, example_inputs, self.options)
         self.manager.emit(Event("graph_compiled", "codegen", f"graph {graph.name!r} compiled by interpreter",

@@ -155,6 +155,8 @@ FALLBACK_CAUSES: dict[str, str] = {
                 "backward, a joint graph that cannot be traced faithfully)",
     "freezing": "a graph freezing was on for runs unfrozen from then on: its parameters kept changing (refrozen too "
                 "often), or a freezing pass raised",
+    "input": "an input is a negated or conjugated view (its sign bit ATen applies as it reads, compiled kernels would "
+             "not); the graph runs in the interpreter codegen",
 }
 
 # kind → the EMBER_LOGS artifact that shows it. A kind outside this table is shown under its own name.

@@ -25,6 +25,8 @@ WARNED_CAUSES: dict[str, str] = {
     "lowering": "the whole graph runs in the interpreter codegen, far slower than its kernels would",
     "print": "the whole graph runs in the interpreter codegen, far slower than its kernels would",
     "device": "the chosen codegen cannot serve the graph's device: a configuration that can never be fast",
+    "input": "the whole graph runs in the interpreter codegen; `resolve_neg()` / `resolve_conj()` on the input "
+             "lets it compile",
 }
 
 

@@ -14,6 +14,10 @@ decomposes above autograd, by a Python kernel at the Autograd key that the Pytho
 so that eager's formula is the one differentiated there too. `aten.detach` stays too (`MEANING_KEPT`): its
 decomposition, `aten.alias`, would let the gradient through.
 
+`aten._neg_view` and `aten._conj` (what `z.conj().imag`, `torch._neg_view` and `z.conj()` trace to) are views that
+only set a bit ATen applies as it reads the tensor; kernels that read the storage would drop it, so they become the
+ops that compute the values (`neg`, `conj_physical`: `sign_bit_values`).
+
 `index_put(..., accumulate=True)` in a 16-bit float type (what the gradient of `index_select`, `embedding` and
 advanced indexing becomes) accumulates in float32 and rounds once (`accurate_accumulation`): ATen's kernel adds
 one element at a time in bfloat16, so a gradient summed from many rows drifts by ulps from eager's (whose
@@ -126,7 +130,7 @@ def decompositions() -> dict[Any, Callable]:
     not mutate."""
     kept = {resolve_op(name) for name in (*NUMERICALLY_KEPT, *MEANING_KEPT)}
     table = {op: fn for op, fn in core_aten_decompositions().items() if not is_random(op) and op not in kept}
-    return table | foreach_decompositions() | accurate_accumulation()
+    return table | foreach_decompositions() | accurate_accumulation() | sign_bit_values()
 
 
 def _softshrink_backward(grad_output: torch.Tensor, self: torch.Tensor, lambd: float) -> torch.Tensor:
@@ -151,6 +155,13 @@ def _index_put_in_float(self: torch.Tensor, indices: Any, values: torch.Tensor, 
         return NotImplemented
     summed = torch.ops.aten.index_put.default(self.float(), indices, values.float(), True)
     return summed.to(self.dtype)
+
+
+@functools.cache
+def sign_bit_values() -> dict[Any, Callable]:
+    """The negated and conjugated views as the values they stand for (see the module's docstring)."""
+    aten = torch.ops.aten
+    return {aten._neg_view.default: aten.neg.default, aten._conj.default: aten.conj_physical.default}
 
 
 @functools.cache

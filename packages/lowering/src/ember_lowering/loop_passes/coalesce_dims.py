@@ -56,7 +56,8 @@ def _pairs(kernel: Kernel) -> list[tuple[Dim, Dim]]:
 
 
 def _exprs(kernel: Kernel, buffers: dict[str, Buffer]) -> list[sympy.Expr]:
-    """Every expression a dim var appears in: the element offset of each access, the value of each `index`."""
+    """Every expression a dim var appears in: the element offset of each access, the value of each `index`; each
+    once (a kernel reads one address many times, and `_refusal` runs sympy on each expression for each pair)."""
     out = []
     ranges = Ranges({d.var: d.size for d in kernel.dims})  # folds a merged pair back: 3*floor(v/3) + Mod(v, 3) = v
     for i in kernel.instrs():
@@ -64,7 +65,7 @@ def _exprs(kernel: Kernel, buffers: dict[str, Buffer]) -> list[sympy.Expr]:
             out.append(flat_index(i.index, buffers[i.buffer].stride, ranges=ranges))
         elif i.op is Op.INDEX:
             out.append(simplify(sympy.expand(i.index[0]), ranges))
-    return out
+    return list(dict.fromkeys(out))
 
 
 def _refusal(exprs: list[sympy.Expr], da: Dim, db: Dim) -> str | None:
