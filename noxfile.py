@@ -66,10 +66,12 @@ TORCH_VERSIONS = os.environ.get("EMBER_TORCH", TORCH_DEFAULT).split(",")
 # GPU machines' torch. From the package index as a CUDA build (several GB, once in uv's cache).
 TORCH_LOWEST = "2.11.0"
 # What runs on it (`lowest`): both frontends, training, dynamic shapes, compiled autograd, autocast, devices, the CLI,
-# gradients left None (its Dynamo once failed tracing the backward that decides them, under compiled autograd).
+# gradients left None (its Dynamo once failed tracing the backward that decides them, under compiled autograd), and
+# the semantics against eager (its make_fx raised on a generator argument where 2.13's did not).
 LOWEST_TESTS = ["tests/test_models.py", "tests/test_training.py", "tests/test_dynamic_shapes.py",
                 "tests/test_compiled_autograd.py", "tests/test_autocast.py", "tests/test_devices.py",
-                "tests/test_cli.py", "tests/test_trace_threads.py", "tests/test_unreached_grads.py"]
+                "tests/test_cli.py", "tests/test_trace_threads.py", "tests/test_unreached_grads.py",
+                "tests/test_semantics.py"]
 # oneDNN's matmul with the operand layouts codegen-cpp gives it, on the lowest torch's oneDNN
 LOWEST_CPP_TESTS = ["packages/codegen-cpp/tests/test_gemm.py"]
 

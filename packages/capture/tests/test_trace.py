@@ -256,6 +256,14 @@ def test_a_retained_grad_or_a_leaf_made_inside_is_refused_naming_it(compile_grap
     assert_close(y.grad, torch.ones(2))
 
 
+def test_a_generator_argument_is_refused_before_tracing(compile_graph):
+    def draws(x, gen):
+        return x + torch.randn(x.shape, generator=gen)
+
+    with pytest.raises(CaptureError, match="'gen' is a torch.Generator"):
+        wrap(draws, compile_graph, fullgraph=True)(torch.zeros(2), torch.Generator())
+
+
 def test_recompile_limit_warns_and_runs_eagerly(compile_graph, events):
     compiled = wrap(lambda x, k: x + k, compile_graph, recompile_limit=2)
     x = torch.zeros(2)

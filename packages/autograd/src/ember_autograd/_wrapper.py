@@ -199,6 +199,8 @@ def _grads(plan: Plan, results: Sequence[Any], grad_outputs: Sequence[Any]) -> l
     reaches no output that got a gradient. No list item is assigned: torch 2.11's Dynamo, tracing this under
     compiled autograd, breaks the graph on `list.__setitem__`."""
     used = [g is not None for g in grad_outputs]  # None: the loss does not use that output
+    if all(u or not d for u, d in zip(used, plan.differentiable)):  # the usual call: no primal to look at
+        return [None if j is None else results[j] for j in plan.grad_slots]
     return [None if j is None or not any(r and u for r, u in zip(reach, used)) else results[j]
             for j, reach in zip(plan.grad_slots, plan.reaches)]
 

@@ -171,9 +171,8 @@ def _check_constants(gm: fx.GraphModule) -> None:
         if node.op != "get_attr":
             continue
         value = getattr(gm, node.target)
-        if not isinstance(value, torch.Tensor):  # a torch.Generator passed in: it draws at run time, in eager's order
-            raise CaptureError(f"the function uses a {type(value).__name__} that a graph cannot hold as a value; "
-                               "it runs eagerly")
+        if not isinstance(value, torch.Tensor):  # an object make_fx kept as a constant (a generator it reached)
+            raise CaptureError(f"the function uses a {type(value).__name__} that a graph cannot hold as a value")
         if is_fake(value):
             raise CaptureError("the function reads a tensor of the traced program that it is not given as an "
                                "argument (inside a list or another container, say); pass it as an argument")
