@@ -201,6 +201,21 @@ def test_gradients_through_negated_views_are_eagers(frontend):
     torch.testing.assert_close((x.grad, w.grad), want)
 
 
+def test_factory_calls_follow_the_default_dtype_of_each_call(frontend):
+    def f(x):
+        return x + torch.ones(3) * 0.1 + torch.arange(3) / 3
+
+    x = torch.randn(3, dtype=torch.float64)
+    compiled = compile_with(frontend, f)
+    torch.testing.assert_close(compiled(x), f(x), rtol=0, atol=0)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.testing.assert_close(compiled(x), f(x), rtol=0, atol=0)  # was the float32 trace's, 2e-8 off
+    finally:
+        torch.set_default_dtype(before)
+
+
 def test_item_and_print_inside_forward(frontend, capsys):
     def f(x):
         scale = x.abs().max().item()

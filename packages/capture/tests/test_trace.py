@@ -118,6 +118,20 @@ def test_dynamic_true_compiles_once_with_symbols(compile_graph):
     assert compile_graph.count == 1 and len(compile_graph.graphs[0].symbols) == 3
 
 
+def test_a_new_default_dtype_recompiles_with_the_reason(compile_graph, events):
+    compiled = wrap(lambda x: x + torch.ones(3), compile_graph)
+    x = torch.ones(3, dtype=torch.float64)
+    compiled(x)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        compiled(x)
+    finally:
+        torch.set_default_dtype(before)
+    assert compile_graph.count == 2
+    assert "default dtype changed from torch.float32 to torch.float64" in events.of("recompiled")[0].message
+
+
 def test_symbolic_range_guard_recompiles_for_size_one(compile_graph, events):
     compiled = wrap(lambda x: x.sum(), compile_graph, dynamic=True)
     compiled(torch.ones(4))

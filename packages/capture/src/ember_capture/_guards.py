@@ -52,6 +52,8 @@ class GuardBuilder:
 
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {**SYMPY_INTERP, "is_grad_enabled": torch.is_grad_enabled,
+                                   "get_default_dtype": torch.get_default_dtype,
+                                   "get_default_device": torch.get_default_device,
                                    "autocast_state": autocast_state, "_autocast_text": autocast_text,
                                    "_size_diff": _size_diff,
                                    "_stride_diff": _stride_diff, "_reason": _reason, "_shown": shown,

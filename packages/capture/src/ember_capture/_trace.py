@@ -286,6 +286,10 @@ class TracedFunction:
         grad = torch.is_grad_enabled()
         g.check(f"is_grad_enabled() is not {g.literal('B', grad)}", "grad mode changed from {old} to {new}", old=grad,
                 new=not grad)
+        for what, value in (("dtype", torch.get_default_dtype()), ("device", torch.get_default_device())):
+            # factory calls without a dtype or device (`torch.ones(3)`) are traced with the default's
+            g.check(f"get_default_{what}() != {g.const('F', value)}", "default {what} changed from {old} to {new}",
+                    what=what, old=value, new=Live(f"get_default_{what}()"))
         autocast = autocast_state()  # the graph holds the casts of this autocast (see ember_core.execution._autocast)
         g.check(f"autocast_state() != {g.const('A', autocast)}", "autocast changed from {old} to {new}",
                 old=autocast_text(autocast), new=Live("_autocast_text(autocast_state())"))
