@@ -158,3 +158,19 @@ def test_saved_non_tensor_values_reach_the_backward():
     x2 = torch.randn(5, 2, requires_grad=True)
     run([x2])[0].sum().backward()
     torch.testing.assert_close(x2.grad, torch.full((5, 2), 5.0))
+
+
+def test_the_zero_tangent_of_an_unused_output_has_the_outputs_device_and_dtype():
+    """What the interpreter cannot check on a GPU path: the zeros filled in for an unused output are made on the
+    output's device in its dtype (a meta device and bfloat16 stand for CUDA ones here), not the CPU's default."""
+    from types import SimpleNamespace
+
+    from ember_autograd._wrapper import _tangents
+
+    meta = torch.device("meta")
+    ctx = SimpleNamespace(plan=SimpleNamespace(differentiable=(True, False, True)),
+                          tangent_meta=[((2, 3), torch.bfloat16, meta), ((4,), torch.float16, meta)])
+    used = torch.ones(4, dtype=torch.float16, device=meta)
+    zeros, given = _tangents(ctx, [None, None, used])
+    assert (zeros.shape, zeros.dtype, zeros.device) == ((2, 3), torch.bfloat16, meta)
+    assert given is used
