@@ -161,3 +161,24 @@ def cuda_kernel_seconds(fn: Callable, calls: int = 20) -> float:
     """The GPU's busy time per call of `fn`: the durations of the CUDA kernels and copies that `calls` calls ran,
     divided by `calls`."""
     return sum(e.time_range.elapsed_us() for e in cuda_events(fn, calls)) / 1e6 / calls
+
+
+WRONG = {"float32": 1e-2}  # normwise error against eager above which a variant's result is wrong; 0.1 otherwise
+
+
+def error(got: list, want: list) -> float:
+    """The largest normwise relative error of tensors `got` against eager's `want`, in float32 (1.0 where their
+    shapes differ): a kernel that wrote the wrong place or read garbage gives about 1 or more, bfloat16's rounding
+    about 1e-2. A tensor of values near zero beside the others' (a bias before a batch norm, whose gradient is 0
+    but for rounding) is measured against 1e-4 of the largest root-mean-square value instead of its own norm."""
+    if [g.shape for g in got] != [w.shape for w in want]:
+        return 1.0
+    got, want = [g.detach().float().cpu() for g in got], [w.detach().float().cpu() for w in want]
+    rms = max([float(w.norm()) / max(w.numel(), 1) ** 0.5 for w in want], default=0.0)
+    return max([float((g - w).norm()) / max(float(w.norm()), 1e-4 * rms * w.numel() ** 0.5, 1e-30)
+                for g, w in zip(got, want)], default=0.0)
+
+
+def wrong(errors: dict[str, float], dtype: str) -> list[str]:
+    """The variants of `errors` (variant: `error` against eager) whose results are wrong, each with its error."""
+    return [f"{v} {e:.2g}" for v, e in errors.items() if not e <= WRONG.get(dtype, 0.1)]

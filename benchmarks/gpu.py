@@ -9,7 +9,11 @@ wall time measures launches and Python, not kernels (what the first H200 run tim
 speedups over eager (wall), Inductor's time over ember's by wall and by kernels, the launch-bound variants, the
 achieved bandwidth of memory-bound workloads (the bytes their inputs and outputs must move, once) as a fraction of a
 `copy_` of as many bytes measured in the same process, cold compile times (first call minus an eager call), and
-per-call overhead on a tiny graph. The last line counts rows, failed rows and launch-bound rows.
+per-call overhead on a tiny graph. Each compiled variant's outputs (and, for a training step, its parameters'
+gradients) are checked against eager's first: a row whose normwise error passes 1e-2 (float32) or 0.1 (bfloat16)
+ends "WRONG against eager" and counts as failed, so that no speed of a wrong result is read as a speed; one where
+ember fell back (a build that failed runs ATen through the interpreter codegen) says so, by cause. The last
+line counts rows, failed rows and launch-bound rows.
 
 Usage: python benchmarks/gpu.py [--repeats 10] [--only NAME,...] [--dtypes float32,bfloat16] [--write]
                                 [--variants eager,inductor,ember] [--timeout S] [--no-overhead]
@@ -47,6 +51,7 @@ if "--child" in sys.argv:  # fresh caches for cold compile times: set before tor
 import ember  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from ember_core.testing import FallbackRecorder  # noqa: E402
 from models import Block, CrossEntropy, GeluMLP, SmallCNN, pointwise_chain, rmsnorm  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -179,6 +184,21 @@ def step(fn: Callable, args: tuple, training: bool) -> Callable:
     return lambda: fn(*args)
 
 
+def results(fn: Callable, compiled: Callable, args: tuple, training: bool) -> list[torch.Tensor]:
+    """What a call of `compiled` (a variant of `fn`) gives, in float32: its outputs, and after a training step's
+    backward the gradient of each of `fn`'s parameters."""
+    params = list(fn.parameters()) if isinstance(fn, nn.Module) and training else []
+    for p in params:
+        p.grad = None
+    with torch.enable_grad() if training else torch.no_grad():
+        out = compiled(*args)
+        if training:
+            out.float().pow(2).mean().backward()
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return [o.detach().float() for o in outs if isinstance(o, torch.Tensor)] + [
+        torch.zeros(0) if p.grad is None else p.grad.float() for p in params]
+
+
 def moved_bytes(args: tuple, out: object) -> int:
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     tensors += [out] if isinstance(out, torch.Tensor) else []
@@ -201,10 +221,16 @@ def measure(name: str, dtype: str, repeats: int, variants: list[str], mode: str 
     w = next(w for w in WORKLOADS if w.name == name)
     dt = getattr(torch, dtype)
     fn, args = w.make(dt)
-    fns = {k: step(c, args, w.training) for k, c in compilers(fn, variants, mode).items()}
+    made = compilers(fn, variants, mode)
+    fns = {k: step(c, args, w.training) for k, c in made.items()}
     plain = step(fn, args, w.training)
-    cold = {label: seconds_per_call(fns[label], 1) - seconds_per_call(plain, 1) for label in fns if label != "eager"}
-    result: dict = {"cold": cold}
+    with FallbackRecorder() as fallbacks:  # ember compiles at its first call
+        cold = {label: seconds_per_call(fns[label], 1) - seconds_per_call(plain, 1) for label in fns
+                if label != "eager"}
+    result: dict = {"cold": cold, "fallbacks": dict(fallbacks.counts())}
+    want = results(fn, fn, args, w.training)
+    result["errors"] = {label: _harness.error(results(fn, c, args, w.training), want) for label, c in made.items()
+                        if label != "eager"}
     with torch.enable_grad() if w.training else torch.no_grad():
         result["kernels"] = {label: kernel_seconds(f) for label, f in fns.items()}
         if w.memory_bound:
@@ -325,7 +351,12 @@ def main() -> None:
                 print(str(e)[-3000:], file=sys.stderr, flush=True)
                 continue
             bound += bool(launch_bound(r))
-            out.append(line(w, dtype, r))
+            bad = _harness.wrong(r["errors"], dtype)
+            failed += bool(bad)
+            notes = [f"ember fell back: {', '.join(f'{c} {n}' for c, n in r['fallbacks'].items())}"] \
+                if r["fallbacks"] else []
+            notes += [f"WRONG against eager: {', '.join(bad)}"] if bad else []
+            out.append(line(w, dtype, r) + "".join(f" {n}" for n in notes))
             print(out[-1], flush=True)
     if not opts.no_overhead:
         try:

@@ -5,7 +5,10 @@ benchmarks/models.py's `DecodeStep`) under mode="reduce-overhead" for both compi
 Each model runs in a fresh process with fresh compile caches: the variants are compiled there (cold compile: the
 first call minus an eager call), then take turns in every repeat of a timed loop (median ms per call, synchronized
 at the loop's ends), and the GPU's own kernel time per call is read from torch.profiler (`_harness`). With `--warm`
-a second process compiles ember again from the disk caches the first left (warm compile). One JSON line per model
+a second process compiles ember again from the disk caches the first left (warm compile). Before the timing, each
+compiled variant's output (and a training step's gradients) is compared with eager's (`_harness.error`): a model
+whose result is wrong is reported failed, as no speed of a wrong result is a speed; the JSON line also counts
+ember's fallbacks by cause. One JSON line per model
 goes to stdout (and to `--write FILE`), then a table: Inductor's time over ember's (above 1: ember is faster) by
 wall time and by kernel time, and the compile times.
 
@@ -59,13 +62,13 @@ def build(name: str) -> tuple[torch.nn.Module, tuple]:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from models import Block, SmallCNN
 
-        if "resnet" in name:
-            return SmallCNN(), (torch.randn(2, 3, 16, 16),)
         if name == "llama-decode":
             from models import DecodeStep
 
             return DecodeStep(32, 2, 4, 2, 64, 100), decode_inputs(2, 2, 8, 2, 8, 100)
-        return Block(32, 4), (torch.randn(2, 8, 32),)
+        cnn = "resnet" in name
+        model, x = (SmallCNN(), torch.randn(2, 3, 16, 16)) if cnn else (Block(32, 4), torch.randn(2, 8, 32))
+        return (MeanSquare(model) if MODELS[name][1].startswith("train") else model), (x,)
     if name == "llama-decode":
         from models import DecodeStep
 
@@ -110,6 +113,17 @@ class Logits(torch.nn.Module):
         return self.model(input_ids=ids).logits
 
 
+class MeanSquare(torch.nn.Module):
+    """A smoke stand-in's scalar loss (the real models' is their own)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).float().pow(2).mean()
+
+
 class Loss(torch.nn.Module):
     """A language model's loss on its own tokens, or a classifier's cross entropy against `labels`."""
 
@@ -137,7 +151,17 @@ def step(fn: Callable, model: torch.nn.Module, inputs: tuple, kind: str) -> Call
         with torch.autocast(DEVICE, torch.bfloat16, enabled=kind == "train-autocast"):
             loss = fn(*inputs)
         loss.backward()
+        return loss
     return train
+
+
+def outcome(call: Callable, model: torch.nn.Module, kind: str) -> list[torch.Tensor]:
+    """What one call of a step gives: its output, and after a training step every parameter's gradient."""
+    out = call()
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
+    grads = [torch.zeros(0) if p.grad is None else p.grad for p in model.parameters()] if kind.startswith("train") \
+        else []
+    return [o.detach() for o in outs] + grads
 
 
 def sync() -> None:
@@ -147,6 +171,7 @@ def sync() -> None:
 
 def measure(name: str, variants: list[str], repeats: int, profile: int = 0) -> dict:
     import ember
+    from ember_core.testing import FallbackRecorder
 
     torch.manual_seed(0)
     kind = MODELS[name][1]
@@ -160,21 +185,26 @@ def measure(name: str, variants: list[str], repeats: int, profile: int = 0) -> d
     calls = {v: step(makers[v](), model, inputs, kind) for v in variants}
     plain = step(model, model, inputs, kind)
     cold = {}
-    for v in variants:
-        if v != "eager":
-            sync()
-            start = time.perf_counter()
-            calls[v]()
-            sync()
-            eager = _harness.first_call_s(lambda: (plain(), sync()))
-            cold[v] = time.perf_counter() - start - eager
+    with FallbackRecorder() as fallbacks:  # ember compiles at its first call
+        for v in variants:
+            if v != "eager":
+                sync()
+                start = time.perf_counter()
+                calls[v]()
+                sync()
+                eager = _harness.first_call_s(lambda: (plain(), sync()))
+                cold[v] = time.perf_counter() - start - eager
+    want = outcome(plain, model, kind)
+    errors = {v: _harness.error(outcome(c, model, kind), want) for v, c in calls.items() if v != "eager"}
     wall = _harness.timed(calls, (), repeats, loop_s=0.5)
     kernels = {v: _harness.cuda_kernel_seconds(c, 5) for v, c in calls.items()} if DEVICE == "cuda" else {}
     top = {v: _harness.cuda_kernel_table(c, 3, profile) for v, c in calls.items()} if DEVICE == "cuda" and profile \
         else {}
     return {"model": name, "what": MODELS[name][0], "device": torch.cuda.get_device_name() if DEVICE == "cuda" else
             "cpu (smoke)", "torch": torch.__version__, "ms": {v: s * 1e3 for v, s in wall.items()},
-            "kernel_ms": {v: s * 1e3 for v, s in kernels.items()}, "cold_s": cold,
+            "kernel_ms": {v: s * 1e3 for v, s in kernels.items()}, "cold_s": cold, "errors": errors,
+            "fallbacks": dict(fallbacks.counts()),
+            "wrong": _harness.wrong(errors, "bfloat16" if low or kind == "train-autocast" else "float32"),
             **({"top_kernels": top} if top else {})}
 
 
@@ -213,6 +243,8 @@ def main() -> None:
                 row["warm_s"] = _warm(flags, args.timeout, cache)
         except RuntimeError as e:
             row, failed = {"model": name, "failed": str(e).splitlines()[0]}, failed + 1
+        if row.get("wrong"):  # timed, but a speed of a wrong result is no speed
+            row, failed = {**row, "failed": f"WRONG against eager: {', '.join(row['wrong'])}"}, failed + 1
         print(json.dumps(row), flush=True)
         rows.append(row)
         if args.write:

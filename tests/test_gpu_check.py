@@ -4,6 +4,7 @@ step reported missing."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -55,3 +56,22 @@ def test_real_mode_without_cuda_fails_every_step(tmp_path):
     assert table["setup"][0] == "FAIL" and "no CUDA device" in table["setup"][2]
     assert table["models"][:1] == ["missing"]
     assert "./dev gpu: FAILED: setup, models" in done.stderr
+
+
+def test_the_expecttest_stand_in_lets_the_opinfo_step_run(tmp_path):
+    """The GPU machines have no `expecttest`, which torch's OpInfo database imports (`./dev gpu`'s opinfo step
+    failed at its import on an H100): tools/shims stands in, first on the path here so that it shadows the real
+    one, and the step's own command runs an op through it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("EMBER_OPTIONS", "TRITON_INTERPRET")}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "tools" / "shims"), env.get("PYTHONPATH", "")]),
+               EMBER_CACHE_DIR=str(tmp_path / "cache"))
+    which = subprocess.run([sys.executable, "-c", "import expecttest; print(expecttest.__file__)"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert Path(which.stdout.strip()) == ROOT / "tools" / "shims" / "expecttest.py", which.stderr
+    done = subprocess.run([sys.executable, "-m", "tests.opinfo", "run", "--samples", "1", "--out",
+                           str(tmp_path / "out"), "--device", "cpu", "--dtype", "float32", "--ops", "add,softmax",
+                           "--jobs", "1"], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = [json.loads(line) for line in (tmp_path / "out" / "ember-float32-shard-0-of-1.jsonl").open()]
+    assert [(r["op"], r["phase"], r["status"]) for r in results] == [
+        (op, phase, "pass") for op in ("add", "softmax") for phase in ("forward", "backward")], results

@@ -8,9 +8,14 @@ import base64
 import hashlib
 import json
 import stat
+import types
 
 import pytest
+import triton
+import triton.language as tl
+from ember_codegen_triton import _binaries as binaries
 from ember_codegen_triton._binaries import BadManifest, load, restore
+from triton.backends.compiler import GPUTarget
 
 SHA = "0" * 64
 
@@ -18,19 +23,20 @@ SHA = "0" * 64
 def entry(**changes):
     good = {"folder": "ABC123", "metadata": "k.json", "binary": "k.cubin", "sha256": {"k.json": SHA, "k.cubin": SHA},
             "blobs": {"k.json": "", "k.cubin": ""}, "hash": SHA,
-            "signature": {"b_x": "*fp32", "S_s0": "i32", "XBLOCK": "constexpr"},
+            "signature": [["b_x", "*fp32"], ["S_s0", "i32"], ["XBLOCK", "constexpr"]],
             "constants": [[[2], 1024]], "attrs": [[[0], [["tt.divisibility", 16]]]]}
     return {**good, **changes}
 
 
 def manifest(**kernels) -> bytes:
-    return json.dumps({"format": 2, "kernels": kernels}).encode()
+    return json.dumps({"format": 3, "kernels": kernels}).encode()
 
 
 @pytest.mark.parametrize("bad,says", [
     (b"\xff", "not JSON"),
     (b"[]", "format"),
     (json.dumps({"format": 1, "kernels": {}}).encode(), "format"),
+    (json.dumps({"format": 2, "kernels": {}}).encode(), "format"),  # its signatures lost their order
     (manifest(k=entry(blobs={"k.json": ""})), "bad blobs"),
     (manifest(k=entry(blobs={"k.json": "", "k.cubin": "not base64!"})), "bad blobs"),
     (manifest(other=entry()), "not in the module"),
@@ -38,8 +44,11 @@ def manifest(**kernels) -> bytes:
     (manifest(k=entry(binary="k.cubin; rm")), "bad binary file name"),
     (manifest(k=entry(metadata="k.cubin")), "bad file kinds"),
     (manifest(k=entry(sha256={"k.json": SHA})), "bad sha256"),
-    (manifest(k=entry(signature={"b_x": "*fp32); system(1"})), "bad signature"),
-    (manifest(k=entry(signature={"x y": "i32"})), "bad signature"),
+    (manifest(k=entry(signature=[["b_x", "*fp32); system(1"]])), "bad signature"),
+    (manifest(k=entry(signature=[["x y", "i32"]])), "bad signature"),
+    (manifest(k=entry(signature={"b_x": "*fp32", "S_s0": "i32"})), "bad signature"),  # a mapping: no order
+    (manifest(k=entry(signature=[["b_x", "*fp32"], ["b_x", "i32"]])), "bad signature"),
+    (manifest(k=entry(signature=[["b_x", "*fp32", "i32"]])), "bad signature"),
     (manifest(k=entry(constants=[[[2], {"a": 1}]])), "bad constants"),
     (manifest(k=entry(attrs=[[[-1], []]])), "bad attributes"),
     (manifest(k=entry(extra=1)), "unexpected fields"),
@@ -85,3 +94,48 @@ def test_a_file_that_cannot_be_written_back_is_said(tmp_path):
     (tmp_path / "ABC123").write_text("a file where the folder goes")
     problem = restore(tmp_path, record({"k.json": b"{}", "k.cubin": b"x"}), ["k.cubin"])
     assert problem.startswith("cannot be written back")
+
+
+@triton.jit
+def kernel(b_x, S_s0, XBLOCK: tl.constexpr):
+    pass
+
+
+class Compiled:
+    """What `manifest` reads of a compiled kernel, its files in `folder`."""
+
+    def __init__(self, folder, signature: dict):
+        (folder / "kernel.json").write_text("{}")
+        (folder / "kernel.cubin").write_bytes(b"code")
+        self.name, self.hash = "kernel", SHA
+        self.metadata = types.SimpleNamespace(target=GPUTarget("cuda", 90, 32))
+        self.metadata_group = {p.name: str(p) for p in folder.iterdir()}
+        self.src = types.SimpleNamespace(signature=signature, constants={(2,): 1024},
+                                         attrs={(0,): [["tt.divisibility", 16]]})
+
+
+def sources(data: bytes, root, monkeypatch) -> dict:
+    """What `load` makes each kernel's `CompiledKernel` from (its source), without Triton reading the files."""
+    monkeypatch.setattr(binaries, "CompiledKernel", lambda src, files, hash_: src)
+    return binaries.load(data, {"kernel": kernel}, root)
+
+
+def test_the_signature_keeps_the_kernels_parameter_order(tmp_path, monkeypatch):
+    """Triton's CUDA launcher binds arguments to the signature's entries by position: in sorted order (`S_s0`,
+    `XBLOCK`, `b_x`), an H100 got the block size as the pointer `b_x`. The stand-in GPU's launcher binds the same
+    way (`test_gpu_compile.py`)."""
+    (tmp_path / "GROUP").mkdir()
+    signature = {"b_x": "*fp32", "S_s0": "i32", "XBLOCK": "constexpr"}
+    data = binaries.manifest({"kernel": Compiled(tmp_path / "GROUP", signature)}, tmp_path)
+    src = sources(data, tmp_path, monkeypatch)["kernel"]
+    assert list(src.signature.items()) == list(signature.items())
+    assert json.loads(data)["kernels"]["kernel"]["signature"] == [["b_x", "*fp32"], ["S_s0", "i32"],
+                                                                  ["XBLOCK", "constexpr"]]
+
+
+def test_a_signature_in_another_order_than_the_kernels_parameters_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "GROUP").mkdir()
+    reordered = {"S_s0": "i32", "XBLOCK": "constexpr", "b_x": "*fp32"}
+    data = binaries.manifest({"kernel": Compiled(tmp_path / "GROUP", reordered)}, tmp_path)
+    with pytest.raises(BadManifest, match=r"kernel 'kernel': signature of parameters \['S_s0', 'XBLOCK', 'b_x'\]"):
+        sources(data, tmp_path, monkeypatch)

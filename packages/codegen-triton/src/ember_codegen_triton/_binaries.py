@@ -3,6 +3,10 @@
 After the build compiles every kernel (`_precompile.py`), the module's cache entry also keeps, per kernel, where
 Triton stored its binary and metadata (a group folder of Triton's cache, under ember's private cache directory),
 their sha256, and what the binary was specialized for (Triton's `ASTSource`: signature, constants, attributes).
+The signature is a list in the kernel's parameter order, and `load` refuses one in any other: Triton's CUDA
+launcher binds a launch's arguments to the signature's entries by position, so a signature reordered (as a JSON
+object written with sorted keys was) hands each parameter another's value (on an H100 every kernel wrote near
+address 0).
 A later process binds the program from it: each kernel's `CompiledKernel` is made from those two files, so no
 JIT cache key (Triton hashes its own sources and libraries once per process, then each kernel's AST), no
 specialization and no cache lookup runs. On this repository's 2-core CPU machine (stand-in sm_90, Triton 3.9)
@@ -34,7 +38,7 @@ from triton.compiler import ASTSource, CompiledKernel, make_backend
 
 log = logging.getLogger("ember.kernels")
 
-FORMAT = 2  # 2: each kernel's files' bytes are in the manifest (`blobs`)
+FORMAT = 3  # 2: each kernel's files' bytes are in the manifest (`blobs`); 3: the signature a list, in order
 MAX_FILE_BYTES = 64 << 20
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 _FOLDER = re.compile(r"[A-Za-z0-9_\-]{1,128}")
@@ -65,7 +69,7 @@ def manifest(kernels: Mapping[str, CompiledKernel], cache_dir: str | Path) -> by
             "folder": group[meta].parent.name, "metadata": meta, "binary": binary,
             "sha256": {f: hashlib.sha256(group[f].read_bytes()).hexdigest() for f in (meta, binary)},
             "blobs": {f: base64.b64encode(group[f].read_bytes()).decode() for f in (meta, binary)},
-            "hash": compiled.hash, "signature": dict(src.signature),
+            "hash": compiled.hash, "signature": [[p, t] for p, t in src.signature.items()],
             "constants": [[list(k), v] for k, v in src.constants.items()],
             "attrs": [[list(k), [list(a) for a in v]] for k, v in src.attrs.items()],
         }
@@ -96,7 +100,10 @@ def load(data: bytes, functions: Mapping[str, Any], cache_dir: str | Path) -> di
                      "JIT", name, ", ".join(changed), root / record["folder"], problem)
             continue
         fn = functions[name]
-        src = ASTSource(fn, record["signature"], {tuple(k): v for k, v in record["constants"]},
+        params = [p for p, _ in record["signature"]]
+        if params != list(fn.arg_names):
+            raise BadManifest(f"kernel {name!r}: signature of parameters {params}, the kernel's are {fn.arg_names}")
+        src = ASTSource(fn, dict(record["signature"]), {tuple(k): v for k, v in record["constants"]},
                         {tuple(k): [list(a) for a in v] for k, v in record["attrs"]})
         found[name] = CompiledKernel(src, {f: str(p) for f, p in files.items()}, record["hash"])
     return found
@@ -153,8 +160,9 @@ def _checked(name: str, entry: Any) -> dict:
         "bad blobs")
     need(isinstance(entry["hash"], str) and bool(_SHA.fullmatch(entry["hash"])), "bad hash")
     sig = entry["signature"]
-    need(isinstance(sig, dict) and all(isinstance(k, str) and _NAME.fullmatch(k) and isinstance(v, str)
-                                       and _TYPE.fullmatch(v) for k, v in sig.items()), "bad signature")
+    need(isinstance(sig, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                       and _NAME.fullmatch(p[0]) and _TYPE.fullmatch(p[1]) for p in sig)
+         and len({p[0] for p in sig}) == len(sig), "bad signature")
     need(_pairs(entry["constants"], lambda v: isinstance(v, _SCALARS)), "bad constants")
     need(_pairs(entry["attrs"], lambda v: isinstance(v, list) and all(
         isinstance(a, list) and len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], _SCALARS) for a in v)),

@@ -20,7 +20,7 @@ from ember_lowering.codegen import Build, BuildError, BuildPool
 
 from ._caches import MODULES
 
-FORMAT = "3"  # bump when the meaning of generated code or of the entry changes without the source changing
+FORMAT = "4"  # bump when the meaning of generated code or of the entry changes without the source changing
 CACHE = MODULES  # the module (code: it runs); the manifest of its compiled kernels (`_binaries.py`), for this GPU
 _POOL = BuildPool(CACHE, "triton", what="Triton module")
 
