@@ -4,6 +4,7 @@ step reported missing."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -75,3 +76,28 @@ def test_the_expecttest_stand_in_lets_the_opinfo_step_run(tmp_path):
     results = [json.loads(line) for line in (tmp_path / "out" / "ember-float32-shard-0-of-1.jsonl").open()]
     assert [(r["op"], r["phase"], r["status"]) for r in results] == [
         (op, phase, "pass") for op in ("add", "softmax") for phase in ("forward", "backward")], results
+
+
+def test_after_a_model_loses_the_cuda_context_the_rest_run_in_a_fresh_process(tmp_path, monkeypatch, capsys):
+    """`./dev gpu`'s models step ran every case in one process: on the H100 of 2026-12-06 the first model's illegal
+    memory access failed the five after it at their first CUDA call. The case that lost the context fails; the
+    others run in a new process and count as they come out."""
+    spec = importlib.util.spec_from_file_location("gpu_models_tool", ROOT / "tools" / "gpu_models.py")
+    models = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, models)  # its dataclasses look their module up
+    spec.loader.exec_module(models)
+
+    def first_loses_the_context(case, device, calls):
+        if case.name.endswith("infer-bf16"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        raise AssertionError("the cases after it must not run in this process")
+
+    monkeypatch.setattr(models, "run_case", first_loses_the_context)
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    assert models.main(["--device", "cpu", "--tiny"]) == 1
+    out = capsys.readouterr().out
+    assert "the CUDA context is lost; TinyGPT train-fp32, TinyGPT train-autocast run in a fresh process" in out, out
+    cases = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(c["case"], c["ok"]) for c in cases] == [("SmallCNN infer-bf16", False), ("TinyGPT train-fp32", True),
+                                                     ("TinyGPT train-autocast", True)], out
+    assert out.rstrip().endswith("models: 2 ok, 1 failed")

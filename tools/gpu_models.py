@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import json
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from ember_core.testing import cuda_context_lost
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -241,19 +243,42 @@ def main(argv: list[str] | None = None) -> int:
         print("models: no CUDA device", file=sys.stderr)
         return 1
     only = {s.strip() for s in args.only.split(",") if s.strip()}
+    cases = [c for c in zoo(args.device, args.tiny) if not only or c.name in only]
     ok = failed = 0
-    for case in zoo(args.device, args.tiny):
-        if only and case.name not in only:
-            continue
+    for k, case in enumerate(cases):
         try:
             result = run_case(case, args.device, 0 if args.tiny else 5)
         except Exception as e:  # noqa: BLE001 - one model's failure is reported and the next one runs
             traceback.print_exc()
             result = {"case": case.name, "source": case.source, "ok": False, "error": f"{type(e).__name__}: {e}"[:500]}
+            if cuda_context_lost(e) and cases[k + 1:]:
+                print(json.dumps(result), flush=True)
+                more_ok, more_failed = in_fresh_process(argv, [c.name for c in cases[k + 1:]])
+                return report(ok + more_ok, failed + 1 + more_failed)
         ok, failed = ok + result["ok"], failed + (not result["ok"])
         print(json.dumps(result), flush=True)
-    print(f"models: {ok} ok, {failed} failed")
+    return report(ok, failed)
+
+
+def report(ok: int, failed: int) -> int:
+    print(f"models: {ok} ok, {failed} failed", flush=True)
     return 1 if failed or not ok else 0
+
+
+def in_fresh_process(argv: list[str] | None, names: list[str]) -> tuple[int, int]:
+    """Runs the cases `names` in a new process (a case lost this one's CUDA context, and every later CUDA call of
+    the process would fail for it); their JSON lines pass through; returns their (ok, failed) counts."""
+    print(f"models: the CUDA context is lost; {', '.join(names)} run in a fresh process", flush=True)
+    args = [a for a in (sys.argv[1:] if argv is None else argv)]
+    if "--only" in args:
+        del args[args.index("--only"):args.index("--only") + 2]
+    args = [a for a in args if not a.startswith("--only=")]
+    done = subprocess.run([sys.executable, __file__, *args, "--only", ",".join(names)], stdout=subprocess.PIPE,
+                          text=True)
+    lines = done.stdout.splitlines()
+    print("\n".join(line for line in lines if not line.startswith("models: ")), flush=True)
+    counts = next((line.split() for line in reversed(lines) if line.startswith("models: ") and " ok, " in line), None)
+    return (int(counts[1]), int(counts[3])) if counts else (0, len(names))
 
 
 if __name__ == "__main__":

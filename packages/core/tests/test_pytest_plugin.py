@@ -86,3 +86,51 @@ def builds_succeed(no_build_failures):
 def test_without_the_fixture_a_build_failure_passes_unseen(pytester):
     pytester.makepyfile(BUILD_FAILURES)
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
+
+
+LOST_CONTEXT = """
+import os
+from pathlib import Path
+
+
+def test_a_kernel_writes_out_of_bounds():
+    Path("first.pid").write_text(str(os.getpid()))
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_the_next_one_runs_in_a_fresh_process():
+    assert Path("first.pid").read_text() != str(os.getpid())
+
+
+def test_an_ordinary_failure_keeps_the_worker():
+    Path("second.pid").write_text(str(os.getpid()))
+    raise RuntimeError("CUDA out of memory")
+
+
+def test_so_does_this_one():
+    assert Path("second.pid").read_text() == str(os.getpid())
+"""
+
+
+def test_a_lost_cuda_context_ends_its_xdist_worker_after_the_test(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(LOST_CONTEXT)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1", "-p", "xdist", "-rA")
+    # the test that lost the context is reported twice: its own failure, then xdist's "worker crashed"
+    result.assert_outcomes(passed=2, failed=3)
+    result.stdout.fnmatch_lines(["PASSED *test_the_next_one_runs_in_a_fresh_process"])
+    result.stdout.fnmatch_lines(["*worker 'gw0' crashed while running*test_a_kernel_writes_out_of_bounds*"])
+
+
+def test_sticky_cuda_errors_are_told_from_others():
+    from ember_core.testing import cuda_context_lost
+
+    try:
+        try:
+            raise RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")
+        except RuntimeError as e:
+            raise ValueError("the codegen raised") from e
+    except ValueError as e:
+        assert cuda_context_lost(e)
+    assert not cuda_context_lost(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not cuda_context_lost(RuntimeError("illegal memory access"))  # not said by CUDA

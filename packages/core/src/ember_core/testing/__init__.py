@@ -26,6 +26,7 @@ _EXPORTS = {
     "PartitionerConformance": "._partition_kit", "assert_partition_layout": "._partition_kit",
     "assert_same_results": "._partition_kit", "partition_case": "._partition_kit",
     "DeviceAudit": "._devices", "graph_to_device": "._devices", "inputs_to_device": "._devices",
+    "cuda_context_lost": "._devices",
     "assert_golden": "._golden", "accepting": "._golden",
     "random_inputs": "._inputs", "trace_aten": "._aten_trace",
     "Gate": "._custom_function", "gate_graph": "._custom_function",

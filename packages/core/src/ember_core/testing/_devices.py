@@ -1,4 +1,5 @@
-"""Moving battery graphs (traced on CPU) and their inputs to another device, for codegens of other devices."""
+"""Moving battery graphs (traced on CPU) and their inputs to another device, for codegens of other devices; telling
+an error that lost the process's CUDA context."""
 
 from __future__ import annotations
 
@@ -62,3 +63,21 @@ class DeviceAudit(torch.overrides.TorchFunctionMode):
     def check(self, where: str) -> None:
         assert not self.calls, (f"{where}: {len(self.calls)} allocation(s) named no device, so they land on the "
                                 f"default device whatever the graph's device is: {', '.join(self.calls[:5])}")
+
+
+# what CUDA says of the errors that stay with a context: every later CUDA call of the process fails with them too
+STICKY_CUDA_ERRORS = ("illegal memory access", "unspecified launch failure", "misaligned address",
+                      "illegal instruction", "device-side assert")
+
+
+def cuda_context_lost(error: BaseException | None) -> bool:
+    """Does `error`, or one it was raised from, say that its process's CUDA context is lost (a sticky error: the
+    process must end for CUDA to work again)?"""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        if "CUDA" in text and any(s in text for s in STICKY_CUDA_ERRORS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False

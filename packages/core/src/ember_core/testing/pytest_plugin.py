@@ -1,12 +1,22 @@
 """pytest plugin of ember-core: the `gpu` marker (skipped without CUDA), deprecation warnings out of ember's code
 made errors, fixtures for plugin tests, `no_build_failures`, which fails a test whose generated code did not build,
-and `cold_stage_caches`, which makes every stage run in each test."""
+and `cold_stage_caches`, which makes every stage run in each test.
+
+A test that loses its process's CUDA context (a kernel's illegal memory access, a device-side assert: errors
+CUDA reports again at every later call) ends its pytest-xdist worker once its report is out, so that xdist starts
+a fresh one for the tests after it: on the H100 of 2026-12-06, one bad kernel in each worker turned 77 tests after
+it into errors at their first CUDA call, hiding which ones failed on their own. Without xdist the session goes on
+as before."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import pytest
 
 _RECORDER = pytest.StashKey()
+_LOST = pytest.StashKey()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,4 +85,25 @@ def pytest_runtest_call(item: pytest.Item):
     recorder = item.stash.get(_RECORDER, None)
     if recorder is not None and item.get_closest_marker("allow_build_failure") is None:
         recorder.check(item.nodeid)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    from ember_core.testing import cuda_context_lost
+
+    if call.excinfo is not None and cuda_context_lost(call.excinfo.value):
+        item.stash[_LOST] = True
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """After a test whose CUDA context was lost has reported, its xdist worker exits (xdist starts another)."""
+    result = yield
+    if item.stash.get(_LOST, False) and hasattr(item.config, "workerinput"):
+        print(f"ember: {item.nodeid} lost this process's CUDA context; the worker exits so that the next tests "
+              "run in a fresh one", file=sys.stderr, flush=True)
+        os._exit(3)
     return result
