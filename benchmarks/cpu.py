@@ -13,7 +13,10 @@ variant reuses its memory, and the table compares kernels rather than the page-f
 
 Also reported: cold compile times (first call minus an eager call, fresh caches, after one tiny compile by each
 compiler so that process start-up is not counted; the median over processes) and the
-pointwise chain's bandwidth against a plain tensor copy of as many bytes, measured in the same processes.
+pointwise chain's bandwidth against a plain tensor copy of as many bytes, measured in the same processes. Before
+timing, each compiled variant's output (and a training step's gradients) is compared with eager's
+(`_harness.error`): a row whose result is wrong in any process is marked WRONG, and the script then exits 1
+without writing, since a speed of a wrong result is no speed.
 With `--mode max-autotune` (or another mode) both compilers compile in that mode, and ember without it is
 measured too: the table's last column is then ember's default time over its tuned time (above 1: tuning helped).
 
@@ -103,13 +106,26 @@ def compilers(mode: str | None) -> dict[str, Callable[[Callable], Callable]]:
     return made
 
 
-def variants(w: Workload, mode: str | None) -> dict[str, tuple[Callable, tuple]]:
+def variants(w: Workload, mode: str | None) -> dict[str, tuple[Callable, tuple, Callable]]:
+    """Each variant's (function, inputs, the function or module it compiled: a module's own copy)."""
     fn, args = w.make()
-    made = {"eager": (fn, args)}
+    made = {"eager": (fn, args, fn)}
     for label, wrap in compilers(mode).items():
         twin = copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn
-        made[label] = (wrap(twin), args)
+        made[label] = (wrap(twin), args, twin)
     return made
+
+
+def outcome(fn: Callable, args: tuple, source: Callable, training: bool) -> list[torch.Tensor]:
+    """What one call of a variant gives: its output, and after a training step its module's gradients."""
+    params = list(source.parameters()) if training and isinstance(source, nn.Module) else []
+    for p in params:
+        p.grad = None
+    with torch.enable_grad() if training else torch.no_grad():
+        out = fn(*args)
+        if training:
+            out.pow(2).mean().backward()
+    return [out.detach()] + [torch.zeros(0) if p.grad is None else p.grad for p in params]
 
 
 COPY_ELEMENTS = 6 << 20  # float32: 48 MB moved, as the pointwise chain's two reads and one write of 4M elements
@@ -120,7 +136,7 @@ def measure(name: str, threads: int, repeats: int, mode: str | None = None) -> d
     torch.set_num_threads(threads)
     w = next(w for w in WORKLOADS if w.name == name)
     made = variants(w, mode)
-    fns = {n: step_fn(fn, w.training) for n, (fn, _) in made.items()}
+    fns = {n: step_fn(fn, w.training) for n, (fn, _, _) in made.items()}
     args = made["eager"][1]
     result: dict = {"cold": {}}
     for compile_ in compilers(mode).values():
@@ -128,6 +144,9 @@ def measure(name: str, threads: int, repeats: int, mode: str | None = None) -> d
     with torch.enable_grad() if w.training else torch.no_grad():
         for n in compilers(mode):
             result["cold"][n] = first_call_s(fns[n], *args) - first_call_s(fns["eager"], *args)
+    want = outcome(*made["eager"], w.training)
+    result["errors"] = {n: _harness.error(outcome(*made[n], w.training), want) for n in compilers(mode)}
+    with torch.enable_grad() if w.training else torch.no_grad():
         if w.name.startswith("pointwise"):  # a copy of as many bytes (neither fits in the cache)
             src, dst = torch.randn(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)
             fns["copy"] = lambda *_: dst.copy_(src)
@@ -170,9 +189,16 @@ class Row:
         if "ember_default" in self.runs[0]["times"]:
             tuned = [r["times"]["ember_default"] / r["times"]["ember"] for r in self.runs]
             extra = f"{statistics.median(tuned):.2f} ({min(tuned):.2f}–{max(tuned):.2f})"
+        bad = self.wrong()
         return (f"| {self.threads} | {self.workload.name} | {eager * 1e3:.3f} | "
                 f"{eager / self.median_time('ember'):.2f}x | {eager / self.median_time('inductor'):.2f}x | "
-                f"**{self.ratio():.2f}** | {spread(rs)} | {extra} |")
+                f"**{self.ratio():.2f}** | {spread(rs)} | {extra} |"
+                + (f" WRONG against eager: {', '.join(bad)}" if bad else ""))
+
+    def wrong(self) -> list[str]:
+        """The variants whose result differed from eager's in any process (`_harness.error`), each with its worst."""
+        worst = {n: max(r["errors"][n] for r in self.runs) for n in self.runs[0]["errors"]}
+        return _harness.wrong(worst, "float32")
 
 
 def summary(threads: int, rows: list[Row]) -> str:
@@ -229,6 +255,9 @@ def main() -> None:
                      f"{cold['ember'] / cold['inductor']:.2f}{default} |")
     text = "\n".join(lines)
     print(text)
+    wrong = [r for r in all_rows if r.wrong()]
+    if wrong:  # a speed of a wrong result is no speed: nothing is written
+        sys.exit(f"cpu.py: {len(wrong)} rows WRONG against eager: {', '.join(r.workload.name for r in wrong)}")
     if args.write:
         heading = f"## CPU, mode {args.mode}" if args.mode else "## CPU"
         heading += f" on {_harness.machine()}"  # one section per machine measured

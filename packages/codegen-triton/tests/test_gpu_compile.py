@@ -91,7 +91,10 @@ CASES = {
         (torch.randn(8, 32).bfloat16(), torch.randn(32, 32).bfloat16()), "fake"),
 }
 CHECKS = [*CASES, "gather_asserts_on_cuda", "compile_error_falls_back",
-          *(f"lean_launch_{name}" for name in CASES), "lean_launch_odd_offset", "tuned_launches_go_lean",
+          *(f"lean_launch_{name}" for name in CASES),
+          *(f"lean_launch_training_{name}" for name in ("attention", "causal_attention", "norms", "losses", "softmax",
+                                                        "multi_output")),
+          "lean_launch_odd_offset", "tuned_launches_go_lean",
           "gemm_templates", "graph_passes_bf16", "host_number_on_cuda",
           "compile_workers_fill_the_cache",
           "private_triton_cache", "warm_bind_skips_the_jit", "warm_bind_restores_missing_binaries"]
@@ -253,6 +256,29 @@ def lean_launches_match_tritons(on_sm90, built, launches: list) -> None:
         assert all(not c[5].calls and not c[6].calls for c in tritons)  # Triton's: empty hook chains
         assert without_hooks(ours) == without_hooks(tritons), (name, ours, tritons)
         print(f"lean_launch_{name}:ok", flush=True)
+
+    # training graphs (the conformance kit's: a forward, then its backward on the saved values and tangents), whose
+    # kernels a GPU build binds from its manifest and launches lean, as a training step on an H100 does
+    from ember_core import record_events
+    from ember_core.testing import training_case, training_names
+
+    for name in training_names():
+        case = training_case(name)
+        n = case.joint.joint.num_forward_outputs
+        calls = {}
+        for how, options in (("lean", None), ("jit", {"triton.launch": "jit"})):
+            with record_events() as rec:
+                forward, backward = Lean().compile_many([case.partition.forward, case.partition.backward], options)
+                outs = forward(list(case.joint.primals))  # the first calls bind
+                saved = [*outs[n:], *case.joint.tangents]
+                backward(list(saved))
+                ran, into_jit = launched(forward, case.joint.primals), list(entered)
+                ran, into_jit = ran + launched(backward, saved), into_jit + entered
+            assert not rec.kinds("fallback"), (name, [e.message for e in rec.kinds("fallback")])
+            calls[how] = without_hooks(ran), into_jit
+        assert calls["lean"][0] and calls["lean"][1] == [], (name, calls["lean"])
+        assert calls["lean"][0] == calls["jit"][0], (name, calls)
+        print(f"lean_launch_training_{name}:ok", flush=True)
 
     fn, args, mode = CASES["softmax_tanh"]
     lean, _ = built(Lean(), fn, args, mode, cuda=False)
