@@ -5,6 +5,8 @@ stand-in sm_90 driver) and `./dev gpu` on a GPU."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from ember_codegen_triton._launcher import ArgSpec, launch_signature, make_launcher, spec_of, stream_reader
@@ -140,3 +142,27 @@ def test_the_stream_is_read_only_while_the_lean_path_may_run():
     assert read() is None
     driver.device, runtime.launch_enter_hook = 0, print  # a profiler hook sees launches through Triton only
     assert read() is None
+
+
+def stand_in_launcher(signature: dict):
+    from ember_codegen_triton.testing import StandInGPU
+
+    src = types.SimpleNamespace(fn=types.SimpleNamespace(arg_names=["b_x", "b_y", "S_n", "XBLOCK"]),
+                                signature=signature)
+    return StandInGPU, StandInGPU.launcher_cls(src, types.SimpleNamespace(name="k"))
+
+
+def test_the_stand_in_gpu_binds_arguments_to_the_signature_in_its_order_as_tritons_launcher_does():
+    """What let a reordered signature (the binaries manifest's) pass the sm_90 checks and fail on an H100: the
+    stand-in now hands each argument to the binary's parameter the real launcher would."""
+    x, y = torch.zeros(4), torch.ones(4)
+    gpu, launch = stand_in_launcher({"b_x": "*fp32", "b_y": "*fp32", "S_n": "i32", "XBLOCK": "constexpr"})
+    del gpu.launches[:]
+    launch(1, 1, 1, 0, "k#0", (4, 1, 0), None, None, None, x, y, 4, 1024)
+    assert [name for name, _ in gpu.launches[-1][7]] == ["b_x", "b_y", "S_n"]
+    assert gpu.launches[-1][7][2] == ("S_n", 4)
+    _, shuffled = stand_in_launcher({"S_n": "i32", "XBLOCK": "constexpr", "b_x": "*fp32", "b_y": "*fp32"})
+    with pytest.raises(TypeError, match="argument 0 is a Tensor where the signature has i32"):
+        shuffled(1, 1, 1, 0, "k#0", (4, 1, 0), None, None, None, x, y, 4, 1024)
+    with pytest.raises(OverflowError, match="out of range for i32"):
+        launch(1, 1, 1, 0, "k#0", (4, 1, 0), None, None, None, x, y, 2**31, 1024)

@@ -78,10 +78,13 @@ class StandInGPU:
 
 def bound(kernel: str, position: int, type_: str, arg: Any) -> Any:
     """`arg`, checked to be what a parameter of signature type `type_` takes: a tensor for a pointer (`*fp32`), a
-    number for a scalar (`i32`, `fp32`)."""
+    number for a scalar (`i32`, `fp32`), an integer that fits its width."""
     pointer = type_.startswith("*")
     if pointer != isinstance(arg, torch.Tensor) or not (pointer or isinstance(arg, (int, float))):
         raise TypeError(f"{kernel}: argument {position} is a {type(arg).__name__} where the signature has {type_}")
+    bits = {"i32": 31, "i64": 63}.get(type_)
+    if bits and not -(2**bits) <= arg < 2**bits:  # the launcher parses it into a C integer of that width
+        raise OverflowError(f"{kernel}: argument {position} is {arg}, out of range for {type_}")
     return arg
 
 
