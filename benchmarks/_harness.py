@@ -13,8 +13,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def use_fresh_caches(prefix: str = "ember-bench-") -> None:
@@ -164,6 +165,17 @@ def cuda_kernel_seconds(fn: Callable, calls: int = 20) -> float:
 
 
 WRONG = {"float32": 1e-2}  # normwise error against eager above which a variant's result is wrong; 0.1 otherwise
+
+
+def outcome(call: Callable[[], Any], params: Sequence = ()) -> list:
+    """What one call gives, for `error`: its tensor outputs (a training step's call returns its loss, having run
+    the backward), then the gradient each of `params` got; their earlier gradients are cleared first."""
+    for p in params:
+        p.grad = None
+    out = call()
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return [o.detach() for o in outs if hasattr(o, "detach")] + [
+        p.new_empty(0) if p.grad is None else p.grad for p in params]
 
 
 def error(got: list, want: list) -> float:

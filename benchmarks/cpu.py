@@ -93,7 +93,9 @@ def step_fn(fn: Callable, training: bool) -> Callable:
         return fn
 
     def step(*args):
-        fn(*args).pow(2).mean().backward()
+        loss = fn(*args).pow(2).mean()
+        loss.backward()
+        return loss
 
     return step
 
@@ -116,16 +118,9 @@ def variants(w: Workload, mode: str | None) -> dict[str, tuple[Callable, tuple, 
     return made
 
 
-def outcome(fn: Callable, args: tuple, source: Callable, training: bool) -> list[torch.Tensor]:
-    """What one call of a variant gives: its output, and after a training step its module's gradients."""
-    params = list(source.parameters()) if training and isinstance(source, nn.Module) else []
-    for p in params:
-        p.grad = None
-    with torch.enable_grad() if training else torch.no_grad():
-        out = fn(*args)
-        if training:
-            out.pow(2).mean().backward()
-    return [out.detach()] + [torch.zeros(0) if p.grad is None else p.grad for p in params]
+def params(source: Callable, training: bool) -> list:
+    """The parameters whose gradients a variant's training step is checked by (each compiled module has its own)."""
+    return list(source.parameters()) if training and isinstance(source, nn.Module) else []
 
 
 COPY_ELEMENTS = 6 << 20  # float32: 48 MB moved, as the pointwise chain's two reads and one write of 4M elements
@@ -144,8 +139,9 @@ def measure(name: str, threads: int, repeats: int, mode: str | None = None) -> d
     with torch.enable_grad() if w.training else torch.no_grad():
         for n in compilers(mode):
             result["cold"][n] = first_call_s(fns[n], *args) - first_call_s(fns["eager"], *args)
-    want = outcome(*made["eager"], w.training)
-    result["errors"] = {n: _harness.error(outcome(*made[n], w.training), want) for n in compilers(mode)}
+    with torch.enable_grad() if w.training else torch.no_grad():
+        results = {n: _harness.outcome(lambda n=n: fns[n](*args), params(made[n][2], w.training)) for n in made}
+    result["errors"] = {n: _harness.error(results[n], results["eager"]) for n in compilers(mode)}
     with torch.enable_grad() if w.training else torch.no_grad():
         if w.name.startswith("pointwise"):  # a copy of as many bytes (neither fits in the cache)
             src, dst = torch.randn(COPY_ELEMENTS), torch.empty(COPY_ELEMENTS)

@@ -179,24 +179,15 @@ def timed(fns: dict[str, Callable], repeats: int) -> dict[str, float]:
 
 
 def step(fn: Callable, args: tuple, training: bool) -> Callable:
-    if training:
-        return lambda: fn(*args).float().pow(2).mean().backward()
-    return lambda: fn(*args)
+    """One call as timed: the forward, or a training step (forward, backward) that returns its loss."""
+    if not training:
+        return lambda: fn(*args)
 
-
-def results(fn: Callable, compiled: Callable, args: tuple, training: bool) -> list[torch.Tensor]:
-    """What a call of `compiled` (a variant of `fn`) gives, in float32: its outputs, and after a training step's
-    backward the gradient of each of `fn`'s parameters."""
-    params = list(fn.parameters()) if isinstance(fn, nn.Module) and training else []
-    for p in params:
-        p.grad = None
-    with torch.enable_grad() if training else torch.no_grad():
-        out = compiled(*args)
-        if training:
-            out.float().pow(2).mean().backward()
-    outs = out if isinstance(out, (tuple, list)) else [out]
-    return [o.detach().float() for o in outs if isinstance(o, torch.Tensor)] + [
-        torch.zeros(0) if p.grad is None else p.grad.float() for p in params]
+    def train():
+        loss = fn(*args).float().pow(2).mean()
+        loss.backward()
+        return loss
+    return train
 
 
 def moved_bytes(args: tuple, out: object) -> int:
@@ -228,10 +219,11 @@ def measure(name: str, dtype: str, repeats: int, variants: list[str], mode: str 
         cold = {label: seconds_per_call(fns[label], 1) - seconds_per_call(plain, 1) for label in fns
                 if label != "eager"}
     result: dict = {"cold": cold, "fallbacks": dict(fallbacks.counts())}
-    want = results(fn, fn, args, w.training)
-    result["errors"] = {label: _harness.error(results(fn, c, args, w.training), want) for label, c in made.items()
-                        if label != "eager"}
+    params = list(fn.parameters()) if isinstance(fn, nn.Module) and w.training else []  # the variants share them
     with torch.enable_grad() if w.training else torch.no_grad():
+        want = _harness.outcome(plain, params)
+        result["errors"] = {label: _harness.error(_harness.outcome(f, params), want) for label, f in fns.items()
+                            if label != "eager"}
         result["kernels"] = {label: kernel_seconds(f) for label, f in fns.items()}
         if w.memory_bound:
             nbytes = moved_bytes(args, fn(*args))

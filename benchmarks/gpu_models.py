@@ -155,15 +155,6 @@ def step(fn: Callable, model: torch.nn.Module, inputs: tuple, kind: str) -> Call
     return train
 
 
-def outcome(call: Callable, model: torch.nn.Module, kind: str) -> list[torch.Tensor]:
-    """What one call of a step gives: its output, and after a training step every parameter's gradient."""
-    out = call()
-    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
-    grads = [torch.zeros(0) if p.grad is None else p.grad for p in model.parameters()] if kind.startswith("train") \
-        else []
-    return [o.detach() for o in outs] + grads
-
-
 def sync() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
@@ -194,8 +185,9 @@ def measure(name: str, variants: list[str], repeats: int, profile: int = 0) -> d
                 sync()
                 eager = _harness.first_call_s(lambda: (plain(), sync()))
                 cold[v] = time.perf_counter() - start - eager
-    want = outcome(plain, model, kind)
-    errors = {v: _harness.error(outcome(c, model, kind), want) for v, c in calls.items() if v != "eager"}
+    params = list(model.parameters()) if kind.startswith("train") else []  # the variants share the model's
+    want = _harness.outcome(plain, params)
+    errors = {v: _harness.error(_harness.outcome(c, params), want) for v, c in calls.items() if v != "eager"}
     wall = _harness.timed(calls, (), repeats, loop_s=0.5)
     kernels = {v: _harness.cuda_kernel_seconds(c, 5) for v, c in calls.items()} if DEVICE == "cuda" else {}
     top = {v: _harness.cuda_kernel_table(c, 3, profile) for v, c in calls.items()} if DEVICE == "cuda" and profile \

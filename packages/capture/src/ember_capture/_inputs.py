@@ -41,13 +41,14 @@ from ._reads import Read, Reads
 from ._state import ModuleState
 
 
-def check_inputs(layout: InputLayout, flat: list, labels: list[str]) -> None:
+def check_inputs(layout: InputLayout, flat: list) -> None:
     """`CaptureError` naming the first input (argument, parameter, buffer or read global) ember cannot take. A
     `torch.Generator` argument draws at run time from state a graph cannot hold (and torch 2.11's make_fx raised
     NotImplementedError on it, out of the compile): the function runs eagerly, drawing eager's numbers."""
     for i, x in enumerate(flat):
         if isinstance(x, torch.Generator):
-            raise CaptureError(f"argument {labels[i]!r} is a torch.Generator: its draws cannot be traced into a graph")
+            raise CaptureError(f"argument {layout.labels[i]!r} is a torch.Generator: its draws cannot be traced "
+                               "into a graph")
     for name, t in zip(layout.names, layout.tensors):
         kind = unsupported_tensor(t)
         if kind is not None:

@@ -238,7 +238,7 @@ class TracedFunction:
         anchor_stack_traces(self.fn)
         floats = sorted(i for i in self._dynamic_floats if type(flat[i]) is float)
         layout = InputLayout(state, reads, flat, leaves, labels, float_leaves=floats)
-        check_inputs(layout, flat, labels)
+        check_inputs(layout, flat)
         graph, fakes, shape_env, outputs = self._trace(layout, flat, spec, name)
         mutated = {k for k, inp in enumerate(graph.inputs) if inp.mutated}
         if layout.needs_bases(mutated):  # it writes an argument that shares memory with another: trace again

@@ -91,10 +91,11 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    from ember_core.testing import cuda_context_lost
+    if call.excinfo is not None:
+        from ember_core.testing import cuda_context_lost
 
-    if call.excinfo is not None and cuda_context_lost(call.excinfo.value):
-        item.stash[_LOST] = True
+        if cuda_context_lost(call.excinfo.value):
+            item.stash[_LOST] = True
     return report
 
 
