@@ -44,6 +44,16 @@ def test_call_names_its_two_subgraphs(graph):
     assert [(o.kind, o.input) for o in graph.subgraphs[BACKWARD].outputs] == [("grad", 0), ("grad", 1)]
 
 
+def test_the_graph_holds_only_the_models_ops_when_its_subgraphs_are_built_during_the_trace():
+    """Building the subgraphs (a trace of their own, on fresh tensors) while the model is being traced must not
+    record their tensors' creation in the model's graph (it did when `gate_graph` was the first call in a process)."""
+    from ember_core.testing._custom_function import gate_subgraphs
+
+    gate_subgraphs.cache_clear()
+    graph = gate_graph(rows=5)
+    assert [n.op for n in graph.nodes] == ["aten.sin.default", CUSTOM_FUNCTION, "aten.mul.Tensor", "aten.add.Tensor"]
+
+
 @pytest.mark.parametrize("run_with", ["interpreter", "interpreter codegen"])
 def test_running_the_call_applies_the_custom_backward(graph, run_with):
     run = ec.Interpreter(graph) if run_with == "interpreter" else interpreter_codegen().compile(graph, None, {}).fn

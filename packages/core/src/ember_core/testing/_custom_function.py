@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..graph._custom_function import subgraph_scope
 from ..graph._fx_bridge import from_fx
@@ -59,7 +60,15 @@ def _subgraph(fn: Any, examples: Sequence[torch.Tensor], name: str, inputs: Sequ
 
 @functools.cache
 def gate_subgraphs(rows: int, cols: int = 8) -> dict[str, Graph]:
-    """The forward and backward subgraphs of `Gate` for `a: f32[rows, cols]`, `w: f32[cols]`."""
+    """The forward and backward subgraphs of `Gate` for `a: f32[rows, cols]`, `w: f32[cols]`.
+
+    Called from inside the model's own trace (`gate_model`), so it builds with every dispatch mode of that trace
+    set aside: otherwise the trace records this function's example tensors as ops of the model."""
+    with _disable_current_modes():
+        return _build_gate_subgraphs(rows, cols)
+
+
+def _build_gate_subgraphs(rows: int, cols: int) -> dict[str, Graph]:
     a, w = torch.empty(rows, cols), torch.empty(cols)
     forward = _subgraph(_gate_forward, (a, w), FORWARD, ("user", "user"),
                         (("user", None), ("user", None), ("saved", None), ("saved", None)))
