@@ -587,3 +587,51 @@ def test_an_index_out_of_range_raises_as_in_eager(frontend, fn):
         fn(bad, x)
     with pytest.raises(eager.type):
         compiled(bad, x)
+
+
+# Writes that eager refuses because the written tensor overlaps itself (an expanded view) or overlaps another
+# operand in part (ATen's memory-overlap checks): a functional graph computes them as if every read came before
+# every write, so a compiled function returned numbers where eager raised. Capture refuses them: the function runs
+# eagerly, visibly, and raises eager's error.
+OVERLAPPING_WRITES = {
+    "add_ of a shifted slice": lambda x: x[1:].add_(x[:-1]) * 1,
+    "copy_ of a shifted slice": lambda x: x[1:].copy_(x[:-1]) + 1,
+    "mul_ of rows shifted by one": lambda x: x.view(4, 2)[1:].mul_(x.view(4, 2)[:-1]) - 1,
+    "add_ into an expanded view": lambda x: x[:2].expand(3, 2).add_(1) * 2,
+    "out= over part of an input": lambda x: torch.add(x[:-2], 1, out=x[2:]) + 1,
+}
+# Writes eager runs: the same tensor (full overlap), disjoint parts, and interleaved strided views (ATen does not
+# check those); the graph gives eager's values with no fallback.
+OVERLAP_FREE_WRITES = {
+    "add_ of itself": lambda x: x.add_(x) * 1,
+    "mul_ of the other half": lambda x: x[:4].mul_(x[4:]) + x[4:],
+    "add_ of interleaved elements": lambda x: x[::2].add_(x[1::2]) * 1,
+    "copy_ of a transpose into another buffer": lambda x: torch.empty(2, 4).copy_(x.view(4, 2).t()) + 1,
+}
+
+
+@pytest.mark.parametrize("name", OVERLAPPING_WRITES)
+def test_a_write_that_overlaps_its_operands_raises_as_in_eager(frontend, name):
+    fn = OVERLAPPING_WRITES[name]
+    with pytest.raises(RuntimeError, match="unsupported operation") as eager:
+        fn(torch.arange(8.0))
+    compiled = compile_with(frontend, fn)
+    x = torch.arange(8.0)
+    with ember.record_events() as rec, pytest.raises(RuntimeError) as got:
+        compiled(x)
+    assert str(got.value) == str(eager.value)
+    torch.testing.assert_close(x, torch.arange(8.0))
+    assert any("overlap" in e.message for e in rec.kinds("fallback"))
+
+
+@pytest.mark.parametrize("name", OVERLAP_FREE_WRITES)
+def test_a_write_without_partial_overlap_is_compiled(frontend, name):
+    fn = OVERLAP_FREE_WRITES[name]
+    want_x = torch.randn(8)
+    got_x = want_x.clone()
+    want = fn(want_x)
+    with ember.record_events() as rec:
+        got = compile_with(frontend, fn)(got_x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_x, want_x)
+    assert not rec.kinds("fallback")

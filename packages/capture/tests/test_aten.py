@@ -242,6 +242,54 @@ def test_an_in_place_draw_into_a_contiguous_tensor_is_captured():
     assert {"aten.normal_functional.default", "aten.bernoulli.p"} <= set(_ops(graph))
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("fn", [lambda x: x[1:].add_(x[:-1]), lambda x: x.add_(x[0]),
+                                lambda x: x[:1].expand(3, 6).mul_(2),
+                                lambda x: torch.neg(x[:-1], out=x[1:])])
+def test_a_write_eager_refuses_for_its_memory_overlap_is_refused(fn, dynamic):
+    with pytest.raises(CaptureError, match="overlap|more than once"):
+        capture_graph(fn, fakes(torch.randn(4, 6), dynamic=dynamic))
+
+
+def test_a_write_over_itself_or_disjoint_memory_is_captured():
+    graph = capture_graph(lambda x: (x.add_(x), x[:2].mul_(x[2:]), x[::2].sub_(x[1::2])), fakes(torch.randn(4, 6)))
+    assert {"aten.add.Tensor", "aten.mul.Tensor", "aten.sub.Tensor"} <= set(_ops(graph))
+
+
+def test_write_overlap_agrees_with_eagers_checks_on_random_layouts():
+    """Views of one 48-element storage, as_strided at random (zero strides, gaps, transposes, offsets): the
+    predicate refuses exactly the in-place adds and copies that eager raises 'unsupported operation' for."""
+    from ember_capture._functionalize import write_overlap
+
+    rng = torch.Generator().manual_seed(0)
+
+    def pick(n):
+        return int(torch.randint(n, (), generator=rng))
+
+    def view(storage, sizes):
+        strides = [pick(4) if pick(3) else sizes[-1] ** i for i in range(len(sizes))][::-1]
+        span = sum((n - 1) * st for n, st in zip(sizes, strides))
+        return storage.as_strided(sizes, strides, pick(48 - span))
+
+    refused = 0
+    for case in range(1500):
+        storage = torch.zeros(48)
+        sizes = [1 + pick(3) for _ in range(1 + pick(3))]
+        target, other = view(storage, sizes), view(storage, sizes)
+        op = [torch.ops.aten.add_.Tensor, torch.ops.aten.copy_.default][case % 2]
+        try:
+            op(target, other)
+            raised = False
+        except RuntimeError as e:
+            assert "unsupported operation" in str(e), e
+            raised = True
+        problem = write_overlap(op, (target, other), {})
+        assert raised == (problem is not None), (op, target.shape, target.stride(), target.storage_offset(),
+                                                  other.stride(), other.storage_offset(), problem)
+        refused += raised
+    assert 100 < refused < 1400
+
+
 def test_an_effectful_op_is_captured_as_a_plain_node_dead_code_elimination_keeps():
     graph = capture_graph(lambda x: torch.linalg.cholesky(x), fakes(torch.randn(3, 3)), input_names=["x"])
     ops = [n.op for n in graph.nodes]

@@ -12,14 +12,15 @@ value, returned as an extra output. While the wrappers still exist, it records i
   for an op with an autograd formula of its own (a `torch.library.custom_op` with `register_autograd`), the grad
   mode where it was called (`CallSiteGradMode`), not the no_grad its formula runs its forward under.
 It refuses what the functional graph would compute otherwise than eager: writes autograd does not see into tensors
-that require grad (`_HiddenWriteCheck`), in-place random ops on tensors that are not contiguous, higher-order ops
-(control flow, flex_attention: `_Uncapturable`).
+that require grad (`_HiddenWriteCheck`), in-place random ops on tensors that are not contiguous, writes eager
+refuses for their memory overlap, higher-order ops (control flow, flex_attention: `_Uncapturable`).
 
 Effectful ops reach the graph as themselves, not threaded through effect tokens (`ember_core.EffectfulFunctionalMode`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,7 +207,11 @@ class _Uncapturable(TorchDispatchMode):
     - a higher-order op that reaches dispatch: control flow (`torch.cond`, `while_loop`, `map`) and
       `flex_attention`, whose branches and bodies are subgraphs a graph of ATen ops has no place for. Without this,
       dispatch raised its own NotImplementedError out of the compile (checkpointing and `nested_compile_region`
-      never get here: their bodies are traced inline).
+      never get here: their bodies are traced inline);
+    - a write that eager refuses for its memory overlap (`write_overlap`): into a tensor that holds an element twice
+      (`x[:2].expand(3, 2).add_(1)`), or over part of another operand's memory (`x[1:].add_(x[:-1])`, `x.add_(x[0])`).
+      The functional graph reads every operand before it writes, so it returned numbers where eager raised; the
+      function now runs eagerly and raises eager's error.
 
     It also notes whether the function makes a negated or conjugated view (`sign_views`): the graph computes such a
     view's values (`ember_core.sign_bit_values`), so an output that eager returns as a view of an input through one
@@ -225,6 +230,10 @@ class _Uncapturable(TorchDispatchMode):
         if isinstance(func, torch._ops.HigherOrderOperator):
             raise HigherOrderOpRefused(f"the higher-order op {func.name()} (control flow or a subgraph: torch.cond, "
                                        "while_loop, map, flex_attention) cannot be captured as one graph")
+        overlap = write_overlap(func, args, kwargs or {})
+        if overlap is not None:
+            raise CaptureError(f"{func} {overlap}; eager refuses that write (ATen's memory-overlap check) and a "
+                               "functional graph would compute it as if every read came first")
         target = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if target is not None and _writes_self(func) and is_random(func) and not target.is_contiguous():
             raise CaptureError(f"{func} draws in place into a tensor that is not contiguous (shape "
@@ -232,6 +241,89 @@ class _Uncapturable(TorchDispatchMode):
                                "in that layout's order, a functional graph into a fresh tensor: other numbers from "
                                "the same seed")
         return func(*args, **(kwargs or {}))
+
+
+def write_overlap(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """Why eager's memory-overlap checks refuse this call, or None: a tensor the op writes (`self` of an in-place
+    op, `out=`) that holds an element twice, or that shares part, not all, of its memory with another operand.
+
+    The rules are ATen's (`MemoryOverlap.cpp`), on the layouts alone: an element held twice is a zero stride over a
+    size above 1 in a tensor that is not non-overlapping-and-dense; two tensors overlap in part when they share a
+    storage, are both non-overlapping and dense, and their byte ranges intersect without being the same range with
+    the same strides. Layouts ATen calls too hard to judge (strided views with gaps: `x[::2]`, `x[1::2]`) pass, as
+    in eager. Symbolic sizes are judged by their hints, without guards."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return None
+    written, operands = [], []
+    for i, argument in enumerate(schema.arguments):
+        value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
+        if not isinstance(value, torch.Tensor):
+            continue
+        is_write = argument.alias_info is not None and argument.alias_info.is_write
+        (written if is_write else operands).append(value)
+    for target in written:
+        layout = _layout(target)
+        if layout is None or func is torch.ops.aten.copy_.default and _same_view(target, operands[0]):
+            continue  # copy_ of a view onto the same view returns before ATen checks anything
+        if _holds_an_element_twice(layout):
+            return (f"writes in place into a tensor that holds an element more than once (shape {layout[0]}, "
+                    f"strides {layout[1]})")
+        for other in operands:
+            if other is not target and _storage(other) == _storage(target) and \
+                    _overlaps_in_part(layout, _layout(other)):
+                return (f"writes in place into a tensor that overlaps another operand in part (shapes {layout[0]} "
+                        f"and {_layout(other)[0]} over one storage)")
+    return None
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return _storage(a) == _storage(b) and a.dtype == b.dtype and _layout(a) == _layout(b)
+
+
+def _layout(t: torch.Tensor) -> tuple | None:
+    """(sizes, strides, offset, itemsize) as ints (symbolic ones by their hints), or None: not judged."""
+    try:
+        ints = [_hint(v) for v in (*t.shape, *t.stride(), t.storage_offset())]
+    except (RuntimeError, NotImplementedError):
+        return None
+    if None in ints:
+        return None
+    rank = t.dim()
+    return tuple(ints[:rank]), tuple(ints[rank:2 * rank]), ints[-1], t.element_size()
+
+
+def _hint(v: Any) -> int | None:
+    if isinstance(v, int):
+        return v
+    node = getattr(v, "node", None)
+    hint = getattr(node, "hint", None)
+    return hint if isinstance(hint, int) else None
+
+
+def _dense(sizes: tuple, strides: tuple) -> bool:
+    """Non-overlapping and dense: some order of the dimensions is contiguous (dimensions of size 0 or 1 are free)."""
+    expected = 1
+    for size, stride in sorted((d for d in zip(sizes, strides) if d[0] > 1), key=lambda d: d[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _holds_an_element_twice(layout: tuple) -> bool:
+    sizes, strides = layout[:2]
+    return not _dense(sizes, strides) and any(st == 0 and sz > 1 for sz, st in zip(sizes, strides))
+
+
+def _overlaps_in_part(a: tuple | None, b: tuple | None) -> bool:
+    if a is None or b is None or 0 in a[0] or 0 in b[0] or not _dense(*a[:2]) or not _dense(*b[:2]):
+        return False
+    a_begin, b_begin = a[2] * a[3], b[2] * b[3]
+    a_end, b_end = a_begin + math.prod(a[0]) * a[3], b_begin + math.prod(b[0]) * b[3]
+    if (a_begin, a_end) == (b_begin, b_end):
+        return a[1] != b[1]
+    return a_begin < b_end and b_begin < a_end
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef | None:
