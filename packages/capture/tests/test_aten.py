@@ -277,7 +277,7 @@ def _writes_over_their_operands():
         ("gather out= of itself", A.gather.out, (x, 1, rows), {"out": x}, True),
         ("masked_scatter_ of itself", A.masked_scatter_.default, (x, x > 0, x), {}, False),  # reads while it writes
         ("addmm_ of itself", A.addmm_.default, (x, x, x), {}, False),
-        ("cumsum out= of itself", A.cumsum.out, (x, 1), {"out": x}, False),
+        ("mm out= of itself", A.mm.out, (x, x), {"out": x}, False),  # no mm_: `self` is a factor, not a start
         ("masked_fill_ of its first element", A.masked_fill_.Tensor, (x, x > 0, x[0, 0]), {}, False),
     ]
 
@@ -286,7 +286,7 @@ def _writes_over_their_operands():
 def test_an_op_that_is_not_elementwise_writing_memory_it_reads_is_refused(case):
     """Index, scatter, matmul and scan ops read operands while they write: any element they share, the whole
     tensor included, is refused (eager raises for most, and computes the rest in its own order)."""
-    from ember_capture._functionalize import write_overlap
+    from ember_capture._overlap import write_overlap
 
     name, op, args, kwargs, raises = case
     assert write_overlap(op, args, kwargs) is not None
@@ -295,20 +295,35 @@ def test_an_op_that_is_not_elementwise_writing_memory_it_reads_is_refused(case):
             op(*args, **kwargs)
 
 
-def test_an_elementwise_op_may_read_the_tensor_it_writes_whole():
-    from ember_capture._functionalize import write_overlap
+def test_an_op_may_read_the_tensor_it_writes_whole_where_eager_reads_it_as_its_start():
+    """An elementwise op reads each element before it writes it; an `out=` op whose `self` is the out tensor
+    itself and that has an in-place form (`addmm`, `cumsum`, `index_add`) is that in-place op, which starts from
+    `self` (torch's chunked linear_cross_entropy accumulates with `addmm(g, a, b, out=g)`). Eager gives the
+    functional numbers for each."""
+    from ember_capture._overlap import write_overlap
 
-    x = torch.randn(4, 4)
-    for op, args in [(torch.ops.aten.addcmul_.default, (x, x, x)), (torch.ops.aten.lerp_.Tensor, (x, x, x[:])),
-                     (torch.ops.aten.copy_.default, (x, x.view(16).view(4, 4)))]:
-        assert write_overlap(op, args, {}) is None
+    A, g = torch.ops.aten, torch.Generator().manual_seed(0)
+    x, a, b = (torch.randn(4, 4, generator=g) for _ in range(3))
+    i, source = torch.tensor([2, 0, 3, 2]), torch.randn(4, 4, generator=g)
+    cases = [(A.addcmul_.default, (x, x, x), {}, A.addcmul.default),
+             (A.lerp_.Tensor, (x, x, x[:]), {}, A.lerp.Tensor),
+             (A.copy_.default, (x, x.view(16).view(4, 4)), {}, lambda t, u: u.clone()),
+             (A.addmm.out, (x, a, b), {"out": x}, A.addmm.default),
+             (A.cumsum.out, (x, 1), {"out": x}, A.cumsum.default),
+             (A.index_add.out, (x, 0, i, source), {"out": x}, A.index_add.default)]
+    for op, args, kwargs, functional in cases:
+        assert write_overlap(op, args, kwargs) is None, op
+        want = functional(*(t.clone() if isinstance(t, torch.Tensor) else t for t in args))
+        op(*args, **kwargs)
+        torch.testing.assert_close(x, want, msg=str(op))
+        x.copy_(torch.randn(4, 4, generator=g))
 
 
 def test_write_overlap_refuses_what_eager_refuses_and_what_only_eagers_order_computes():
     """Two views of one 48-element storage, as_strided at random (zero strides, gaps, transposes, offsets), and an
     in-place add or copy of one into the other. The predicate says eager raises exactly where eager does; where it
     lets the write through, eager's numbers are the functional ones (every operand read before the write)."""
-    from ember_capture._functionalize import write_overlap
+    from ember_capture._overlap import write_overlap
 
     rng = torch.Generator().manual_seed(0)
 

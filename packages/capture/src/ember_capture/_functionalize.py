@@ -20,9 +20,7 @@ Effectful ops reach the graph as themselves, not threaded through effect tokens 
 
 from __future__ import annotations
 
-import contextlib
-import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +30,11 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ._errors import CaptureError, HigherOrderOpRefused
+from ._overlap import storage_of, write_overlap
 
 
 @dataclass
@@ -165,12 +164,12 @@ class _HiddenWriteCheck(TorchDispatchMode):
     def watch(self, inputs: Sequence[Any]) -> None:
         tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
         self.inputs = {id(a) for a in tensors}
-        self._input_storages = {_storage(a) for a in tensors}
-        self.grad_storages = {_storage(a) for a in tensors if a.requires_grad}
+        self._input_storages = {storage_of(a) for a in tensors}
+        self.grad_storages = {storage_of(a) for a in tensors if a.requires_grad}
 
     def saw(self, result: Any) -> None:
         """Outputs of a call above autograd: those that require grad name their storage."""
-        self.grad_storages.update(_storage(t) for t in tree_leaves(result)
+        self.grad_storages.update(storage_of(t) for t in tree_leaves(result)
                                   if isinstance(t, torch.Tensor) and t.requires_grad)
         self.grad_storages.discard(None)
 
@@ -179,7 +178,7 @@ class _HiddenWriteCheck(TorchDispatchMode):
         tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         target = args[0] if args and isinstance(args[0], torch.Tensor) and _writes_self(func) else None
         if target is not None and (not grad or not any(a.requires_grad for a in tensors)):
-            storage = _storage(target)
+            storage = storage_of(target)
             if target.requires_grad and not grad and storage not in self._input_storages:
                 raise CaptureError(f"{func} updates in place, under no_grad, a tensor that autograd computed (eager "
                                    "lets its gradient pass through the update; a graph cannot say that)")
@@ -187,7 +186,7 @@ class _HiddenWriteCheck(TorchDispatchMode):
                 self._written.add(storage)
         if grad and self._written:
             for a in tensors:
-                if a is not target and a.requires_grad and _storage(a) in self._written:
+                if a is not target and a.requires_grad and storage_of(a) in self._written:
                     raise CaptureError(f"{func} reads, where grad is on, a tensor that requires grad after it was "
                                        "updated in place under no_grad or through a detached alias (eager's "
                                        "gradient treats the new value as the tensor itself; a graph cannot say that)")
@@ -242,187 +241,6 @@ class _Uncapturable(TorchDispatchMode):
                                "in that layout's order, a functional graph into a fresh tensor: other numbers from "
                                "the same seed")
         return func(*args, **(kwargs or {}))
-
-
-def write_overlap(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
-    """Why a functional graph cannot give eager's outcome of this call, or None. The op writes a tensor (`self` of
-    an in-place op, `out=`) that
-
-    - holds an element twice (a zero stride: `x[:2].expand(3, 2).add_(1)`), or shares part, not all, of its memory
-      with another operand where both are non-overlapping and dense (`x[1:].add_(x[:-1])`, `x.add_(x[0])`): eager
-      raises (ATen's memory-overlap checks, `MemoryOverlap.cpp`, on the layouts alone), but for `fill_` and
-      `zero_`, whose write into an expanded view functionalization turns into a sum over its copies;
-    - shares elements with another operand, or with itself, in layouts ATen's check calls too hard to judge
-      (`x[:, 1:].add_(x[:, :-1])`, `x.add_(x[:1].expand_as(x))`): eager computes element by element, each write
-      seen by the reads after it, so its numbers depend on the order it writes in; the functional graph reads
-      everything first.
-
-    Strided views of one storage whose elements interleave without meeting (`x[::2]` and `x[1::2]`, the halves of
-    a last dimension) pass: their elements are compared, in contiguous runs. Symbolic sizes are judged by their
-    hints, without guards."""
-    schema, tags = getattr(func, "_schema", None), getattr(func, "tags", ())
-    if schema is None or torch.Tag.inplace_view in tags:  # t_(), unsqueeze_(), detach_(): no element written
-        return None
-    written, operands = [], []
-    for i, argument in enumerate(schema.arguments):
-        value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
-        if argument.alias_info is not None and argument.alias_info.is_write:
-            if isinstance(value, torch.Tensor):  # a list written (foreach ops) is not judged
-                written.append(value)
-        else:
-            operands += [t for t in (value if isinstance(value, (list, tuple)) else [value])
-                         if isinstance(t, torch.Tensor)]
-    for target in written:
-        layout = _layout(target)
-        if layout is None or func is torch.ops.aten.copy_.default and _same_view(target, operands[0]):
-            continue  # copy_ of a view onto the same view returns before ATen checks anything
-        if not _dense(*layout[:2]):
-            if any(st == 0 and sz > 1 for sz, st in zip(*layout[:2])):
-                return (f"writes in place into a tensor that holds an element more than once (shape {layout[0]}, "
-                        f"strides {layout[1]})")
-            if not _apart(layout):
-                return (f"writes in place into a tensor whose elements share memory (shape {layout[0]}, strides "
-                        f"{layout[1]}): eager's result depends on the order it writes in")
-        elementwise = torch.Tag.pointwise in tags or func is torch.ops.aten.copy_.default
-        for other in operands:
-            if _storage(other) != _storage(target) or elementwise and _same_view(target, other):
-                continue
-            problem = _pair_overlap(layout, _layout(other), elementwise)
-            if problem:
-                return f"writes in place into a tensor that {problem} (shapes {layout[0]} and {tuple(other.shape)})"
-    return None
-
-
-# Above this many contiguous runs in a layout, its elements are not compared and memory they might share counts as
-# shared: a refusal, never a wrong number.
-_MAX_RUNS = 1 << 22
-
-
-def _pair_overlap(a: tuple, b: tuple | None, elementwise: bool) -> str | None:
-    """What eager does with a write into layout `a` that another operand, layout `b` of the same storage, reads.
-
-    An elementwise op (ATen's TensorIterator) reads each element before writing it: the same elements in the same
-    order are fine, and two non-overlapping and dense layouts overlapping otherwise raise. Any other op (an index
-    or scatter op, a matmul, a scan, `out=`) reads operands while it writes: any element shared, even the whole
-    tensor, is refused (eager raises for most; the others compute in their own order)."""
-    if b is None or 0 in a[0] or 0 in b[0]:
-        return None
-    (a_begin, a_end), (b_begin, b_end) = _extent(a), _extent(b)
-    if a_end <= b_begin or b_end <= a_begin:
-        return None
-    if elementwise and _dense(*a[:2]) and _dense(*b[:2]):
-        same = (a_begin, a_end) == (b_begin, b_end) and a[1] == b[1]
-        return None if same else "overlaps another operand in part, which eager refuses"
-    with _plain_torch():
-        meet = _runs_meet(_runs(a), _runs(b))
-    if meet:
-        return ("shares elements with another operand it reads: eager raises, or gives numbers that depend on the "
-                "order it writes in")
-    return None
-
-
-def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return _storage(a) == _storage(b) and a.dtype == b.dtype and _layout(a) == _layout(b)
-
-
-def _layout(t: torch.Tensor) -> tuple | None:
-    """(sizes, strides, offset, itemsize) as ints (symbolic ones by their hints), or None: not judged."""
-    try:
-        ints = [_hint(v) for v in (*t.shape, *t.stride(), t.storage_offset())]
-    except (RuntimeError, NotImplementedError):
-        return None
-    if None in ints:
-        return None
-    rank = t.dim()
-    return tuple(ints[:rank]), tuple(ints[rank:2 * rank]), ints[-1], t.element_size()
-
-
-def _hint(v: Any) -> int | None:
-    if isinstance(v, int):
-        return v
-    node = getattr(v, "node", None)
-    hint = getattr(node, "hint", None)
-    return hint if isinstance(hint, int) else None
-
-
-def _dims(layout: tuple) -> list[tuple[int, int]]:
-    """(size, stride) of the dimensions that step (size above 1), by stride."""
-    return sorted(((n, st) for n, st in zip(*layout[:2]) if n > 1), key=lambda d: d[1])
-
-
-def _dense(sizes: tuple, strides: tuple) -> bool:
-    """Non-overlapping and dense: some order of the dimensions is contiguous (dimensions of size 0 or 1 are free)."""
-    expected = 1
-    for size, stride in _dims((sizes, strides)):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-def _extent(layout: tuple) -> tuple[int, int]:
-    """The bytes a non-empty layout's elements lie in: [begin, end)."""
-    sizes, strides, offset, itemsize = layout
-    last = offset + sum((n - 1) * st for n, st in zip(sizes, strides))
-    return offset * itemsize, (last + 1) * itemsize
-
-
-def _apart(layout: tuple) -> bool:
-    """No two elements of the layout share memory: by strides where each steps past everything the smaller ones
-    reach (any slice, transpose or permutation of a tensor), else by its elements."""
-    reach = 0
-    for size, stride in _dims(layout):
-        if stride <= reach:
-            with _plain_torch():
-                runs = _runs(layout)
-                return runs is not None and not bool((runs[0][1:] < torch.cummax(runs[1], 0).values[:-1]).any())
-        reach += (size - 1) * stride
-    return True
-
-
-@contextlib.contextmanager
-def _plain_torch() -> Iterator[None]:
-    """Real tensors from inside a dispatch handler: the capture's modes (fake, functional, tracing) set aside."""
-    with torch._C.DisableTorchFunction(), _disable_current_modes():
-        yield
-
-
-def _runs(layout: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The layout's memory as byte ranges [start, end), sorted by start: one per contiguous run of elements (a
-    dimension of stride 1), or per element. None: more runs than `_MAX_RUNS`."""
-    if _dense(*layout[:2]):
-        begin, end = _extent(layout)
-        return torch.tensor([begin]), torch.tensor([end])
-    dims = _dims(layout)
-    length = 1
-    if dims and dims[0][1] == 1:
-        length = dims.pop(0)[0]
-    if math.prod(n for n, _ in dims) > _MAX_RUNS:
-        return None
-    itemsize = layout[3]
-    starts = torch.tensor([layout[2]], dtype=torch.int64)
-    for size, stride in dims:
-        starts = (starts[:, None] + torch.arange(size, dtype=torch.int64) * stride).flatten()
-    starts = starts.sort().values * itemsize
-    return starts, starts + length * itemsize
-
-
-def _runs_meet(a: tuple | None, b: tuple | None) -> bool:
-    """Whether a byte of one set of runs lies in the other (so, unknown: True)."""
-    if a is None or b is None:
-        return True
-    (a_starts, a_ends), (b_starts, b_ends) = a, b
-    before = torch.searchsorted(b_starts, a_ends) - 1  # per run of a: the last run of b that starts before its end
-    reach = torch.cummax(b_ends, 0).values  # the furthest any of b's runs up to there ends
-    return bool(((before >= 0) & (reach[before.clamp(min=0)] > a_starts)).any())
-
-
-def _storage(t: torch.Tensor) -> StorageWeakRef | None:
-    """The storage t shares with its views; None for a tensor without one (sparse, nested): not tracked."""
-    try:
-        return StorageWeakRef(t.untyped_storage())
-    except (RuntimeError, NotImplementedError):
-        return None
 
 
 def _writes_self(func: Any) -> bool:
