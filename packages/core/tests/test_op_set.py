@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ember_core import decompositions, has_effect, is_random
+from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
 
@@ -60,9 +61,21 @@ def test_foreach_ops_decompose_into_per_tensor_ops(fn):
         torch.testing.assert_close(got, want)
 
 
-def test_ops_torch_registers_as_effectful_are_named():
+def test_ops_with_a_side_effect_are_named_on_every_torch():
+    """`_linalg_check_errors` by ember's own list (torch 2.11's registry lacks it), `_print` by torch's."""
     assert has_effect("aten._linalg_check_errors.default") and has_effect(torch.ops.aten._print.default)
     assert not has_effect("aten.mul.Tensor") and not has_effect("operator.mul")
+
+
+def test_dead_code_elimination_with_is_impure_node_keeps_the_factorization_check():
+    """linalg.cholesky decomposes to `linalg_cholesky_ex` and a check nothing reads; on torch 2.11 fx's own
+    predicate dropped the check, so a compiled cholesky of a matrix that is not positive-definite returned numbers."""
+    from ember_core import is_impure_node
+
+    gm = make_fx(lambda x: torch.linalg.cholesky(x) * 2, decomposition_table=decompositions())(torch.eye(3))
+    assert any(n.target is torch.ops.aten._linalg_check_errors.default for n in gm.graph.nodes), gm.code
+    gm.graph.eliminate_dead_code(is_impure_node)
+    assert any(n.target is torch.ops.aten._linalg_check_errors.default for n in gm.graph.nodes), gm.code
 
 
 def test_ops_with_numerically_worse_decompositions_stay_whole():

@@ -35,6 +35,7 @@ from ember_core import (
     eager_derivatives,
     from_fx,
     grad_rules,
+    is_impure_node,
     node_refs,
     symbolic_backward_formulas,
     tracing_lock,
@@ -145,7 +146,7 @@ class JointTrace:
             table = decompositions() | (symbolic_backward_formulas() if self.primals.symbols.shape_env else {})
             gm = make_fx(fn, decomposition_table=table)(*self.primals.values, *tangents)
         _drop_aliases(gm)
-        gm.graph.eliminate_dead_code()  # random ops count as impure and stay
+        gm.graph.eliminate_dead_code(is_impure_node)  # random and effectful ops stay
         return gm
 
     def _tangents(self) -> list[torch.Tensor]:

@@ -284,7 +284,7 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
         gm = _trace(fn, fake_inputs, fake_mode, facts, custom)
     _dense_values_only(gm)
     _one_placeholder_per_symbol(gm)
-    gm.graph.eliminate_dead_code()
+    gm.graph.eliminate_dead_code(ember_core.is_impure_node)
     _check_constants(gm)
     _insert_no_grad_detaches(gm, facts)
     _user_frames_only(gm)

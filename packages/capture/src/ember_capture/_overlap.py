@@ -31,13 +31,16 @@ def write_overlap(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str
     - shares elements with another operand, or with itself, in layouts ATen's check calls too hard to judge
       (`x[:, 1:].add_(x[:, :-1])`, `x.add_(x[:1].expand_as(x))`): eager computes element by element, each write
       seen by the reads after it, so its numbers depend on the order it writes in; the functional graph reads
-      everything first.
+      everything first;
+    - shares any element with an operand of an op that is not elementwise (index, scatter, matmul, scan, `out=`),
+      the same view included: eager raises for most and reads while it writes for the rest. An `out=` op whose
+      `self` is the out tensor and that has an in-place form is that in-place op, which starts from `self`.
 
     Strided views of one storage whose elements interleave without meeting (`x[::2]` and `x[1::2]`, the halves of
     a last dimension) pass: their elements are compared, in contiguous runs. Symbolic sizes are judged by their
     hints, without guards."""
     schema, tags = getattr(func, "_schema", None), getattr(func, "tags", ())
-    if schema is None or torch.Tag.inplace_view in tags:  # t_(), unsqueeze_(), detach_(): no element written
+    if schema is None or not schema.is_mutable or torch.Tag.inplace_view in tags:  # t_(), detach_(): no values
         return None
     written, operands, start = [], [], None
     for i, argument in enumerate(schema.arguments):

@@ -1,21 +1,29 @@
-"""Ops with a side effect torch registers, and the functionalization that keeps them as plain graph nodes."""
+"""Ops with a side effect (those torch registers and those ember knows of), and the functionalization that keeps
+them as plain graph nodes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
 from .._errors import GraphError
 from ..graph._ops import resolve_op
 
+# Ops with a side effect whatever this torch's registry says: torch 2.11 does not register
+# `aten._linalg_check_errors`, so its traces dropped the check and a compiled `linalg.cholesky` of a matrix that is
+# not positive-definite (or `linalg.inv` of a singular one) returned numbers where eager raises.
+_KNOWN_EFFECTS = frozenset({"aten::_linalg_check_errors"})
+
 
 def has_effect(op: Any) -> bool:
-    """Whether an ATen overload (or its schema name) has a side effect torch registers (`torch._library.effects`):
-    `aten._linalg_check_errors` raises on a failed factorization, `aten._print` prints. Such a node has no output
-    anyone reads, yet every stage keeps it, in its place in the graph (see `EffectfulFunctionalMode`)."""
+    """Whether an ATen overload (or its schema name) has a side effect: one torch registers
+    (`torch._library.effects`: `aten._print` prints) or one ember knows of on every torch (`_KNOWN_EFFECTS`:
+    `aten._linalg_check_errors` raises on a failed factorization). Such a node has no output anyone reads, yet
+    every stage keeps it, in its place in the graph (see `EffectfulFunctionalMode`)."""
     if isinstance(op, str):
         try:
             op = resolve_op(op)
@@ -23,9 +31,17 @@ def has_effect(op: Any) -> bool:
             return False
     if not isinstance(op, torch._ops.OpOverload):
         return False
+    if op._schema.name in _KNOWN_EFFECTS:
+        return True
     from torch._higher_order_ops.effects import _get_effect
 
     return _get_effect(op) is not None
+
+
+def is_impure_node(node: fx.Node) -> bool:
+    """fx's dead-code elimination predicate with ember's effects: `gm.graph.eliminate_dead_code(is_impure_node)`
+    keeps what fx keeps (random ops, in-place ops, asserts) and every node of an op with a side effect."""
+    return node.is_impure() or node.op == "call_function" and has_effect(node.target)
 
 
 class EffectfulFunctionalMode(FunctionalTensorMode):

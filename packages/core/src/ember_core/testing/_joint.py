@@ -20,6 +20,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ..execution._effects import is_impure_node
 from ..execution._interpreter import interpret
 from ..graph._fx_bridge import from_fx
 from ..graph._schema import Graph, Input, Output, node_refs
@@ -62,7 +63,7 @@ def trace_joint(fn: Callable, primals: Sequence[Any], kinds: Sequence[str] | Non
     with enable_python_dispatcher(), context:
         gm = make_fx(joint, tracing_mode=mode, decomposition_table=decomposition,
                      _allow_non_fake_inputs=True)(primals, tangents)  # module-level constant tensors
-    gm.graph.eliminate_dead_code()
+    gm.graph.eliminate_dead_code(is_impure_node)
     gm.recompile()
     graph = _stamp(from_fx(gm, name=name), layout, kinds, len(primals))
     return JointCase(graph, primals, tangents)
