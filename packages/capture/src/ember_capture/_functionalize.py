@@ -35,6 +35,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from ._errors import CaptureError, HigherOrderOpRefused
 from ._overlap import storage_of, write_overlap
+from ._rnn import LstmStateShapes
 
 
 @dataclass
@@ -303,7 +304,8 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
         call_site = CallSiteGradMode()
         detaches = InPlaceDetaches(check)
         uncapturable = _Uncapturable()
-        with call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check, uncapturable:
+        with LstmStateShapes(), call_site, detaches, GradModeRecorder(call_site), EffectfulFunctionalMode(), check, \
+                uncapturable:
             f_args = [_to_functional(a) for a in args]
             check.watch(f_args)
             result = fn(*f_args)

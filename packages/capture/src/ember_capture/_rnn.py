@@ -1,0 +1,45 @@
+"""The final states of `torch.lstm` in the shape of the initial ones.
+
+torch 2.11's Python decomposition of `aten.lstm.input` (the one a trace takes when the input or the weights need a
+gradient) squeezes each layer's final state along dimension 1 instead of 0: `h_n` and `c_n` came back (layers, 1,
+batch, hidden) instead of (layers, batch, hidden), or lost the batch dimension at batch 1 — the right values in the
+wrong shape, which broadcasting can carry on with silently (torch's own AOT backends give the same shapes). Seen
+above the decomposition, here, each state is given its initial state's shape when the two hold the same number of
+elements and differ in shape: the wrong shape is what is detected, not a torch version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_LSTMS = frozenset({torch.lstm, torch._VF.lstm})
+
+
+class LstmStateShapes(TorchFunctionMode):
+    """Reshapes `torch.lstm`'s final states `(h_n, c_n)` to its initial states' shapes where they differ."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func not in _LSTMS or len(args) < 2 or not isinstance(args[1], (list, tuple)):
+            return result
+        return states_as_initial(result, args[1])
+
+
+def states_as_initial(result: Any, initial: Sequence[Any]) -> Any:
+    """`(out, h_n, c_n)` with each final state in its initial state's shape (see the module's docstring)."""
+    if not isinstance(result, tuple) or len(result) != 3:
+        return result
+    out, *states = result
+    return (out, *(_as_shape(s, h) for s, h in zip(states, initial)))
+
+
+def _as_shape(state: Any, initial: Any) -> Any:
+    if not isinstance(state, torch.Tensor) or not isinstance(initial, torch.Tensor) or state.shape == initial.shape:
+        return state
+    if state.numel() != initial.numel():
+        return state
+    return state.reshape(initial.shape)
