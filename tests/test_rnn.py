@@ -88,3 +88,34 @@ def test_gru_trains_like_eager(input_size, hidden, layers, batch_first, shape, w
     batch = shape[0] if batch_first else shape[1]
     state = initial_state(layers, 1, batch, hidden, 1) if with_state else ()
     assert_rnn_trains_like_eager(model, torch.randn(shape), state, no_build_failures)
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU])
+def test_inference_under_no_grad_gives_eagers_outputs(cell):
+    """Under no_grad the trace takes ATen's oneDNN layer (`mkldnn_rnn_layer`, train=False), which returns no
+    workspace (None) where its fake kernel has an empty tensor: the compiled wrapper raised AttributeError."""
+    model = cell(8, 16, 2)
+    x = torch.randn(5, 3, 8)
+    with torch.no_grad(), torch._dynamo.config.patch(allow_rnn=True):
+        want_out, want_state = model(x)
+        got_out, got_state = ember.compile(copy.deepcopy(model))(x)
+    torch.testing.assert_close(got_out, want_out, **TOL)
+    torch.testing.assert_close(got_state, want_state, **TOL)
+
+
+def test_training_with_an_input_that_needs_no_grad_runs_eagerly_and_trains_like_eager(no_build_failures):
+    """torch's trace of such an LSTM takes oneDNN's inference layer, whose backward has no workspace (it raised
+    "Expected a proper Tensor but got None ... 'workspace'"; torch's own AOT backend fails too): it runs eagerly,
+    visibly, with eager's gradients."""
+    model = nn.LSTM(8, 16, 1)
+    twin = copy.deepcopy(model)
+    x = torch.randn(5, 3, 8)
+    with torch._dynamo.config.patch(allow_rnn=True), ember.record_events() as rec:
+        got_out, (got_h, _) = ember.compile(twin)(x)
+        (got_out.sum() + got_h.sin().sum()).backward()
+    want_out, (want_h, _) = model(x)
+    (want_out.sum() + want_h.sin().sum()).backward()
+    torch.testing.assert_close(got_out, want_out, **TOL)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, **TOL)
+    assert any("oneDNN's inference layer" in e.message for e in rec.kinds("fallback"))

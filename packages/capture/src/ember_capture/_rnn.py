@@ -1,4 +1,4 @@
-"""The final states of `torch.lstm` in the shape of the initial ones.
+"""The final states of `torch.lstm` in the shape of the initial ones, and the LSTM calls a trace cannot train.
 
 torch 2.11's Python decomposition of `aten.lstm.input` (the one a trace takes when the input or the weights need a
 gradient) squeezes each layer's final state along dimension 1 instead of 0: `h_n` and `c_n` came back (layers, 1,
@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
+
+from ._errors import CaptureError
 
 _LSTMS = frozenset({torch.lstm, torch._VF.lstm})
 
@@ -23,10 +26,21 @@ class LstmStateShapes(TorchFunctionMode):
     """Reshapes `torch.lstm`'s final states `(h_n, c_n)` to its initial states' shapes where they differ."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _LSTMS and args and isinstance(args[0], torch.Tensor) and _untrainable_trace(args):
+            raise CaptureError("an LSTM whose input needs no gradient but whose weights or states do: torch's trace "
+                               "of it takes oneDNN's inference layer (no workspace), whose backward cannot run")
         result = func(*args, **(kwargs or {}))
         if func not in _LSTMS or len(args) < 2 or not isinstance(args[1], (list, tuple)):
             return result
         return states_as_initial(result, args[1])
+
+
+def _untrainable_trace(args: Sequence[Any]) -> bool:
+    """torch's decomposition of `aten.lstm.input` picks oneDNN's layer (`mkldnn_rnn_layer`, train=False) on the CPU
+    whenever the input does not require grad, even where the weights or the initial states do."""
+    if not torch.is_grad_enabled() or args[0].requires_grad or args[0].device.type != "cpu":
+        return False
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(args[1:]))
 
 
 def states_as_initial(result: Any, initial: Sequence[Any]) -> Any:
