@@ -102,3 +102,24 @@ def test_the_checks_see_a_circle_and_a_hidden_one(tmp_path):
     top, local = imports(src)
     assert top["pkg.c"] == {"pkg.d"} and top["pkg.d"] == {"pkg.c"}
     assert local == [("pkg.b", "pkg.a", 2)] and reaches(top, "pkg.a", "pkg.b")
+
+
+def direct_parses(path: Path) -> list[int]:
+    """Lines of `path` that call `ast.parse` themselves."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "ast"]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
+def test_source_is_parsed_only_through_parse_python(src):
+    """Two `ast.parse` in two threads at once can fail on Python 3.11 (gh-106905): shipped code parses through
+    `ember_core.parse_python`, which holds the process's one AST lock."""
+    allowed = ROOT / "packages" / "core" / "src" / "ember_core" / "_python_ast.py"
+    found = {str(p.relative_to(ROOT)): lines for p in src.rglob("*.py") if p != allowed and (lines := direct_parses(p))}
+    assert found == {}
+
+
+def test_the_parse_check_sees_a_direct_parse(tmp_path):
+    (tmp_path / "m.py").write_text("import ast\n\nx = ast.parse('1')\ny = ember_core.parse_python('1')\n")
+    assert direct_parses(tmp_path / "m.py") == [3]

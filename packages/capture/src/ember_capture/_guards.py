@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember_core import autocast_state
+from ember_core import autocast_state, parse_python
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
 from ._errors import CaptureError
@@ -161,7 +161,7 @@ class _Renamer(ast.NodeTransformer):
 def _holding(failed: str, shown: dict[str, str]) -> str:
     """The negation of the guard condition `failed` (ember's generated code, never user text), printed with the
     names in `shown` replaced."""
-    expr = _negated(ast.parse(failed, mode="eval").body)
+    expr = _negated(parse_python(failed, mode="eval").body)
     return ast.unparse(_Renamer(shown).visit(expr))
 
 
@@ -237,7 +237,7 @@ def _unvetted(code: str, names: set[str]) -> str | None:
     """What in `code` (one expression) is not a form of guard code, or None. `names` are the guard's locals and
     constants; torch's shape guards may also call `math` and `torch.sym_*` functions."""
     try:
-        tree = ast.parse(code, mode="eval")
+        tree = parse_python(code, mode="eval")
     except SyntaxError:
         return "a syntax error"
     for node in ast.walk(tree):

@@ -40,6 +40,7 @@ from ._dedup import module_text
 from ._gemm import find_templates
 from ._kernel_printer import TritonKernel, TritonKernelPrinter
 from ._launcher import launch_signature, make_launcher, stream_reader
+from ._parse_lock import lock_triton_parses
 from ._precompile import compile_for, current_target, precompile, use_ember_cache_dir, warm_up, warmup_args
 from ._rules import INTERPRETER_LIBDEVICE, LIBDEVICE, PRELUDE, expression
 from ._wrapper import TritonWrapperWriter, launch_meta
@@ -88,6 +89,7 @@ class TritonCodegen(PlanCodegen):
                 and torch.device(program.plan.device).type == "cuda" and lean_launch_supported())
 
     def compile_lazily(self, graph: Graph, options=None):
+        lock_triton_parses()  # the build's threads, the tuner and the launches all parse Triton functions
         if not interpreting() and torch.device(graph_device(graph)).type == "cuda":
             start_compile_workers()  # they import torch and Triton while this graph is lowered and printed
         return super().compile_lazily(graph, options)

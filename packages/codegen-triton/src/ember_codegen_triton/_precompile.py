@@ -18,7 +18,6 @@ Triton keeps its binaries in `<ember cache>/triton_jit` (0700, owner checked, li
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -60,7 +59,6 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
     compile workers' processes where there are any (`_compile_workers.py`), then in threads, which load what the
     workers compiled and compile the rest; BuildError naming every kernel that failed, with the compiler's
     message. Returns the binaries' manifest (`_binaries.py`), which the module's cache entry keeps."""
-    parse_one_at_a_time(module)
     _cache_keys(module, kernels)
     keys = {k.name: _compile_key(module, k, layout, debug, sync) for k in kernels}
     distinct: dict[tuple, TritonKernel] = {}  # one kernel per binary: the first of those sharing a key
@@ -86,26 +84,6 @@ def precompile(module: ModuleType, kernels: Sequence[TritonKernel], layout: Plan
     if failed:
         raise BuildError("Triton could not compile " + "; ".join(failed))
     return manifest(compiled, triton.knobs.cache.dir)
-
-
-_PARSE = threading.Lock()
-
-
-def parse_one_at_a_time(module: ModuleType) -> None:
-    """Make the Triton functions of `module` (its kernels and their helpers) parse their source one at a time, in
-    whichever thread and build: Triton parses a function (`ast.parse`) for its cache key and again to compile it,
-    and CPython's AST construction keeps its recursion depth per interpreter, not per thread (gh-106905), so
-    two parses at once can fail with "SystemError: AST constructor recursion depth mismatch" (seen when a
-    forward and a backward graph built side by side, Python 3.11). The lock covers the parse alone; Triton's
-    compile passes and ptxas still run side by side."""
-    for fn in list(vars(module).values()):
-        if isinstance(fn, triton.runtime.JITFunction) and "parse" not in vars(fn):
-            fn.parse = functools.partial(_parse_locked, fn.parse)
-
-
-def _parse_locked(parse):
-    with _PARSE:
-        return parse()
 
 
 def _compile_key(module: ModuleType, k: TritonKernel, layout: PlanLayout, debug: bool, sync: bool) -> tuple:

@@ -18,6 +18,7 @@ from ember_core import (
     Symbol,
     layout_problem,
     parse_integer,
+    parse_python,
     resolve_op,
     to_dtype,
 )
@@ -238,7 +239,7 @@ class _Parser:
         except EmberError as e:
             raise self.fail(str(e)) from None
         try:
-            call = ast.parse(f"f({m.group('args')})", mode="eval").body
+            call = parse_python(f"f({m.group('args')})", mode="eval").body
             args = tuple(parse_arg(a) for a in call.args)
             kwargs = {k.arg: parse_arg(k.value) for k in call.keywords}
         except (SyntaxError, ValueError) as e:
@@ -292,7 +293,7 @@ def parse_scalar(text: str, dtype: str) -> int | float | bool:
 
 def parse_output(text: str) -> Any:
     """A plan output: a buffer name, or `sym('EXPR')`."""
-    value = parse_arg(ast.parse(text, mode="eval").body)
+    value = parse_arg(parse_python(text, mode="eval").body)
     return value.name if isinstance(value, Ref) else value
 
 
