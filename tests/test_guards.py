@@ -7,6 +7,11 @@ from globals and closures are graph inputs in the trace frontend: changing them 
 
 from __future__ import annotations
 
+import enum
+import os
+import subprocess
+import sys
+import textwrap
 import types
 
 import ember
@@ -226,6 +231,54 @@ def test_class_constant_and_dict_of_scalars_changed(frontend, monkeypatch):
     assert_close(compiled(x), clamps_and_sums_gains(x))
     monkeypatch.setitem(GAINS, "c", 1.0)
     assert_close(compiled(x), clamps_and_sums_gains(x))
+
+
+class Rounding(enum.Enum):
+    FLOOR = "floor"
+    CEIL = "ceil"
+
+
+class Quantizer:
+    MODE = Rounding.FLOOR
+    STEP = 0.25
+
+
+def quantizes(x):
+    scaled = x / Quantizer.STEP
+    return (scaled.floor() if Quantizer.MODE is Rounding.FLOOR else scaled.ceil()) * Quantizer.STEP
+
+
+def test_enum_and_number_class_constants_changed(frontend, monkeypatch):
+    """torch 2.11's Dynamo builds a class's numbers and enum members without a guard (pytorch#176851): the compiled
+    function kept the first values, without an error; ember's dynamo frontend guards them (`prepare_dynamo`)."""
+    compiled = compile_with(frontend, quantizes)
+    x = torch.linspace(-1, 1, 9) + 0.1
+    assert_close(compiled(x), quantizes(x))
+    monkeypatch.setattr(Quantizer, "MODE", Rounding.CEIL)
+    assert_close(compiled(x), quantizes(x))
+    monkeypatch.setattr(Quantizer, "STEP", 0.5)
+    assert_close(compiled(x), quantizes(x))
+
+
+def test_torch_compile_with_backend_ember_guards_class_constants_from_its_first_frame(tmp_path):
+    """`torch.compile(f, backend="ember")` never calls ember before Dynamo traces f's first frame: the entry point
+    torch loads for the name puts the frontend's fixes in first. In a fresh process, where nothing else did."""
+    program = textwrap.dedent("""
+        import torch
+        from torch.testing import assert_close
+        class Limits:
+            LOW = -1.0
+        def f(x):
+            return x.clamp(min=Limits.LOW) * 2
+        compiled = torch.compile(f, backend="ember")
+        x = torch.linspace(-3, 3, 7)
+        assert_close(compiled(x), f(x))
+        Limits.LOW = 0.5
+        assert_close(compiled(x), f(x))
+    """)
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_closure_over_a_helper_that_closes_over_a_scalar(frontend):

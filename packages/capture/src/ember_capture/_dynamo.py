@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental._backward_state import BackwardState
 
 from ._aten import _source_of, capture_graph
+from ._dynamo_fixes import prepare_dynamo
 from ._eager_inputs import checking_inputs
 from ._guards import storage_of
 from ._options import options_of
@@ -309,9 +310,11 @@ class DynamoFrontend:
     name = "dynamo"
 
     def backend(self, compile_graph: Callable, options: Mapping[str, Any] | None = None) -> DynamoBackend:
+        prepare_dynamo()  # for the next frames: this one is traced (torch.compile(backend="ember") did it earlier)
         return DynamoBackend(compile_graph, options)
 
     def wrap(self, fn: Callable, compile_graph: Callable, options: Mapping[str, Any] | None = None) -> Callable:
+        prepare_dynamo()
         opts = options_of(options)
         backend = self.backend(compile_graph, opts)
         label = backend.label = qualname(fn)

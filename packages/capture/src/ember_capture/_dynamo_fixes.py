@@ -1,0 +1,74 @@
+"""What the `dynamo` frontend puts right in torch._dynamo before it traces.
+
+Class constants. Some Dynamo releases (torch 2.11; pytorch#176851, fixed upstream by #177191) build a number, string
+or enum read from a class (`Limits.LOW`, with `Limits` a global) as a constant without its source, so no guard
+checks it: after `Limits.LOW = 0.5` the compiled function goes on computing with the old value, with no error and
+no recompile (plain `torch.compile` too). `prepare_dynamo()` wraps the reader of class attributes so that such a
+value is built again from its source, as Dynamo builds every other attribute, which guards it (a change recompiles,
+as on later torch). Where Dynamo already gives the value its source, or the class itself has none, the wrapper
+returns what Dynamo built: it detects the fault on each read, not by version.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import logging
+import threading
+from typing import Any
+
+log = logging.getLogger("ember.capture")
+_INSTALL = threading.Lock()
+_MISSING = object()
+
+
+def prepare_dynamo() -> None:
+    """Install the fixes above into torch._dynamo, once per process (later calls change nothing). A torch without
+    the classes they wrap keeps what it has."""
+    with _INSTALL:
+        try:
+            from torch._dynamo import variables
+            from torch._dynamo.source import AttrSource
+            from torch._dynamo.variables import ConstantVariable, VariableTracker
+            from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+        except ImportError:
+            return
+        read = vars(UserDefinedClassVariable).get("var_getattr")
+        if read is None or getattr(read, "_ember_guards_class_constants", False):
+            return
+        constants = (ConstantVariable, *filter(None, [getattr(variables, "EnumVariable", None)]))  # enums: 2.11
+
+        @functools.wraps(read)
+        def var_getattr(self: Any, tx: Any, name: str) -> Any:
+            built = read(self, tx, name)
+            if self.source is None or getattr(built, "source", None) is not None or not isinstance(built, constants):
+                return built
+            value = _class_constant(self.value, name)
+            if value is _MISSING or value is not getattr(built, "value", _MISSING):
+                return built  # not a constant of the class's own (a name Dynamo answers itself: `__name__`)
+            return VariableTracker.build(tx, value, AttrSource(self.source, name))
+
+        var_getattr._ember_guards_class_constants = True  # type: ignore[attr-defined]
+        UserDefinedClassVariable.var_getattr = var_getattr
+        log.debug("dynamo: class constants are built from their source (guarded)")
+
+
+def _class_constant(cls: type, name: str) -> Any:
+    """The attribute `name` of `cls` as found without running any code, if it is a constant Dynamo builds without
+    a source (a number, string, bool, None, or an enum member); else _MISSING."""
+    if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+        return _MISSING
+    try:
+        value = inspect.getattr_static(cls, name)
+    except AttributeError:
+        return _MISSING
+    literal = value is None or isinstance(value, (bool, int, float, complex, str, bytes, enum.Enum))
+    return value if literal else _MISSING
+
+
+def installed() -> bool:
+    """For tests: whether `prepare_dynamo()` has wrapped Dynamo's reader."""
+    from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+
+    return getattr(vars(UserDefinedClassVariable)["var_getattr"], "_ember_guards_class_constants", False)
