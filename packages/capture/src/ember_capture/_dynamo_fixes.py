@@ -66,9 +66,3 @@ def _class_constant(cls: type, name: str) -> Any:
     literal = value is None or isinstance(value, (bool, int, float, complex, str, bytes, enum.Enum))
     return value if literal else _MISSING
 
-
-def installed() -> bool:
-    """For tests: whether `prepare_dynamo()` has wrapped Dynamo's reader."""
-    from torch._dynamo.variables.user_defined import UserDefinedClassVariable
-
-    return getattr(vars(UserDefinedClassVariable)["var_getattr"], "_ember_guards_class_constants", False)

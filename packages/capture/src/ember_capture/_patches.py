@@ -14,9 +14,11 @@ threads that are not tracing run the real thing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -65,11 +67,46 @@ class SharedPatch:
 
 def anchor_stack_traces(fn: Any) -> None:
     """Keep `fn`'s frames in node stack traces (make_fx keeps only frames named `forward` otherwise): a method's
-    function, and through decorators' wrappers (`once_differentiable`) the author's own."""
-    anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    function, and through decorators' wrappers (`once_differentiable`) the author's own. Where torch's tracer
+    takes no anchors (torch 2.11), its frame filter is wrapped once to keep ember's (`_keep_anchored_frames`)."""
     target = inspect.unwrap(getattr(fn, "__func__", fn))
-    if anchor is not None and hasattr(target, "__code__"):
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return
+    anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    if anchor is not None:
         anchor(target)
+    elif _keep_anchored_frames():
+        _ANCHORS.add((code.co_filename, code.co_name))
+
+
+_ANCHORS: set[tuple[str, str]] = set()  # (file, function name) of frames kept where torch has no anchors
+_FILTER_LOCK = threading.Lock()
+
+
+def _keep_anchored_frames() -> bool:
+    """Wrap the tracer's frame filter so that, where it keeps only `forward` frames, the frames of `_ANCHORS` stay
+    too, in stack order (as torch's own anchors do on later versions). False where the tracer has no such filter."""
+    tracer = torch.fx.proxy.TracerBase
+    with _FILTER_LOCK:
+        current = vars(tracer).get("_filter_traceback_frames")
+        if current is None:
+            return False
+        if getattr(current, "_ember_anchors", False):
+            return True
+
+        @functools.wraps(current)
+        def keeping_anchors(self: Any, summary: traceback.StackSummary) -> traceback.StackSummary:
+            kept = current(self, summary)
+            if not getattr(self, "_record_forward_stack_traces_only", False):
+                return kept
+            kept_at = {(f.filename, f.lineno, f.name) for f in kept}
+            return traceback.StackSummary.from_list(
+                [f for f in summary if (f.filename, f.lineno, f.name) in kept_at or (f.filename, f.name) in _ANCHORS])
+
+        keeping_anchors._ember_anchors = True  # type: ignore[attr-defined]
+        tracer._filter_traceback_frames = keeping_anchors
+        return True
 
 
 @contextlib.contextmanager
