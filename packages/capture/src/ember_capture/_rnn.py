@@ -39,7 +39,8 @@ def _untrainable_trace(args: Sequence[Any]) -> bool:
     """torch's decomposition of `aten.lstm.input` picks oneDNN's layer (`mkldnn_rnn_layer`, train=False) on the CPU
     whenever the input does not require grad, even where the weights or the initial states do. (With oneDNN off
     for the call the decomposition takes its layer of plain ops, which trains, but unrolled over the time steps
-    it ran 4.3x slower than eager's oneDNN layer, after a 41 s compile: `benchmarks/rnn.py`. Eager it stays.)"""
+    it ran 4.3x slower than eager's oneDNN layer, after a 41 s compile: `benchmarks/rnn.py`, before lowering's
+    `cat-slice-scatters`. Eager it stays.)"""
     if not torch.is_grad_enabled() or args[0].requires_grad or args[0].device.type != "cpu":
         return False
     return any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(args[1:]))

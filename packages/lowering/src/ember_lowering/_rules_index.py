@@ -57,6 +57,9 @@ def _index_value(ctx: LoweringContext, b: KernelBuilder, t: TensorRef, idx: Sequ
 # ---------------------------------------------------------------------------------------------- cat, pad
 
 
+MAX_CAT_PIECES = 8  # more, and a cat is ATen's: one copy per piece (each element here selects among all of them)
+
+
 def _cat(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
     shape, dtype = _out(ctx, node)
     parts = [ctx.tensor(t) for t in a["tensors"]]
@@ -67,6 +70,9 @@ def _cat(ctx: LoweringContext, node: Node, a: dict) -> TensorRef:
         offsets.append(acc)
         acc = acc + t.shape[d]
     parts = [(t, o) for t, o in zip(parts, offsets) if t.shape[d] != 0]
+    if len(parts) > MAX_CAT_PIECES:
+        raise Unsupported(f"a cat of {len(parts)} pieces: ATen copies each piece once, where a kernel would test "
+                          "every piece at every element")
 
     def fn(b: KernelBuilder, idx: list) -> Val:
         pos = b.index(idx[d])

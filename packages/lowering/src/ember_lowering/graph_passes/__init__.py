@@ -3,8 +3,9 @@
 others at the `pre_lowering` point on the ATen graph a codegen lowers (run by `lower_graph`). The loop-IR passes are
 in `loop_passes/`."""
 
+from .cat_slice_scatters import CatSliceScatters
 from .channels_last import ChannelsLast
 from .drop_dead_clones import DropDeadClones
 from .fold_scatter_adds import FoldScatterAdds
 
-__all__ = ["ChannelsLast", "DropDeadClones", "FoldScatterAdds"]
+__all__ = ["CatSliceScatters", "ChannelsLast", "DropDeadClones", "FoldScatterAdds"]
