@@ -66,3 +66,19 @@ def test_a_cat_of_many_pieces_is_atens_and_of_few_a_kernel():
     extern_cats = lambda plan: [ln for ln in str(plan).splitlines() if ln.strip().startswith("extern") and "cat" in ln]  # noqa: E731
     assert len(extern_cats(many)) == 1 and extern_cats(few) == []
     check(lambda *gs: torch.cat(gs) * 2, *G)
+
+
+def test_a_zero_fill_is_known_by_its_value_given_by_position_or_by_name():
+    """A graph file may name full's value (`fill_value=0`): the passes read it there too (they indexed the
+    second positional argument and raised IndexError)."""
+    from ember_core import Node
+    from ember_lowering.graph_passes._fills import is_zero_fill
+
+    assert is_zero_fill(Node(("f",), "aten.full.default", ([2, 3], 0.0), {}))
+    assert is_zero_fill(Node(("f",), "aten.full.default", ([2, 3],), {"fill_value": 0}))
+    assert is_zero_fill(Node(("f",), "aten.zeros.default", ([2, 3],), {}))
+    assert not is_zero_fill(Node(("f",), "aten.full.default", ([2, 3],), {"fill_value": 1.5}))
+    assert not is_zero_fill(Node(("f",), "aten.full.default", ([2, 3],), {}))
+    assert not is_zero_fill(Node(("f",), "aten.ones.default", ([2, 3],), {}))
+    assert not is_zero_fill(None)
+

@@ -16,9 +16,10 @@ from collections import Counter
 
 from ember_core import Graph, Node, Ref, contiguous_stride, node_refs, prune_values
 
+from ._fills import is_zero_fill
+
 log = logging.getLogger("ember.kernels")
 
-_ZERO_FILLS = {"aten.full.default", "aten.zeros.default"}
 _ADD = "aten.add.Tensor"
 
 
@@ -80,7 +81,9 @@ def _as_cat(graph: Graph, node: Node, leaves: list[Node], producer: dict[str, No
     """`cat(pieces, d)` in place of `node`, if its leaves scatter into zeros of its own shape and dtype, along one
     dim, with step 1, and their slices tile that dim from 0 to its end in order; else None."""
     out = graph.values.get(node.outputs[0])
-    if out is None or not out.shape or tuple(out.stride) != tuple(contiguous_stride(out.shape)):
+    if out is None or not out.shape or not all(isinstance(s, int) for s in out.shape):
+        return None  # symbolic sizes: left as written
+    if tuple(out.stride) != tuple(contiguous_stride(out.shape)):
         return None
     rank, spans, dims = len(out.shape), [], set()
     for leaf in leaves:
@@ -91,7 +94,7 @@ def _as_cat(graph: Graph, node: Node, leaves: list[Node], producer: dict[str, No
         if not (isinstance(base, Ref) and isinstance(piece, Ref) and isinstance(d, int)) or uses[base.name] != 1:
             return None
         fill = producer.get(base.name)
-        if fill is None or fill.op not in _ZERO_FILLS or (fill.op == "aten.full.default" and fill.args[1] != 0):
+        if not is_zero_fill(fill):
             return None
         d %= rank
         size = out.shape[d]

@@ -14,9 +14,10 @@ from collections import Counter
 
 from ember_core import Graph, Node, Ref, node_refs, prune_values
 
+from ._fills import is_zero_fill
+
 log = logging.getLogger("ember.kernels")
 
-_ZERO_FILLS = {"aten.full.default", "aten.zeros.default"}
 
 
 class FoldScatterAdds:
@@ -64,7 +65,7 @@ def _zero_scatter(graph: Graph, producer: dict[str, Node], uses: Counter, a, b, 
     if accumulate is not True or not isinstance(base, Ref) or uses[base.name] != 1:
         return None
     fill = producer.get(base.name)
-    if fill is None or fill.op not in _ZERO_FILLS or (fill.op == "aten.full.default" and fill.args[1] != 0):
+    if not is_zero_fill(fill):
         return None
     va, vb, vo = (graph.values.get(n) for n in (a.name, b.name, out))
     if va is None or vb is None or vo is None:
