@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ember_core import JointGraph, OptionError, Partition
+from ember_core import JointGraph, OptionError, Partition, to_dtype
 
 from ._assemble import assemble
 from ._cost_model import BANNED, op_class, recompute_flops
@@ -76,6 +76,9 @@ def check_budget(value: Any) -> float:
     return float(value)
 
 
+_EQUALITY = frozenset({"aten.eq.Tensor", "aten.ne.Tensor"})
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One cut's outcome: what it saves, its activation bytes, and the estimated FLOPs it recomputes."""
@@ -97,6 +100,7 @@ class Rematerializer:
         self.scale = 1 + sum(1 for i in self.nodes if i in info.forward and self.classes[i] != "view")
         self.save = {v: self._save_cost(i, v) for i in self.nodes for v in graph.nodes[i].outputs}
         self.backward = self._pinned_to_backward()
+        self.compared = self._compared_in_backward()
 
     def _pinned_to_backward(self) -> frozenset[int]:
         """Nodes outside the forward whose place in the joint order matters (random draws, in-place writes and
@@ -108,6 +112,22 @@ class Rematerializer:
             if i not in info.forward and (order_matters or reads_pinned):
                 pinned.add(i)
         return frozenset(pinned)
+
+    def _compared_in_backward(self) -> frozenset[int]:
+        """Forward nodes whose floating-point result the backward tests for equality (`aten.eq.Tensor`: the
+        gradient of amax/amin/max finds the maximum's places as `x == amax(x)`). Recomputed in the backward, by
+        another kernel, another vectorization or another codegen (the interpreter after a fallback), `x` may
+        differ from the forward's in its last bit; then no element equals the saved maximum, the count of ties is
+        0, and the gradient is NaN. Such a result is saved, never recomputed."""
+        info, graph, found = self.info, self.info.graph, set()
+        for j, node in enumerate(graph.nodes):
+            if node.op not in _EQUALITY or j in info.forward:
+                continue
+            for r in info.reads[j]:
+                i, value = info.producer.get(r), graph.values.get(r)
+                if i in info.forward and value is not None and to_dtype(value.dtype).is_floating_point:
+                    found.add(i)
+        return frozenset(found)
 
     def _save_cost(self, i: int, v: str) -> int | None:
         info = self.info
@@ -127,6 +147,8 @@ class Rematerializer:
             return None
         if cls in ("view", "size"):
             return 0
+        if i in self.compared:
+            return None
         if cls == "pointwise":
             return 1
         return None if lam is None else 1 + round(lam * self.flops[i] * self.scale)
