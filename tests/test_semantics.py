@@ -376,6 +376,21 @@ def test_a_clamp_at_zero_keeps_a_zeros_sign_and_a_nan_as_eager(frontend, name):
         torch.testing.assert_close(got, want, equal_nan=True)
 
 
+
+def test_a_variance_that_overflows_float32_is_inf_as_in_eager_not_nan(frontend):
+    """A row of 10 holding one -3.4e38: its squared deviations overflow, and eager's variance is inf. The C++
+    kernel's two-pass moments (split-moments) subtracted s1^2 / n from that inf, where s1, the deviations' sum, holds
+    the mean's rounding (~1e31): its square overflowed too, inf - inf gave NaN. Rows of 16 too (vector lanes).
+    Not compared: the std of a row whose variance overflows float32 (a 1e30 in it), which eager computes in
+    double (finite); ember's is inf, as Inductor's: a float32 variance's root."""
+    for n in (10, 16):
+        x = torch.linspace(-2.5, 7.0, 3 * n).reshape(3, n)
+        x[0, 3], x[1, 6], x[2, 0] = -3.4e38, 3.4e38, 1e30
+        fn = lambda x: (x.var(1), torch.var_mean(x, 1, correction=0))  # noqa: E731
+        got, want = compile_with(frontend, fn)(x), fn(x)
+        torch.testing.assert_close(got, want, equal_nan=False)
+
+
 def _flex(x):
     from torch.nn.attention.flex_attention import flex_attention
     return flex_attention(x[None, None], x[None, None], x[None, None])[0, 0]

@@ -106,6 +106,18 @@ def test_var_mean_of_a_row_with_an_infinity_is_nan_as_eager_says():
     assert mean[:3].isnan().all() and var[:3].isnan().all() and mean[3].isfinite()
 
 
+
+def test_a_row_variance_that_overflows_is_inf_as_eager_says_not_nan():
+    """Rows holding one -3.4e38 (or 3.4e38, or 1e30): the squared deviations overflow, eager's variance is inf. The
+    deviations' sum s1 holds the first pass's rounding (~1e31), so s1 * s1 / n overflowed as well and the
+    variance came out inf - inf = NaN; the correction is capped at float32's largest value now."""
+    for n in (10, 64):
+        x = torch.linspace(-2.5, 7.0, 3 * n).reshape(3, n)
+        x[0, 3], x[1, 6], x[2, 0] = -3.4e38, 3.4e38, 1e30
+        var, want = CODEGEN.compile(trace(lambda x: torch.var_mean(x, 1), x), [x])([x])[0], torch.var_mean(x, 1)[0]
+        torch.testing.assert_close(var, want, equal_nan=False)
+
+
 def test_row_moments_of_offset_data_keep_the_variance():
     """Values around 1e4 with unit spread: the corrected two-pass variance is within float32 of float64's."""
     torch.manual_seed(0)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+from ember_core import to_dtype
 from ember_lowering import NAN_EXTREME, NAN_PROPAGATES, REDUCTION_SEMANTICS, Instr, Op
 from ember_lowering.codegen import CannotPrint, unwrapped
 
@@ -119,13 +121,16 @@ class TritonReduction:
         """A row's mean and m2 by the corrected two-pass algorithm, as `split-moments` gives the C++ codegen: the
         first pass's mean m, then the sums of d = x - m and of d * d; s1 = sum(d) takes m's rounding out of both
         (mean = m + s1 / n, m2 = s2 - s1 * s1 / n, never below 0). A row with an infinity then has a NaN mean, as
-        eager's Welford gives (m is inf, so d holds -inf and NaN), where sum / n alone said inf."""
+        eager's Welford gives (m is inf, so d holds -inf and NaN), where sum / n alone said inf. The correction is
+        capped at the dtype's largest value: where d * d overflows, s1 (m's rounding, ~1e31 for a row holding
+        3e38) overflows when squared too, and the variance was inf - inf = NaN where eager's is inf."""
         (mean, m2), v, n = self.i.outs, self.value(), self.p.rsize
+        top = torch.finfo(to_dtype(self.i.dtype)).max  # s1 holds m's rounding: its square may overflow (a row of 3e38)
         return [f"{mean}_m = tl.sum(tl.where(xrmask, {v}, 0), 1)[:, None] / {n}",
                 f"{m2}_d = tl.where(xrmask, {v} - {mean}_m, 0)",
                 f"{m2}_s1 = tl.sum({m2}_d, 1)[:, None]",
                 f"{mean} = {mean}_m + {m2}_s1 / {n}",
-                f"{m2} = tl.sum({m2}_d * {m2}_d, 1)[:, None] - {m2}_s1 * ({m2}_s1 / {n})",
+                f"{m2} = tl.sum({m2}_d * {m2}_d, 1)[:, None] - tl.minimum({m2}_s1 * ({m2}_s1 / {n}), {top!r})",
                 f"{m2} = tl.where({m2} < 0, 0.0, {m2})"]  # not tl.maximum: it would turn a NaN into 0
 
     # ------------------------------------------------------------------ the looped form

@@ -53,14 +53,16 @@ def test_a_short_rows_moments_are_two_sums_and_the_first_pass_computes_only_the_
     t12: f32 = div t10, t3
     t13: f32 = add t4, t12
     t14: f32 = mul t10, t12
-    t15: f32 = sub t11, t14
-    t16: f32 = const 0.0
-    t17: f32 = maximum t15, t16
-    t18: f32 = add t13, t17
+    t15: f32 = const 3.4028234663852886e+38
+    t16: f32 = minimum t14, t15
+    t17: f32 = sub t11, t16
+    t18: f32 = const 0.0
+    t19: f32 = maximum t17, t18
+    t20: f32 = add t13, t19
     loop:
-      t19: f32 = load x[i0, r0]
-      t20: f32 = sub t19, t18
-      store y[i0, r0] = t20
+      t21: f32 = load x[i0, r0]
+      t22: f32 = sub t21, t20
+      store y[i0, r0] = t22
   return (y)"""
     assert [(d.verdict, d.reason, d.subjects) for d in decisions] == [
         ("split", "short-row", ("reduce_4x8", "t3", "t4"))]

@@ -6,12 +6,15 @@ sums in double (`codegen-cpp`'s `_reductions.py`). When a row fits in the cache,
     loop { x = ...; s = reduce_sum x }                                   # pass 1: only what x needs
     m = s / n
     loop { x = ...; d = x - m; s1 = reduce_sum d; s2 = reduce_sum d * d; ... }   # pass 2: the loop as it was
-    mean = m + s1 / n;  m2 = max(s2 - s1 * (s1 / n), 0)
+    mean = m + s1 / n;  m2 = max(s2 - min(s1 * (s1 / n), FLT_MAX), 0)
 
 Three float sums a value, vectorized as any sum, with no division. This is the corrected two-pass algorithm
 (Chan, Golub and LeVeque): s1 removes the first pass's rounding from both results (m is off by s1 / n, and s2 by
 s1^2 / n), and no term cancels (s2 sums squared deviations from about the mean), so float32 lanes give float64's
-variance of data at 1e6 with unit spread, which a float32 sum of squares would lose entirely. The layer norm of
+variance of data at 1e6 with unit spread, which a float32 sum of squares would lose entirely. The correction
+s1^2 / n is at most s2 exactly, but s1 holds the first pass's rounding, and where the squared deviations overflow
+(a row holding 3e38) s1 is ~1e31 and its square overflows too: capped at the dtype's largest finite value, m2 is
+inf as Welford's, not inf - inf. The layer norm of
 a 4096 x 1024 float32 tensor took 2.7 ms with Welford and 1.7 ms split at 1 thread in C++.
 
 A Welford is split when its kernel has i-dims (a whole-tensor reduction keeps its chunked Welford: its row is
@@ -25,6 +28,9 @@ Triton's does.
 from __future__ import annotations
 
 import math
+
+import torch
+from ember_core import to_dtype
 
 from .._decisions import Note
 from .._loop_ir import Instr, Kernel, KernelPlan, Loop, Op
@@ -116,13 +122,17 @@ def _split_loop(loop: Loop, n: int) -> list | None:
             second.append(i)
             continue
         (x,), (mean, m2), t = i.srcs, i.outs, i.dtype
-        v = {k: f"{mean}_{k}" for k in ("sum", "n", "m", "d", "dd", "s1", "s2", "c", "mc", "cc", "zero")}
+        v = {k: f"{mean}_{k}" for k in ("sum", "n", "m", "d", "dd", "s1", "s2", "c", "mc", "cc", "top", "ccb",
+                                         "zero")}
         first.append(Instr(Op.REDUCE_SUM, (v["sum"],), t, (x,)))
         means += [Instr(Op.CONST, (v["n"],), t, value=float(n)), Instr(Op.DIV, (v["m"],), t, (v["sum"], v["n"]))]
         second += [Instr(Op.SUB, (v["d"],), t, (x, v["m"])), Instr(Op.MUL, (v["dd"],), t, (v["d"], v["d"])),
                    Instr(Op.REDUCE_SUM, (v["s1"],), t, (v["d"],)), Instr(Op.REDUCE_SUM, (v["s2"],), t, (v["dd"],))]
         after += [Instr(Op.DIV, (v["c"],), t, (v["s1"], v["n"])), Instr(Op.ADD, (mean,), t, (v["m"], v["c"])),
-                  Instr(Op.MUL, (v["cc"],), t, (v["s1"], v["c"])), Instr(Op.SUB, (v["mc"],), t, (v["s2"], v["cc"])),
+                  Instr(Op.MUL, (v["cc"],), t, (v["s1"], v["c"])),
+                  Instr(Op.CONST, (v["top"],), t, value=torch.finfo(to_dtype(t)).max),
+                  Instr(Op.MINIMUM, (v["ccb"],), t, (v["cc"], v["top"])),
+                  Instr(Op.SUB, (v["mc"],), t, (v["s2"], v["ccb"])),
                   Instr(Op.CONST, (v["zero"],), t, value=0.0), Instr(Op.MAXIMUM, (m2,), t, (v["mc"], v["zero"]))]
     # pass 1's copies of the operands' values take names of their own (SSA: one definition each)
     first_loop = rename_values([Loop(tuple(first))], {v: f"{v}_first" for v in needed})
