@@ -715,11 +715,12 @@ def test_gradients_at_kinks_are_eagers(case, frontend):
         torch.testing.assert_close(g.grad, w.grad, equal_nan=True)
 
 
-def test_a_backward_in_the_interpreter_after_a_lowering_failure_gives_eagers_gradient_of_a_max(monkeypatch):
+@pytest.mark.parametrize("view", [False, True])
+def test_a_backward_in_the_interpreter_after_a_lowering_failure_gives_eagers_gradient_of_a_max(monkeypatch, view):
     """amax's gradient compares `v == amax(v)`. The partitioner recomputed `v` in the backward; when the backward's
     lowering failed and it ran in the interpreter codegen (ATen's cos, not the C++ kernel's), `v` could be one bit
     off the forward's, no element equalled the saved maximum, and the gradient was NaN (1 call in 3). Now `v` is
-    saved (`_mincut._compared_in_backward`)."""
+    saved (`_mincut._compared_in_backward`), and so is its base where the comparison reads a view of it."""
     from ember_lowering.graph_passes.cat_slice_scatters import CatSliceScatters
 
     def fail_backwards(self, graph):
@@ -729,14 +730,15 @@ def test_a_backward_in_the_interpreter_after_a_lowering_failure_gives_eagers_gra
 
     def fn(x):
         v = torch.sqrt(x.cos().abs() + 0.15)
-        return v.amax(-1, keepdim=True).expand(x.shape) * 0.35 + v * 0.45
+        v = v.reshape(5, 2, 7) if view else v
+        return v.amax(-1, keepdim=True).expand(v.shape) * 0.35 + v * 0.45
 
     monkeypatch.setattr(CatSliceScatters, "run", fail_backwards)
     compiled = ember.compile(fn, options={"frontend": "trace"})
     with ember.record_events() as rec, pytest.warns(ember.FallbackWarning, match="lowering failed"):
         for seed in range(8):
             torch.manual_seed(seed)
-            x_eager = torch.randn(5, 7, requires_grad=True)
+            x_eager = torch.randn(10 if view else 5, 7, requires_grad=True)
             x_ember = x_eager.detach().clone().requires_grad_()
             fn(x_eager).sum().backward()
             compiled(x_ember).sum().backward()

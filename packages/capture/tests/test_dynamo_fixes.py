@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ember_capture import _dynamo_fixes, prepare_dynamo
+from ember_core import wrapped_by
 from torch._dynamo.variables import ConstantVariable
 from torch._dynamo.variables.user_defined import UserDefinedClassVariable
 
@@ -28,7 +29,7 @@ def uses_settings(x):
 def forgetful_dynamo(monkeypatch):
     """Dynamo's reader of class attributes made to forget the source of constants, as torch 2.11's does."""
     read = vars(UserDefinedClassVariable)["var_getattr"]
-    while getattr(read, "_ember_guards_class_constants", False):
+    while "class-constants-guarded" in wrapped_by(read):
         read = read.__wrapped__
 
     def forgetful(self, tx, name):
@@ -69,8 +70,8 @@ def test_prepared_dynamo_guards_class_constants_and_recompiles(forgetful_dynamo,
     prepare_dynamo()
     prepare_dynamo()  # again: nothing is wrapped twice
     reader = vars(UserDefinedClassVariable)["var_getattr"]
-    assert reader._ember_guards_class_constants
-    assert not getattr(reader.__wrapped__, "_ember_guards_class_constants", False)
+    assert "class-constants-guarded" in wrapped_by(reader)
+    assert "class-constants-guarded" not in wrapped_by(reader.__wrapped__)
     assert changes_seen(settings) == [True, True, True, True]
 
 

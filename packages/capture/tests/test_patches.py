@@ -6,6 +6,7 @@ import inspect
 
 import torch
 from ember_capture import _patches
+from ember_core import wrapped_by
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -35,5 +36,5 @@ def test_an_anchored_function_keeps_its_frames_where_torch_has_no_anchors(monkey
     _patches.anchor_stack_traces(scaled_sine)
     _patches.anchor_stack_traces(scaled_sine)  # again: the filter is wrapped once
     wrapped = vars(tracer)["_filter_traceback_frames"]
-    assert wrapped._ember_anchors and not getattr(wrapped.__wrapped__, "_ember_anchors", False)
+    assert "anchored-frames" in wrapped_by(wrapped) and "anchored-frames" not in wrapped_by(wrapped.__wrapped__)
     assert all(where in t for t in traced_lines(scaled_sine))

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language.standard
 from ember_codegen_triton import _parse_lock
-from ember_core import ast_lock
+from ember_core import ast_lock, wrapped_by
 from helpers import check
 
 
@@ -39,7 +39,7 @@ def triton_as_shipped(monkeypatch):
     """Triton's classes as Triton defines them for one test; whatever the process had returns after it."""
     for owner, name in _parse_lock._parsing_methods():
         method = vars(owner)[name]
-        while getattr(method, "_ember_ast_lock", False):
+        while "ast-lock" in wrapped_by(method):
             method = method.__wrapped__
         monkeypatch.setattr(owner, name, method)
 
@@ -68,12 +68,12 @@ def test_every_triton_function_parses_holding_the_lock(triton_as_shipped):
     _parse_lock.lock_triton_parses()  # again: nothing is wrapped twice
     for owner, name in _parse_lock._parsing_methods():
         locked = vars(owner)[name]
-        assert locked._ember_ast_lock and not getattr(locked.__wrapped__, "_ember_ast_lock", False)
+        assert "ast-lock" in wrapped_by(locked) and "ast-lock" not in wrapped_by(locked.__wrapped__)
     assert isinstance(mine.parse(), ast.Module)
     assert _waits_for_the_lock(parse_standard) and _waits_for_the_lock(mine.parse)
 
 
 def test_a_compile_locks_tritons_parses_before_it_builds(triton_as_shipped):
-    assert not getattr(vars(_parse_owner())["parse"], "_ember_ast_lock", False)
+    assert "ast-lock" not in wrapped_by(vars(_parse_owner())["parse"])
     check(lambda x: (torch.sigmoid(x) * 2,), torch.randn(8, 3))
-    assert vars(_parse_owner())["parse"]._ember_ast_lock
+    assert "ast-lock" in wrapped_by(vars(_parse_owner())["parse"])

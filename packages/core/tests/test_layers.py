@@ -10,7 +10,7 @@ from pathlib import Path
 import ember_core
 
 ROOT = Path(ember_core.__file__).parent
-BASE = {"_errors", "_python_ast", "_regular_file"}
+BASE = {"_errors", "_patching", "_python_ast", "_regular_file"}
 # each part → the parts it may import at run time (imports under TYPE_CHECKING are annotations, not dependencies)
 ALLOWED = {
     "base": set(),

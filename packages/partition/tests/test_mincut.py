@@ -149,3 +149,20 @@ def test_a_value_the_backward_tests_for_equality_is_saved_not_recomputed(check):
         recomputed = [n.op for n in part.backward.nodes if n.meta.get("recomputed")]
         assert "aten.sqrt.default" not in recomputed, budget
         check(traced, part)
+
+
+def test_a_value_the_backward_compares_through_a_view_is_saved_not_recomputed(check):
+    """As above, with the value reshaped before its maximum: the backward's `eq` reads a view of sqrt's result, and
+    views are always taken again from their base, so marking the view alone let the base be recomputed."""
+    from ember_core.testing import trace_joint
+
+    def fn(x):
+        v = torch.sqrt(x.cos().abs() + 0.1).reshape(3, 2, 7)
+        return v.amax(-1, keepdim=True).expand(v.shape) * 0.3 + v * 0.4
+
+    traced = trace_joint(fn, [torch.randn(6, 7, requires_grad=True)])
+    for budget in (1.0, 0.5):
+        part = MinCutPartitioner(budget).partition(traced.joint)
+        recomputed = [n.op for n in part.backward.nodes if n.meta.get("recomputed")]
+        assert "aten.sqrt.default" not in recomputed, budget
+        check(traced, part)

@@ -12,46 +12,45 @@ returns what Dynamo built: it detects the fault on each read, not by version.
 from __future__ import annotations
 
 import enum
-import functools
 import inspect
 import logging
-import threading
+from collections.abc import Callable
 from typing import Any
 
+from ember_core import wrap_once
+
 log = logging.getLogger("ember.capture")
-_INSTALL = threading.Lock()
 _MISSING = object()
 
 
 def prepare_dynamo() -> None:
     """Install the fixes above into torch._dynamo, once per process (later calls change nothing). A torch without
     the classes they wrap keeps what it has."""
-    with _INSTALL:
-        try:
-            from torch._dynamo import variables
-            from torch._dynamo.source import AttrSource
-            from torch._dynamo.variables import ConstantVariable, VariableTracker
-            from torch._dynamo.variables.user_defined import UserDefinedClassVariable
-        except ImportError:
-            return
-        read = vars(UserDefinedClassVariable).get("var_getattr")
-        if read is None or getattr(read, "_ember_guards_class_constants", False):
-            return
-        constants = (ConstantVariable, *filter(None, [getattr(variables, "EnumVariable", None)]))  # enums: 2.11
+    try:  # the wrapper imports Dynamo's builders as it is made
+        from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+        wrap_once(UserDefinedClassVariable, "var_getattr", _guarding_class_constants, "class-constants-guarded")
+    except ImportError:
+        return
 
-        @functools.wraps(read)
-        def var_getattr(self: Any, tx: Any, name: str) -> Any:
-            built = read(self, tx, name)
-            if self.source is None or getattr(built, "source", None) is not None or not isinstance(built, constants):
-                return built
-            value = _class_constant(self.value, name)
-            if value is _MISSING or value is not getattr(built, "value", _MISSING):
-                return built  # not a constant of the class's own (a name Dynamo answers itself: `__name__`)
-            return VariableTracker.build(tx, value, AttrSource(self.source, name))
 
-        var_getattr._ember_guards_class_constants = True  # type: ignore[attr-defined]
-        UserDefinedClassVariable.var_getattr = var_getattr
-        log.debug("dynamo: class constants are built from their source (guarded)")
+def _guarding_class_constants(read: Callable) -> Callable:
+    from torch._dynamo import variables
+    from torch._dynamo.source import AttrSource
+    from torch._dynamo.variables import ConstantVariable, VariableTracker
+
+    constants = (ConstantVariable, *filter(None, [getattr(variables, "EnumVariable", None)]))  # enums: 2.11
+
+    def var_getattr(self: Any, tx: Any, name: str) -> Any:
+        built = read(self, tx, name)
+        if self.source is None or getattr(built, "source", None) is not None or not isinstance(built, constants):
+            return built
+        value = _class_constant(self.value, name)
+        if value is _MISSING or value is not getattr(built, "value", _MISSING):
+            return built  # not a constant of the class's own (a name Dynamo answers itself: `__name__`)
+        return VariableTracker.build(tx, value, AttrSource(self.source, name))
+
+    log.debug("dynamo: class constants are built from their source (guarded)")
+    return var_getattr
 
 
 def _class_constant(cls: type, name: str) -> Any:

@@ -14,7 +14,6 @@ threads that are not tracing run the real thing.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import os
 import threading
@@ -23,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from ember_core import wrap_once
 
 from ._errors import HigherOrderOpRefused
 
@@ -81,32 +81,24 @@ def anchor_stack_traces(fn: Any) -> None:
 
 
 _ANCHORS: set[tuple[str, str]] = set()  # (file, function name) of frames kept where torch has no anchors
-_FILTER_LOCK = threading.Lock()
 
 
 def _keep_anchored_frames() -> bool:
     """Wrap the tracer's frame filter so that, where it keeps only `forward` frames, the frames of `_ANCHORS` stay
     too, in stack order (as torch's own anchors do on later versions). False where the tracer has no such filter."""
-    tracer = torch.fx.proxy.TracerBase
-    with _FILTER_LOCK:
-        current = vars(tracer).get("_filter_traceback_frames")
-        if current is None:
-            return False
-        if getattr(current, "_ember_anchors", False):
-            return True
+    return wrap_once(torch.fx.proxy.TracerBase, "_filter_traceback_frames", _keeping_anchors, "anchored-frames")
 
-        @functools.wraps(current)
-        def keeping_anchors(self: Any, summary: traceback.StackSummary) -> traceback.StackSummary:
-            kept = current(self, summary)
-            if not getattr(self, "_record_forward_stack_traces_only", False):
-                return kept
-            kept_at = {(f.filename, f.lineno, f.name) for f in kept}
-            return traceback.StackSummary.from_list(
-                [f for f in summary if (f.filename, f.lineno, f.name) in kept_at or (f.filename, f.name) in _ANCHORS])
 
-        keeping_anchors._ember_anchors = True  # type: ignore[attr-defined]
-        tracer._filter_traceback_frames = keeping_anchors
-        return True
+def _keeping_anchors(current: Callable) -> Callable:
+    def keeping_anchors(self: Any, summary: traceback.StackSummary) -> traceback.StackSummary:
+        kept = current(self, summary)
+        if not getattr(self, "_record_forward_stack_traces_only", False):
+            return kept
+        kept_at = {(f.filename, f.lineno, f.name) for f in kept}
+        return traceback.StackSummary.from_list(
+            [f for f in summary if (f.filename, f.lineno, f.name) in kept_at or (f.filename, f.name) in _ANCHORS])
+
+    return keeping_anchors
 
 
 @contextlib.contextmanager

@@ -11,27 +11,20 @@ serialized, compile passes and ptxas still overlap.
 
 from __future__ import annotations
 
-import functools
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import triton
-from ember_core import ast_lock
-
-_INSTALL = threading.Lock()
+from ember_core import ast_lock, wrap_once
 
 
 def lock_triton_parses() -> None:
     """Make every method by which Triton parses source hold `ast_lock()`: `JITFunction.parse` (found on whichever
     class of its bases defines it) and, where Triton's interpreter is loaded, its rewriter's `rewrite_ast`. Calling
     it again changes nothing; a Triton without one of them keeps what it has."""
-    with _INSTALL:
-        for owner, name in _parsing_methods():
-            method = vars(owner)[name]
-            if not getattr(method, "_ember_ast_lock", False):
-                setattr(owner, name, _holding_the_lock(method))
+    for owner, name in _parsing_methods():
+        wrap_once(owner, name, _holding_the_lock, "ast-lock")
 
 
 def _parsing_methods() -> Iterator[tuple[type, str]]:
@@ -45,10 +38,8 @@ def _parsing_methods() -> Iterator[tuple[type, str]]:
 
 
 def _holding_the_lock(method: Callable) -> Callable:
-    @functools.wraps(method)
     def locked(*args: Any, **kwargs: Any) -> Any:
         with ast_lock():
             return method(*args, **kwargs)
 
-    locked._ember_ast_lock = True  # type: ignore[attr-defined]
     return locked

@@ -2,6 +2,7 @@
 
 from ._builtin import InterpreterCodegen, interpreter_codegen
 from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError, SpecializationNeeded
+from ._patching import wrap_once, wrapped_by
 from ._python_ast import ast_lock, parse_python
 from ._regular_file import FileRefused, read_at_most, read_regular_file, regular_file
 from .caches import (
@@ -188,7 +189,7 @@ __all__ = [
     "GraphPass", "InterpreterCodegen", "PASS_POINTS", "run_graph_passes", "JointTraced", "Partitioned",
     "Partitioner", "Reused", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch", "dumping_to", "CUSTOM_FUNCTION",
     "custom_function_arguments", "is_custom_function", "node_callable", "subgraph_scope", "text_constants",
-    "RESHAPE", "run_on_fakes", "STRICT_VIEWS", "ast_lock", "parse_python",
+    "RESHAPE", "run_on_fakes", "STRICT_VIEWS", "ast_lock", "parse_python", "wrap_once", "wrapped_by",
     "ResultCache", "clear_result_caches", "code_version", "cpu_lines", "cpu_tag", "facts_key", "FallbackWarning",
     "WARNED_CAUSES", "warn_fallback", "parse_integer", "layout_problem", "arguments_problem", "LAYOUTS",
     "MEMORY_FORMATS", "FileRefused", "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor",

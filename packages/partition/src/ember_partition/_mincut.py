@@ -118,15 +118,21 @@ class Rematerializer:
         gradient of amax/amin/max finds the maximum's places as `x == amax(x)`). Recomputed in the backward, by
         another kernel, another vectorization or another codegen (the interpreter after a fallback), `x` may
         differ from the forward's in its last bit; then no element equals the saved maximum, the count of ties is
-        0, and the gradient is NaN. Such a result is saved, never recomputed."""
+        0, and the gradient is NaN. Such a result is saved, never recomputed; where the test reads a view of it,
+        the view's base is (a view is always taken again from its base)."""
         info, graph, found = self.info, self.info.graph, set()
         for j, node in enumerate(graph.nodes):
             if node.op not in _EQUALITY or j in info.forward:
                 continue
-            for r in info.reads[j]:
+            stack = list(info.reads[j])
+            while stack:
+                r = stack.pop()
                 i, value = info.producer.get(r), graph.values.get(r)
-                if i in info.forward and value is not None and to_dtype(value.dtype).is_floating_point:
-                    found.add(i)
+                if i not in info.forward or i in found or value is None or not to_dtype(value.dtype).is_floating_point:
+                    continue
+                found.add(i)
+                if self.classes[i] == "view":
+                    stack += info.reads[i]
         return frozenset(found)
 
     def _save_cost(self, i: int, v: str) -> int | None:

@@ -3,9 +3,10 @@
 others at the `pre_lowering` point on the ATen graph a codegen lowers (run by `lower_graph`). The loop-IR passes are
 in `loop_passes/`."""
 
+from .cat_matmul_sums import CatMatmulSums
 from .cat_slice_scatters import CatSliceScatters
 from .channels_last import ChannelsLast
 from .drop_dead_clones import DropDeadClones
 from .fold_scatter_adds import FoldScatterAdds
 
-__all__ = ["CatSliceScatters", "ChannelsLast", "DropDeadClones", "FoldScatterAdds"]
+__all__ = ["CatMatmulSums", "CatSliceScatters", "ChannelsLast", "DropDeadClones", "FoldScatterAdds"]
