@@ -5,7 +5,7 @@ import operator
 
 import pytest
 import torch
-from ember_core import GraphError, is_view_op, resolve_op
+from ember_core import GraphError, is_view_op, may_write, resolve_op
 from ember_core.graph._ops import is_sym_op, op_name
 
 
@@ -58,3 +58,9 @@ def test_returned_views_are_the_views_on_the_way_to_an_output():
     found = returned_views(graph)
     assert sorted(ops[v] for v in found) == ["aten.select.int", "aten.t.default", "aten.view.default"]
     assert returned_views(graph, [graph.outputs[3].name]) == {graph.outputs[3].name}
+
+
+def test_ops_that_may_write_an_argument():
+    writes = ["aten.add_.Tensor", "aten.copy_.default", "aten.index_put_.default", "aten.mul.out", "aten.no_such_op"]
+    pure = ["aten.add.Tensor", "aten.mm.default", "aten.permute.default", "operator.mul", "aten.sym_size.int"]
+    assert [may_write(n) for n in writes + pure] == [True] * len(writes) + [False] * len(pure)

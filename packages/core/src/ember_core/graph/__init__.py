@@ -15,7 +15,7 @@ from ._identifiers import is_source_identifier, source_identifier
 from ._int_expr import IntExpr
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
 from ._op_set import decompositions, is_random, symbolic_backward_formulas
-from ._ops import is_view_op, resolve_op, returns_new_storage
+from ._ops import is_view_op, may_write, resolve_op, returns_new_storage
 from ._parser import load_text, parse_graph, text_constants
 from ._printer import format_graph, format_node
 from ._schema import (
@@ -55,8 +55,9 @@ __all__ = [
     "is_custom_function", "is_random", "is_source_identifier", "iter_refs", "json_schema", "json_schema_path",
     "layout_problem", "LAYOUTS", "load", "load_text", "loads", "map_args", "memory_format_of", "MEMORY_FORMATS",
     "Node", "node_refs", "Output", "parse_expr", "parse_graph", "parse_integer", "prune_values", "Ref",
-    "rename_reads", "rename_symbols", "resolve_op", "returns_new_storage", "is_view_op", "save", "SCHEMA_VERSION",
-    "SHORT_DTYPE_NAMES", "source_identifier", "subgraph_scope", "Sym", "Symbol", "text_constants", "to_dtype",
+    "rename_reads", "rename_symbols", "resolve_op", "returns_new_storage", "is_view_op", "may_write",
+    "save", "SCHEMA_VERSION", "SHORT_DTYPE_NAMES", "source_identifier", "subgraph_scope", "Sym", "Symbol",
+    "text_constants", "to_dtype",
     "to_fx", "Value", "value_of", "verify",
     "specialize_symbols", "sym_inputs", "INT64_MIN", "symbolic_backward_formulas",
 ]

@@ -86,6 +86,18 @@ def returns_new_storage(name: str) -> bool:
     return all(r.alias_info is None for r in schema.returns)
 
 
+@functools.cache
+def may_write(name: str) -> bool:
+    """Might the op write into an argument (in place, or `out=`)? True where its schema says so, and for names
+    this torch does not know; False for symbolic-size functions."""
+    try:
+        op = resolve_op(name)
+    except GraphError:
+        return True
+    schema = getattr(op, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
 def is_view_op(name: str) -> bool:
     """Is the op's result a view of its first argument (`expand`, `permute`, `slice`, `view`, ...), as its schema
     says? False for symbolic-size functions and names this torch does not know."""

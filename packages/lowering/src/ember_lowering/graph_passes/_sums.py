@@ -3,19 +3,18 @@
 
 Autograd adds up the gradient contributions of a value used many times one add at a time: a chain (or tree) of
 `aten.add.Tensor` nodes, each inner one read by the next alone. `rewrite_sums` finds every such tree from its last
-add and hands its terms to a pass's `rewrite`, which may put nodes of its own in the tree's place.
+add and hands its terms to a pass's `rewrite`, which may put nodes of its own in the tree's place. The new nodes
+read the terms' operands where the last add was, later than the nodes they replace: in a graph with a node that
+may write in place (`ember_core.may_write`) a write in between could change them, so such a graph is left alone.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ember_core import Graph, Node, Ref, Value, node_refs, prune_values
-
-log = logging.getLogger("ember.kernels")
+from ember_core import Graph, Node, Ref, Value, may_write, node_refs, prune_values
 
 _ADD = "aten.add.Tensor"
 
@@ -59,7 +58,10 @@ Rewriter = Callable[[Graph, Sum, Uses], "Rewrite | None"]
 
 def rewrite_sums(graph: Graph, rewrite: Rewriter) -> Graph:
     """The graph with each tree of adds `rewrite` accepts replaced by what it returns. The last add of a tree is
-    taken first, with the whole tree; a tree inside one already replaced is not offered again."""
+    taken first, with the whole tree; a tree inside one already replaced is not offered again. A graph that may
+    write in place is returned as it is."""
+    if any(may_write(n.op) for n in graph.nodes):
+        return graph
     uses = Uses(graph)
     replaced: dict[int, list[Node]] = {}
     dropped: set[int] = set()
