@@ -119,3 +119,21 @@ def test_training_with_an_input_that_needs_no_grad_runs_eagerly_and_trains_like_
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, **TOL)
     assert any("oneDNN's inference layer" in e.message for e in rec.kinds("fallback"))
+
+
+def test_gru_weight_gradients_are_within_3x_eagers_error_against_float64(no_build_failures):
+    """The hidden-to-hidden weight's gradient is a sum of one small matmul per time step, which `cat-matmul-sums`
+    makes one matmul of inner dim steps x batch: its rounding differs from eager's sum of matmuls. Here the weights'
+    RMS errors against float64 are 2-3.4x eager's, at about 2 ulps of the gradient (the contract's floor: 1.0x);
+    the test keeps them there."""
+    from ember_core.testing import gradient_errors, too_far
+
+    torch.manual_seed(0)
+    model = nn.GRU(16, 32, 2)
+    with torch._dynamo.config.patch(allow_rnn=True), ember.record_events() as rec:
+        errors = gradient_errors(model, [torch.randn(12, 16, 16)], ember.compile,
+                                 loss_fn=lambda out: rnn_loss(*out), threads=(1,))
+    assert "cat-matmul-sums" in [e.data["pass"] for e in rec.kinds("pass_applied")]
+    assert not rec.kinds("fallback")
+    bad = too_far(errors)
+    assert not bad, "\n".join(map(str, bad))

@@ -4,8 +4,11 @@ matmul of their operands concatenated, `A_1 @ B_1 + ... + A_T @ B_T = [A_1 ... A
 Autograd writes the gradient of a weight used at every step of an unrolled loop (an RNN's hidden-to-hidden weight:
 32 steps, batch 16) as one matmul per step, `g_t^T @ h_t`, added up. Each is a GEMM of inner dim 16, which runs far
 below the machine's speed, and each add reads and writes the whole weight again. As one matmul of inner dim 512 it
-is one GEMM and two copies of the small operands. Only the order of the additions changes (ATen's one GEMM sums
-the products in its own order), as when the matmuls' sizes change.
+is one GEMM and two copies of the small operands. Only the order of the additions changes: the GEMM sums its
+whole inner dim in one chain where eager sums each step's 16 products, then the steps. Measured against float64
+(random data, inner dim 16 a step): the mean error is 1.6-2x eager's for 4 to 32 steps, at float32's rounding of the
+result (the accuracy contract's floor), and below eager's from about 128 steps, where eager's chain of adds is the
+longer one.
 
 Taken where the sum has at least `MIN_TERMS` matmuls, each read once (through views that turn its result the same
 way for all), of static sizes, with every inner dim at most `MAX_INNER`: with a large inner dim each matmul is
@@ -71,6 +74,7 @@ def _as_one_matmul(graph: Graph, s: Sum, uses: Uses) -> Rewrite | None:
     values[product] = like.replace(shape=(m, n), stride=stride)
     if order != (0, 1):
         nodes.append(Node((name,), _PERMUTE, (Ref(product), (1, 0)), {}, meta))
+        values[name] = out.replace(base=product, storage_offset=0)  # a view of the product now
     log.debug("one matmul %s: a sum of %d matmuls of inner dims %s", name, len(mms), sorted(set(inner)))
     return Rewrite(nodes, drop=drop, values=values)
 
