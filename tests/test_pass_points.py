@@ -36,8 +36,9 @@ def marks():
 
 def test_the_built_in_graph_passes_are_registered_at_their_points():
     registry = get_plugin_manager().registry
-    assert [p.name for p in registry.passes("pre_lowering")][:4] == ["fold-scatter-adds", "cat-slice-scatters",
-                                                                 "cat-matmul-sums", "drop-dead-clones"]
+    assert [p.name for p in registry.passes("pre_lowering")][:5] == ["fold-scatter-adds", "index-add-rows",
+                                                                 "cat-slice-scatters", "cat-matmul-sums",
+                                                                 "drop-dead-clones"]
     assert [p.name for p in registry.passes("freeze")] == ["fold-constants", "fold-batch-norm", "prepack-weights",
                                                            "drop-dead"]
 

@@ -607,6 +607,23 @@ def test_a_table_read_twice_gets_eagers_gradient(frontend, partition):
     assert not [e for e in rec.events if e.kind == "fallback"]
 
 
+def test_an_embeddings_gradient_adds_its_rows_with_index_add(frontend, partition):
+    """On the CPU lowering's `index-add-rows` makes autograd's accumulating index_put of the table's rows an
+    index_add (a row at a time, where ATen's index_put adds an element at a time): repeated rows add up, the
+    padding row gets none."""
+    model = nn.Embedding(40, 24, padding_idx=3)
+    twin = copy.deepcopy(model)
+    compiled = compile_for_training(twin, frontend, partition)
+    ids = torch.randint(0, 40, (3, 10))
+    ids[0, :5], ids[1, :3] = 7, 3
+    with ember.record_events() as rec:
+        compiled(ids).tanh().sum().backward()
+    model(ids).tanh().sum().backward()
+    torch.testing.assert_close(twin.weight.grad, model.weight.grad)
+    assert "index-add-rows" in [e.data["pass"] for e in rec.kinds("pass_applied")]
+    assert not [e for e in rec.events if e.kind == "fallback"]
+
+
 def test_cross_entropy_gradient_is_one_select_kernel_not_a_scatter(frontend, partition):
     """Autograd writes cross-entropy's gradient as `scatter_add(zeros, 1, target[:, None], g)`: ember lowers it as a
     select fused with the zero fill and the softmax's backward, no ATen scatter over the whole logits; ignored

@@ -12,8 +12,8 @@ X, W = torch.randn(6, 8), torch.randn(8, 5)
 def test_lowerings_graph_passes_are_registered_at_pre_lowering_in_order():
     passes = get_plugin_manager().registry.passes("pre_lowering")
     assert [(p.name, p.plugin) for p in passes] == [
-        ("fold-scatter-adds", "lowering"), ("cat-slice-scatters", "lowering"), ("cat-matmul-sums", "lowering"),
-        ("drop-dead-clones", "lowering")]
+        ("fold-scatter-adds", "lowering"), ("index-add-rows", "lowering"), ("cat-slice-scatters", "lowering"),
+        ("cat-matmul-sums", "lowering"), ("drop-dead-clones", "lowering")]
 
 
 def test_lower_runs_them_and_reports_each_change():

@@ -1,5 +1,6 @@
 """extern-in-place (a scatter extern writes into its dead `self`) and the graph fold before lowering
-(`a + index_put(zeros, idx, v, True)` scatters into `a`): results as the graph's, copies only where needed."""
+(`a + index_put(zeros, idx, v, True)` scatters into `a`): results as the graph's, copies only where needed. On the
+CPU `index-add-rows` makes a scatter of whole rows an index_add before lowering: both are scatters this pass takes."""
 
 import torch
 from ember_lowering import Extern
@@ -25,8 +26,16 @@ def externs(plan) -> list[Extern]:
 
 def test_two_scatters_into_zeros_and_their_sum_become_one_fill_and_two_in_place_scatters():
     plan = check(two_embedding_grads, IDX1, IDX2, V1, V2)
-    assert [e.op for e in externs(plan)] == ["aten.index_put_.default"] * 2
-    assert len(plan.kernels) == 1  # the one zero fill; the add is gone
+    assert [e.op for e in externs(plan)] == ["aten.index_add_.default"] * 2
+    assert len(plan.kernels) == 3  # the one zero fill and each index's wrap; the add is gone
+
+
+def test_a_scatter_of_elements_into_zeros_is_written_in_place():
+    def fn(i, j, v):
+        return torch.zeros(10, 5).index_put((i, j), v, accumulate=True)
+
+    plan = check(fn, IDX1, IDX1.remainder(5), V1[:, 0])
+    assert [e.op for e in externs(plan)] == ["aten.index_put_.default"]
 
 
 def test_the_fold_keeps_the_graph_as_it_is_where_it_does_not_apply():
@@ -54,7 +63,7 @@ def test_a_scatter_read_twice_is_not_folded():
 def test_an_input_is_never_written_in_place():
     x = torch.randn(10, 5)
     plan = check(lambda x, i, v: x.index_put((i,), v, accumulate=True), x, IDX1, V1)
-    assert [e.op for e in externs(plan)] == ["aten.index_put.default"]
+    assert [e.op for e in externs(plan)] == ["aten.index_add.default"]
 
 
 def test_a_self_read_after_the_scatter_is_copied():
@@ -63,7 +72,7 @@ def test_a_self_read_after_the_scatter_is_copied():
         return s.index_put((i,), v, accumulate=True) + s
 
     _, after, decisions = before_after(fn, torch.randn(10, 5), IDX1, V1, passes=[ExternInPlace()])
-    assert [e.op for e in externs(after)] == ["aten.index_put.default"]
+    assert [e.op for e in externs(after)] == ["aten.index_add.default"]
     assert {(d.verdict, d.reason) for d in decisions} == {("kept", "self-read-later")}
 
 
@@ -73,7 +82,7 @@ def test_the_fresh_result_of_an_aten_call_is_written_in_place():
 
     args = (torch.randn(10, 4), torch.randn(4, 5), IDX1, V1)
     _, after, decisions = before_after(fn, *args, passes=[ExternInPlace()])
-    assert [e.op for e in externs(after)] == ["aten.mm.default", "aten.index_put_.default"]
+    assert [e.op for e in externs(after)] == ["aten.mm.default", "aten.index_add_.default"]
     assert {(d.verdict, d.reason) for d in decisions} == {("reused", "dead-self")}
     check(fn, *args)
 

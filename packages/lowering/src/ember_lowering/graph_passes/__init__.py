@@ -8,5 +8,6 @@ from .cat_slice_scatters import CatSliceScatters
 from .channels_last import ChannelsLast
 from .drop_dead_clones import DropDeadClones
 from .fold_scatter_adds import FoldScatterAdds
+from .index_add_rows import IndexAddRows
 
-__all__ = ["CatMatmulSums", "CatSliceScatters", "ChannelsLast", "DropDeadClones", "FoldScatterAdds"]
+__all__ = ["CatMatmulSums", "CatSliceScatters", "ChannelsLast", "DropDeadClones", "FoldScatterAdds", "IndexAddRows"]
