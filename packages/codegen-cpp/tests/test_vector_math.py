@@ -193,19 +193,26 @@ def test_a_values_bits_do_not_depend_on_the_values_beside_it(name):
 
 def test_sleef_serves_the_functions_it_was_chosen_for():
     """Where torch's libtorch_cpu exports them and kernels have 8 or 16 lanes, the functions `_sleef.CHOICES` names
-    call Sleef's (eager's own 1-ulp log, tan, inverse trigonometric ...; with 16 lanes its 3.5-ulp sin and cos; the
-    accuracy above holds for them), and only a unit that calls one links to libtorch_cpu."""
+    call Sleef's (eager's own 1-ulp tan, inverse trigonometric ...; the accuracy above holds for them), log and log2
+    its double functions on each half, rounded once (`WIDENED`: correctly rounded, as eager's MKL log on an Intel
+    CPU), and only a unit that calls one links to libtorch_cpu."""
     from ember_codegen_cpp import prelude
-    from ember_codegen_cpp._sleef import CHOICES, link_flags, sleef_functions
+    from ember_codegen_cpp._sleef import CHOICES, WIDENED, link_flags, sleef_functions, widened_functions
 
     lanes = vector_lanes()[0]
     chosen = sleef_functions(lanes)
     if lanes not in CHOICES or not chosen:
         pytest.skip("no 8- or 16-lane vectors here, or this torch exports none of the chosen Sleef functions")
     assert set(chosen) == set(CHOICES[lanes])
+    assert set(widened_functions(lanes)) == set(WIDENED[lanes]) == {"logf", "log2f"}
     text = prelude()
     for name, symbol in chosen.items():
-        assert f"{{ return {symbol}(a); }}" in text and f"N{lanes}v_{name}(" not in text
+        assert f"N{lanes}v_{name}(" not in text
+        if name in WIDENED[lanes]:  # Sleef's double function on each half, rounded once
+            double = WIDENED[lanes][name]
+            assert f"{{ return {symbol}(a); }}" not in text and f"__builtin_convertvector({double}(" in text
+        else:
+            assert f"{{ return {symbol}(a); }}" in text
     assert link_flags(text) == ()  # the prelude's definitions are not calls
     assert "-ltorch_cpu" in link_flags(text + "t1_v = ember_vlog(t0_v);")
     assert link_flags(text + "t1_v = ember_vtanh(t0_v);") == ()  # libmvec's

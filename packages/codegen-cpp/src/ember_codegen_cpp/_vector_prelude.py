@@ -9,7 +9,7 @@ import string
 
 from . import _own_math
 from ._libm import LIBM, vector_libm
-from ._sleef import sleef_functions
+from ._sleef import sleef_functions, widened_functions
 
 _VECTOR_TYPES = """
 typedef float ember_f32x$L __attribute__((vector_size(4 * $L)));
@@ -244,11 +244,14 @@ OWN = {"erff": (_own_math.LANES, _own_math.vector_erf), "tanhf": ((16,), _own_ma
 
 
 def _float_implementation(fname: str, lanes: int, simd: frozenset[str]) -> str:
-    """Which function `ember_v<name>` of float32 lanes calls at `lanes`: "own" (ember's, `OWN`), "sleef", "halves"
-    (libmvec's variant of half the lanes, twice), "libmvec", or "scalar" (the libm function lane by lane)."""
+    """Which function `ember_v<name>` of float32 lanes calls at `lanes`: "own" (ember's, `OWN`), "widened" (Sleef's
+    double function on each half, widened, rounded once), "sleef", "halves" (libmvec's variant of half the lanes,
+    twice), "libmvec", or "scalar" (the libm function lane by lane)."""
     own_lanes, _ = OWN.get(fname, ((), None))
     if lanes in own_lanes:
         return "own"
+    if fname in widened_functions(lanes):
+        return "widened"
     if fname in sleef_functions(lanes):
         return "sleef"
     if fname in simd and fname in IN_HALVES.get(lanes, ()):
@@ -295,6 +298,13 @@ def _vector_libm(lanes: int, simd: frozenset[str]) -> str:
             how = _float_implementation(fname, lanes, simd) if ctype == "float" else "scalar"
             if how == "own":
                 out.append(OWN[fname][1](lanes))
+            elif how == "widened":
+                wide, half = "ember_f64h$L", "ember_halves<ember_f32x$L>::H"
+                sleef = widened_functions(lanes)[fname]
+                out.append(f'extern "C" {wide} {sleef}({wide});')
+                out.append(f"{head} {{ {half} h[2], r[2]; ember_split(a, h); for (int k = 0; k < 2; ++k) r[k] = "
+                           f"__builtin_convertvector({sleef}(__builtin_convertvector(h[k], {wide})), {half}); "
+                           f"return ember_join<{vt}>(r); }}")
             elif how == "sleef":
                 sleef = sleef_functions(lanes)[fname]
                 out.append(f'extern "C" {vt} {sleef}({", ".join([vt] * arity)});')
