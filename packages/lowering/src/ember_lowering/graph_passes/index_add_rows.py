@@ -11,8 +11,8 @@ whatever computes the index. Only the order in which rows of one index are added
 in the order of the indices, a float sum as eager's. CUDA graphs keep index_put: CUDA's index_add adds with
 atomics, in no fixed order, and raises under `torch.use_deterministic_algorithms`.
 
-Taken where `x` is a floating tensor of static first size and `v` has exactly the shape `i.shape + x.shape[1:]`
-(no broadcast), both `i` and `v` contiguous.
+Taken where `x` is a floating tensor of static sizes and `v` has exactly the shape `i.shape + x.shape[1:]` (no
+broadcast), both `i` and `v` contiguous; with symbolic sizes the graph is left as written.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _rows_put(graph: Graph, node: Node) -> tuple[Value, Ref, Ref] | None:
     x, i, vv = (graph.values.get(r.name) for r in (base, indices[0], v))
     if x is None or i is None or vv is None or x.dtype not in _FLOATS or vv.dtype != x.dtype:
         return None
-    if i.dtype not in _INDEX_DTYPES or not x.shape or not _static(x.shape[:1]) or not _static(i.shape):
+    if i.dtype not in _INDEX_DTYPES or not x.shape or not _static(x.shape) or not _static(i.shape):
         return None
     if tuple(vv.shape) != (*i.shape, *x.shape[1:]) or not (_contiguous(i) and _contiguous(vv)):
         return None
@@ -98,7 +98,7 @@ def _as_index_add(graph: Graph, node: Node, x: Value, i: Ref, v: Ref, taken: set
         values[out] = value
         return Ref(out)
 
-    plain = index.replace(base=None, storage_offset=0, requires_grad=False)
+    plain = index.replace(stride=contiguous_stride(index.shape), base=None, storage_offset=0, requires_grad=False)
     negative, shifted, j = new("negative", plain.replace(dtype="bool")), new("shifted", plain), new("wrapped", plain)
     out = [Node((negative.name,), "aten.lt.Scalar", (i, 0), {}, meta),
            Node((shifted.name,), "aten.add.Tensor", (i, x.shape[0]), {}, meta),
