@@ -155,6 +155,12 @@ def test_memory_format_of_is_none_for_a_layout_no_memory_format_gives(shape, str
     assert ec.memory_format_of(Value(shape=shape, stride=stride)) is None
 
 
+def test_a_value_is_static_when_no_size_or_stride_is_symbolic():
+    assert ec.is_static(Value(shape=(2, 3), stride=(3, 1))) and ec.is_static(Value(shape=(), stride=()))
+    assert not ec.is_static(Value(shape=("s0", 3), stride=(3, 1)))
+    assert not ec.is_static(Value(shape=(2, 3), stride=("s0", 1)))
+
+
 def test_copy_to_layout_clones_in_the_declared_memory_format_and_runs():
     t = torch.randn(2, 3, 4, 5)
     declared = Value(shape=(2, 3, 4, 5), stride=t.stride())

@@ -41,7 +41,7 @@ from ._schema import (
     rename_reads,
     returned_views,
 )
-from ._sizes import contiguous_stride, layout_problem
+from ._sizes import contiguous_stride, is_static, layout_problem
 from ._symbol_names import canonical_symbols, rename_symbols, specialize_symbols, sym_inputs
 from ._symbolic import evaluate as dim_value
 from ._verify import verify
@@ -51,7 +51,7 @@ __all__ = [
     "CUSTOM_FUNCTION", "custom_function_arguments", "decompositions", "dim_value", "dtype_name", "dumps",
     "ExprError", "fingerprint", "contiguous_stride", "format_graph", "format_node", "copy_to_layout", "fresh_name",
     "returned_views",
-    "from_fx", "Graph", "graph_device", "graph_from_json", "graph_to_json", "Input", "IntExpr",
+    "from_fx", "Graph", "graph_device", "graph_from_json", "graph_to_json", "Input", "IntExpr", "is_static",
     "is_custom_function", "is_random", "is_source_identifier", "iter_refs", "json_schema", "json_schema_path",
     "layout_problem", "LAYOUTS", "load", "load_text", "loads", "map_args", "memory_format_of", "MEMORY_FORMATS",
     "Node", "node_refs", "Output", "parse_expr", "parse_graph", "parse_integer", "prune_values", "Ref",

@@ -21,6 +21,11 @@ INT64_MAX = (1 << 63) - 1
 Dim = int | str
 
 
+def is_static(value) -> bool:
+    """Are a value's sizes and strides all plain ints, none an expression over the graph's symbols?"""
+    return all(type(d) is int for d in (*value.shape, *value.stride))
+
+
 def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     """The row-major strides of a static shape, as torch gives a new tensor (a size 0 or 1 steps as 1)."""
     strides, step = [], 1

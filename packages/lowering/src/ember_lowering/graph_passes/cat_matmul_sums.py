@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from ember_core import Graph, Node, Ref, Value, contiguous_stride, fresh_name
+from ember_core import Graph, Node, Ref, Value, contiguous_stride, fresh_name, is_static
 
 from ._sums import Rewrite, Sum, Uses, rewrite_sums
 
@@ -41,7 +41,7 @@ def _as_one_matmul(graph: Graph, s: Sum, uses: Uses) -> Rewrite | None:
     if len(s.terms) < MIN_TERMS:
         return None
     out = graph.values.get(s.top.outputs[0])
-    if out is None or len(out.shape) != 2 or not _static(out):
+    if out is None or len(out.shape) != 2 or not is_static(out):
         return None
     found = [_matmul_below(t, uses) for t in s.terms]
     if any(f is None for f in found) or len({order for _, order, _ in found}) != 1:
@@ -50,7 +50,7 @@ def _as_one_matmul(graph: Graph, s: Sum, uses: Uses) -> Rewrite | None:
     order = found[0][1]
     a_side, b_side = [mm.args[0] for mm in mms], [mm.args[1] for mm in mms]
     a_vals, b_vals = [graph.values.get(r.name) for r in a_side], [graph.values.get(r.name) for r in b_side]
-    if not all(v is not None and len(v.shape) == 2 and _static(v) and v.dtype == out.dtype for v in a_vals + b_vals):
+    if not all(v is not None and len(v.shape) == 2 and is_static(v) and v.dtype == out.dtype for v in a_vals + b_vals):
         return None
     (m, _), (_, n) = a_vals[0].shape, b_vals[0].shape
     inner = [a.shape[1] for a in a_vals]
@@ -77,10 +77,6 @@ def _as_one_matmul(graph: Graph, s: Sum, uses: Uses) -> Rewrite | None:
         values[name] = out.replace(base=product, storage_offset=0)  # a view of the product now
     log.debug("one matmul %s: a sum of %d matmuls of inner dims %s", name, len(mms), sorted(set(inner)))
     return Rewrite(nodes, drop=drop, values=values)
-
-
-def _static(v: Value) -> bool:
-    return all(type(d) is int for d in (*v.shape, *v.stride))
 
 
 def _matmul_below(term: Ref, uses: Uses) -> tuple[Node, tuple[int, int], list[Node]] | None:

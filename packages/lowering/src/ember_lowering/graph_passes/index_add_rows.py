@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from math import prod
 
-from ember_core import Graph, Node, Ref, Value, contiguous_stride, fresh_name, graph_device
+import torch
+from ember_core import Graph, Node, Ref, Value, contiguous_stride, fresh_name, graph_device, is_static, memory_format_of
 
 log = logging.getLogger("ember.kernels")
 
@@ -70,20 +71,15 @@ def _rows_put(graph: Graph, node: Node) -> tuple[Value, Ref, Ref] | None:
     x, i, vv = (graph.values.get(r.name) for r in (base, indices[0], v))
     if x is None or i is None or vv is None or x.dtype not in _FLOATS or vv.dtype != x.dtype:
         return None
-    if i.dtype not in _INDEX_DTYPES or not x.shape or not _static(x.shape) or not _static(i.shape):
+    if i.dtype not in _INDEX_DTYPES or not x.shape or not is_static(x) or not is_static(i):
         return None
     if tuple(vv.shape) != (*i.shape, *x.shape[1:]) or not (_contiguous(i) and _contiguous(vv)):
         return None
     return x, indices[0], v
 
 
-def _static(dims) -> bool:
-    return all(type(d) is int for d in dims)
-
-
 def _contiguous(v: Value) -> bool:
-    return v.storage_offset == 0 and all(
-        size == 1 or stride == want for size, stride, want in zip(v.shape, v.stride, contiguous_stride(v.shape)))
+    return v.storage_offset == 0 and memory_format_of(v) is torch.contiguous_format
 
 
 def _as_index_add(graph: Graph, node: Node, x: Value, i: Ref, v: Ref, taken: set[str],

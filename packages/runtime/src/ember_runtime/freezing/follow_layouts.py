@@ -17,6 +17,7 @@ from ember_core import (
     Value,
     copy_to_layout,
     fresh_name,
+    is_static,
     is_view_op,
     memory_format_of,
     node_refs,
@@ -97,7 +98,7 @@ def follow_layouts(graph: Graph, relaid: Mapping[str, Value], returned: Mapping[
 
 
 def _static(v: Value | None) -> bool:
-    return v is not None and v.type == "tensor" and all(type(d) is int for d in (*v.shape, *v.stride))
+    return v is not None and v.type == "tensor" and is_static(v)
 
 
 def _declared_copy(graph: Graph, source: str, want: Value, nodes: list[Node], values: dict[str, Value],
