@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import ember
 import pytest
 import torch
@@ -63,3 +65,17 @@ def test_valid_stage_names_compile_and_train_as_before():
     ember.compile(f, options=options)(x).backward()
     expected = torch.autograd.grad(f(x), x)[0]
     torch.testing.assert_close(x.grad, expected)
+
+
+def test_a_cpu_graph_sets_glibcs_malloc_thresholds_once_unless_the_process_chose():
+    from ember_codegen_cpp import malloc_tuning
+    from ember_codegen_cpp._malloc import _glibc, chosen_elsewhere
+    f = ember.compile(lambda x: (x.sin() + 1).sum(1))
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(f(x), (x.sin() + 1).sum(1))
+    if _glibc() is not None and chosen_elsewhere(os.environ) is None:
+        assert malloc_tuning().startswith("set glibc's malloc thresholds: mmap 32 MiB, trim 64 MiB")
+    else:
+        assert malloc_tuning().startswith("left glibc's malloc thresholds alone")
+    with pytest.raises(OptionError, match="cpp.malloc"):
+        ember.compile(lambda x: x + 1, options={"cpp.malloc": "jemalloc"})(x)

@@ -7,6 +7,7 @@ from ._cache import cache_dir, cache_root
 from ._codegen import CppCodegen
 from ._cpp_rules import cpp_rules
 from ._kernel_printer import KernelPrinter
+from ._malloc import malloc_tuning
 from ._prelude import prelude
 from ._program import build_program
 
@@ -14,5 +15,5 @@ __version__ = "0.1.1"
 
 __all__ = [
     "FLAGS", "BuildError", "Builder", "CannotPrint", "CppCodegen", "KernelPrinter", "Program", "__version__",
-    "build_program", "cache_dir", "cache_root", "compiler", "cpp_rules", "prelude",
+    "build_program", "cache_dir", "cache_root", "compiler", "cpp_rules", "malloc_tuning", "prelude",
 ]

@@ -7,9 +7,11 @@ its first call (`_autotune.py`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import torch
-from ember_core import Graph
+from ember_core import CompiledGraph, Graph
 from ember_lowering import Kernel
 from ember_lowering.codegen import (
     BindError,
@@ -28,6 +30,7 @@ from ._build import Builder, compiler_version, cpu_tag, wide_vectors
 from ._cpp_rules import expression
 from ._kernel_printer import KernelPrinter
 from ._loader import LazyLibrary, is_loaded
+from ._malloc import tune_malloc
 from ._prelude import prelude
 from ._program import translation_units, unit_lines
 from ._wrapper import CppWrapperWriter
@@ -47,6 +50,11 @@ class CppCodegen(PlanCodegen):
 
     def __init__(self, builder: Builder | None = None):
         self.builder = builder or Builder()
+
+    def compile_lazily(self, graph: Graph, options: Mapping[str, Any] | None = None
+                       ) -> tuple[CompiledGraph, LazyBinding | None]:
+        tune_malloc(options)  # once per process: glibc's thresholds where its own rule ends (`_malloc.py`)
+        return super().compile_lazily(graph, options)
 
     def print_kernel(self, kernel: Kernel, layout: PlanLayout, name: str) -> PrintedKernel:
         return KernelPrinter(kernel, layout, name).print()
