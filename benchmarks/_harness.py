@@ -35,11 +35,14 @@ def child_env() -> dict[str, str]:
     return dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
 
 
-def run_child(script: str, args: list[str], timeout_s: float | None = None) -> dict:
-    """Run `script --child ARGS` in a fresh process; its last stdout line starting with `{` is its JSON result."""
+def run_child(script: str, args: list[str], timeout_s: float | None = None, env: dict[str, str] | None = None
+              ) -> dict:
+    """Run `script --child ARGS` in a fresh process (environment `env`, default `child_env()`); its last stdout line
+    starting with `{` is its JSON result."""
     cmd = [sys.executable, script, "--child", *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env() if env is None else env,
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
         raise RuntimeError(f"{' '.join(args)}: no result within {timeout_s:.0f} s") from e
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]

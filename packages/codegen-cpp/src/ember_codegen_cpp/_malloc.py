@@ -1,14 +1,16 @@
 """glibc's malloc thresholds, set once per process where glibc's own rule for them ends.
 
 glibc serves a request above its mmap threshold with fresh pages of its own (`mmap`), and gives the heap's free top
-back to the system once it passes the trim threshold. Both start low (128 KiB, 256 KiB) and rise each time the
-process frees a large mmapped chunk, up to 32 MiB and 64 MiB. So whether a compiled call's buffers (its kernels'
-temps, and the results of the ATen calls it makes) fault every page in again on every call depends on what the
-process happened to free before, and on how the call's frees leave the heap. On an Intel Xeon at 2 threads, ember's
-vit_tiny inference faulted 1,400-1,700 pages a call (3-4 ms of system time on a call of about 20) and convnext_atto's
-1,900-4,400; training steps 1,000-7,000 (each number moved between two runs of one program). With the thresholds
-at their ceiling, none of them faults more than a few hundred pages a call; only buffers above 32 MiB (T5's 65 MB
-embedding gradient) still come fresh from the system.
+back to the system once it passes the trim threshold. Both start at 128 KiB and rise each time the process frees a
+large mmapped chunk (the trim threshold to twice the mmap one), up to 32 MiB and 64 MiB. So whether a compiled
+call's buffers (its kernels' temps, and the results of the ATen calls it makes) fault every page in again on every
+call depends on what the process happened to free before, and on how the call's frees leave the heap. On an Intel
+Xeon at 2 threads, ember's vit_tiny inference faulted 1,400-1,700 pages a call (3-4 ms of system time on a call of
+about 20) and convnext_atto's 1,900-4,400; training steps 1,000-7,000 (each number moved between two runs of one
+program). With the thresholds at their ceiling, none of them faults more than a few hundred pages a call; only
+buffers above 32 MiB (T5's 65 MB embedding gradient) still come fresh from the system. (The benchmarks fix the
+thresholds for every variant through `MALLOC_*_` variables, `benchmarks/_harness.py`, so their tables never saw
+this.)
 
 `tune_malloc` sets them there (`mallopt`: mmap 32 MiB, trim 64 MiB) when the first CPU graph is compiled, and says so
 in the log. The cost: the process keeps up to 64 MiB of freed heap instead of returning it. It leaves malloc alone
