@@ -13,9 +13,10 @@ thresholds for every variant through `MALLOC_*_` variables, `benchmarks/_harness
 this.)
 
 `tune_malloc` sets them there (`mallopt`: mmap 32 MiB, trim 64 MiB) when the first CPU graph is compiled, and says so
-in the log. The cost: the process keeps up to 64 MiB of freed heap instead of returning it. It leaves malloc alone
-where the process chose for itself (a `MALLOC_*_` variable, a `glibc.malloc` tunable, another allocator preloaded),
-off glibc, and under the option `cpp.malloc='system'`.
+in the log. The cost: up to 64 MiB of freed heap kept instead of returned, per malloc arena (the main one, and one
+for each thread that allocated while another held it; ATen allocates a graph's buffers on the calling thread). It
+leaves malloc alone where the process chose for itself (a `MALLOC_*_` variable, a `glibc.malloc` tunable, another
+allocator preloaded), off glibc, and under the option `cpp.malloc='system'`.
 """
 
 from __future__ import annotations
