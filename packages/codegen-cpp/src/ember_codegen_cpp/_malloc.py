@@ -6,7 +6,7 @@ large mmapped chunk (the trim threshold to twice the mmap one), up to 32 MiB and
 call's buffers (its kernels' temps, and the results of the ATen calls it makes) fault every page in again on every
 call depends on what the process happened to free before, and on how the call's frees leave the heap. On an Intel
 Xeon at 2 threads, ember's vit_tiny inference faulted 1,400-1,700 pages a call (3-4 ms of system time on a call of
-about 20) and convnext_atto's 1,900-4,400; training steps 1,000-7,000 (each number moved between two runs of one
+about 20) and convnext_atto's 1,900-4,400; training steps 870-7,300 (each number moved between two runs of one
 program). With the thresholds at their ceiling, none of them faults more than a few hundred pages a call; only
 buffers above 32 MiB (T5's 65 MB embedding gradient) still come fresh from the system. (The benchmarks fix the
 thresholds for every variant through `MALLOC_*_` variables, `benchmarks/_harness.py`, so their tables never saw

@@ -52,6 +52,8 @@ class TritonWrapperWriter(WrapperWriter):
                 _tune_ember_k3_add_pointwise_64x48(_n, b_mm, b_b, b_add_1)
     """
 
+    cpu_fast_paths = False  # its CPU plans (Triton's interpreter) print the wrapper a GPU runs
+
     lean = False  # launch through the lean launchers (`_launcher.py`); the codegen sets it per program
 
     def __init__(self, *args, **kwargs):

@@ -8,7 +8,7 @@ segment of its kernels is called (`call_segment`). codegen-cpp's wrapper, for a 
             S_s0 = b_x_1.shape[0]
             if b_x_1.shape != (S_s0, 7) or b_x_1.stride() != (7, 1):
                 return _relayout(inputs)
-            b_out = _empty_strided((S_s0, 7), (7, 1), dtype=_dt0, device=_device)
+            b_out = _empty_cpu((S_s0, 7), (7, 1), _dt0)
             if ember_seg0(b_x_1.data_ptr(), b_out.data_ptr(), S_s0):
                 return _on_error(inputs)
             return [b_out]
@@ -16,8 +16,12 @@ segment of its kernels is called (`call_segment`). codegen-cpp's wrapper, for a 
             return _fallback(inputs)
 
 Everything that does not depend on the call (ops, dtypes, constants' pointers, static sizes) is computed once and
-bound as a global; the `try` costs nothing unless the fallback runs. `_relayout`, `_on_error` and `_fallback`
-are bound by `PlanCodegen` (see `_fallback.py`).
+bound as a global; the `try` costs nothing unless the fallback runs. A call of many small steps (an RNN's time steps:
+hundreds of buffers a call) spends microseconds per buffer here, so a buffer in its root's very layout is the root's
+tensor itself (`b_add = b_mm`), and on the CPU new buffers and views of storage the call itself made come from
+torch's C++ entry points (`_empty_cpu`, `_reinterpret`; `FAST_CPU_TENSORS`) rather than through the dispatcher;
+inputs are viewed, and outputs made, with `torch.as_strided`, so the caller gets views in autograd's sense.
+`_relayout`, `_on_error` and `_fallback` are bound by `PlanCodegen` (see `_fallback.py`).
 
 Each wrapper has a profiled twin, `graph_softmax_profiled`, which the wrapper's first line calls instead while a
 profiler records (`ember_core.profiler_active()`, torch's flag, read in tens of nanoseconds: the only cost of
@@ -69,10 +73,28 @@ from ._fallback import UseFallback, fix_layout, wrong_dtype
 from ._program import InterpretedKernel, Program, Segment
 
 
+def _fast_cpu_tensors() -> tuple[Callable, Callable] | None:
+    """torch's C++ entry points for a new CPU tensor and for a tensor on another's storage, where this torch has them
+    (Dynamo's module; each about half the cost of `torch.empty_strided` and `torch.as_strided`, which go through the
+    dispatcher: 0.5 against 1.1 us on a Xeon): `(empty(size, stride, dtype), reinterpret(t, size, stride, +offset))`.
+    The reinterpreted tensor is no view in autograd's sense and has a version counter of its own, so the wrapper
+    gives it only to its own kernels and ATen calls, never to the caller."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    empty, reinterpret = (getattr(guards, n, None) for n in ("_empty_strided_cpu", "_reinterpret_tensor"))
+    return (empty, reinterpret) if callable(empty) and callable(reinterpret) else None
+
+
+FAST_CPU_TENSORS = _fast_cpu_tensors()
+
+
 class WrapperWriter:
     """Writes the wrapper of one program; `source()` gives its text and the globals it needs. Subclasses say how a
     segment is called (`call_segment`); everything else (bindings, checks, allocation, externs, interpreted
     kernels, frees, outputs) is the same for every codegen."""
+
+    # a CPU plan allocates and reinterprets through torch's C++ entry points (`FAST_CPU_TENSORS`); a codegen whose
+    # CPU plans stand in for another device's (Triton's interpreter) says False, so it prints what that device runs
+    cpu_fast_paths = True
 
     def __init__(self, program: Program, fn_name: str, constants: dict[str, torch.Tensor]):
         self.p, self.layout, self.plan = program, program.layout, program.plan
@@ -95,6 +117,11 @@ class WrapperWriter:
         self._interpreters: dict[int, Callable] = {}
         self.kernel_roots = {r for s in program.segments for r in s.roots}
         self.viewed_roots = {self.layout.root(b.name) for b in self.plan.buffers if b.kind == "view"}
+        # what the caller receives is made the documented way (a view of its storage, a tensor of torch's own)
+        self.returned = {n for o in self.plan.outputs if isinstance(o, str) for n in (o, self.layout.root(o))}
+        self.fast_cpu = self.cpu_fast_paths and self.plan.device == "cpu" and FAST_CPU_TENSORS is not None
+        if self.fast_cpu:
+            self.globals["_empty_cpu"], self.globals["_reinterpret"] = FAST_CPU_TENSORS
 
     # ------------------------------------------------------------------ helpers
 
@@ -143,9 +170,17 @@ class WrapperWriter:
         if root_local is None:
             raise AssertionError(f"buffer {name!r} has no value yet")
         owner = self.layout.is_owner(root)
-        offset = rel if owner else (f"{root_local}.storage_offset() + {rel}" if rel != "0"
-                                    else f"{root_local}.storage_offset()")
-        self.emit(f"{local} = _as_strided({root_local}, {self.tup(b.shape)}, {self.tup(b.stride)}, {offset})")
+        r = self.layout.buffers[root]
+        if name not in self.returned and rel == "0" and (b.shape, b.stride, b.dtype) == (r.shape, r.stride, r.dtype):
+            self.emit(f"{local} = {root_local}")  # the root's very layout: the root itself (no view to make)
+        elif name not in self.returned and self.fast_cpu and (owner or root in self.layout.extern_outs):
+            # a buffer only this call sees, of storage ember allocated or ATen returned: a tensor on that storage
+            # without a view's bookkeeping (torch's `_reinterpret_tensor`: its offset counts from the root's)
+            self.emit(f"{local} = _reinterpret({root_local}, {self.tup(b.shape)}, {self.tup(b.stride)}, {rel})")
+        else:
+            offset = rel if owner else (f"{root_local}.storage_offset() + {rel}" if rel != "0"
+                                        else f"{root_local}.storage_offset()")
+            self.emit(f"{local} = _as_strided({root_local}, {self.tup(b.shape)}, {self.tup(b.stride)}, {offset})")
         self.have.add(name)
         return local
 
@@ -286,8 +321,12 @@ class WrapperWriter:
             if r in self.allocated or not self.layout.is_owner(r):
                 continue
             b = self.layout.buffers[r]
-            self.emit(f"{self.layout.local[r]} = _empty_strided({self.tup(b.shape)}, {self.tup(b.stride)}, "
-                      f"dtype={self.dtype(b.dtype)}, device=_device)")
+            if self.fast_cpu:
+                self.emit(f"{self.layout.local[r]} = _empty_cpu({self.tup(b.shape)}, {self.tup(b.stride)}, "
+                          f"{self.dtype(b.dtype)})")
+            else:
+                self.emit(f"{self.layout.local[r]} = _empty_strided({self.tup(b.shape)}, {self.tup(b.stride)}, "
+                          f"dtype={self.dtype(b.dtype)}, device=_device)")
             self.allocated.add(r)
             self.have.add(r)
 

@@ -1,0 +1,113 @@
+"""How the wrapper makes the tensors it hands around: a buffer in its root's very layout is the root itself; on the
+CPU, new buffers and views of storage the call made come from torch's C++ entry points (`FAST_CPU_TENSORS`), and
+what the caller receives is made the documented way, a view of its storage."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ember_lowering.codegen import _wrapper
+from lowering_checks import trace
+from test_codegen_layer import ToyCodegen, ToyWriter
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def wrapper_of(compiled) -> str:
+    """The fast wrapper's body (not its profiled twin)."""
+    src = compiled.source
+    return src[src.index("def graph_graph(inputs):"):src.index("def graph_graph_profiled")]
+
+
+def run(fn, *args, codegen=None):
+    compiled = (codegen or ToyCodegen()).compile(trace(fn, *args))
+    got, want = compiled(list(args)), fn(*args)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    return compiled, got
+
+
+def mm_chain(x, w):  # the add is written over the first matmul's result, then read by the second matmul
+    y = x @ w.t()
+    return ((torch.tanh(y) * 0.5 + y) @ w,)
+
+
+def reshaped(x, w):  # a kernel's result viewed in another shape for a matmul
+    return ((x.exp() + 1).reshape(4, 6) @ w,)
+
+
+def sliced(x, w, v):  # views at an offset, of a kernel's result and of a matmul's
+    y = x @ w
+    return (x.exp()[2:] @ w, y[1:4] @ v)
+
+
+def viewed_outputs(x):
+    y = x.exp()
+    return y, y.t(), y.reshape(6, 4)
+
+
+def test_a_buffer_in_its_roots_very_layout_is_the_root_itself():
+    compiled, _ = run(mm_chain, torch.randn(5, 3), torch.randn(6, 3))
+    body = wrapper_of(compiled)
+    assert "b_add = b_mm\n" in body and "_as_strided(b_mm" not in body and "_reinterpret(b_mm" not in body
+
+
+def test_on_the_cpu_buffers_and_views_of_the_calls_own_storage_come_from_torchs_entry_points():
+    assert _wrapper.FAST_CPU_TENSORS is not None  # every torch ember supports has them; else this test is moot
+    compiled, _ = run(reshaped, torch.randn(2, 12), torch.randn(6, 3))
+    body = wrapper_of(compiled)
+    assert "b_add = _empty_cpu((2, 12), (12, 1), _dt0)" in body
+    assert "_reinterpret(b_add, (4, 6), (6, 1), 0)" in body
+    assert "_empty_strided(" not in body and "_as_strided(" not in body
+
+
+def test_a_reinterpreted_offset_counts_from_the_roots():
+    compiled, _ = run(sliced, torch.randn(6, 4), torch.randn(4, 5), torch.randn(5, 2))
+    body = wrapper_of(compiled)
+    assert "_reinterpret(b_exp, (4, 4), (4, 1), 8)" in body  # rows 2.. of a 6x4 kernel result
+    assert "_reinterpret(b_mm, (3, 5), (5, 1), 5)" in body  # rows 1..3 of a 6x5 matmul result
+
+
+def test_what_the_caller_receives_is_a_view_of_its_storage():
+    x = torch.randn(4, 6)
+    compiled, got = run(viewed_outputs, x)
+    body = wrapper_of(compiled)
+    assert "b_permute = _as_strided(b_exp, (6, 4), (1, 6), 0)" in body and "_reinterpret" not in body
+    assert got[1]._base is got[0] and got[2]._base is got[0]
+    got[0].add_(1)  # as in eager: a write through one output shows in its views
+    torch.testing.assert_close(got[1], got[0].t())
+    torch.testing.assert_close(got[2], got[0].reshape(6, 4))
+
+
+def test_inputs_are_viewed_the_documented_way():
+    compiled, _ = run(mm_chain, torch.randn(5, 3), torch.randn(6, 3))
+    assert "_as_strided(b_arg1_1, (3, 6), (1, 3), b_arg1_1.storage_offset())" in wrapper_of(compiled)
+
+
+def test_without_torchs_entry_points_the_wrapper_calls_the_public_functions(monkeypatch):
+    monkeypatch.setattr(_wrapper, "FAST_CPU_TENSORS", None)
+    compiled, _ = run(reshaped, torch.randn(2, 12), torch.randn(6, 3))
+    body = wrapper_of(compiled)
+    assert "_empty_strided((2, 12), (12, 1), dtype=_dt0, device=_device)" in body
+    assert "_as_strided(b_add, (4, 6), (6, 1), 0)" in body and "_empty_cpu" not in body
+    run(sliced, torch.randn(6, 4), torch.randn(4, 5), torch.randn(5, 2))
+
+
+class PublicOnlyWriter(ToyWriter):
+    cpu_fast_paths = False
+
+
+class PublicOnlyCodegen(ToyCodegen):
+    def wrapper_writer(self, program, fn_name, constants):
+        return PublicOnlyWriter(program, fn_name, constants)
+
+
+def test_a_codegen_may_keep_the_public_functions():
+    compiled, _ = run(reshaped, torch.randn(2, 12), torch.randn(6, 3), codegen=PublicOnlyCodegen())
+    body = wrapper_of(compiled)
+    assert "_empty_strided(" in body and "_as_strided(b_add" in body and "_empty_cpu" not in body
+    compiled, _ = run(mm_chain, torch.randn(5, 3), torch.randn(6, 3), codegen=PublicOnlyCodegen())
+    assert "b_add = b_mm\n" in wrapper_of(compiled)  # no view to make on any device
