@@ -65,8 +65,12 @@ def test_compiling_a_cpu_graph_tunes_it(fresh, monkeypatch):
 
 
 # A round allocates 12 buffers of 4 MiB, writes them and frees them all: 48 MiB at the heap's top at the end. With
-# glibc's own thresholds (raised to 4 MiB, trim 8 MiB by the first round's frees) that top goes back to the system
-# and the third round faults every page in again; with the tuned ones it stays.
+# glibc's own thresholds (raised to 4 MiB, trim 8 MiB by the first round's frees) that top usually goes back to the
+# system and the third round faults every page in again, but not always (it depends on what else the heap holds:
+# 1,024 faults in one CI run); with the tuned ones it stays, but for one buffer's pages in some runs (0 or 1,024
+# of 12,288 over eight runs: where glibc carves the round's small allocations decides it). The control fixes glibc's
+# thresholds at their initial values (128 KiB), so that every buffer is mapped and unmapped each round whatever
+# else the process did.
 _ROUNDS = """
 import resource, torch
 {setup}
@@ -80,8 +84,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def _faults(setup: str) -> int:
+def _faults(setup: str, **malloc_env: str) -> int:
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MALLOC_") and k != "LD_PRELOAD"}
+    env.update(malloc_env)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(_ROUNDS.format(setup=setup))], env=env,
                          capture_output=True, text=True, timeout=120, check=True)
     return int(out.stdout.split()[-1])
@@ -89,8 +94,8 @@ def _faults(setup: str) -> int:
 
 @pytest.mark.skipif(_malloc._glibc() is None, reason="glibc only")
 def test_buffers_freed_by_one_call_stay_mapped_for_the_next():
-    untouched = _faults("")
+    initial = _faults("", MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
     tuned = _faults("from ember_codegen_cpp._malloc import tune_malloc; print(tune_malloc({}))")
     pages = 12 * (4 << 20) // 4096
-    assert untouched > pages // 2, untouched  # the control: glibc's own thresholds fault the round in again
-    assert tuned < pages // 20, tuned
+    assert initial > pages // 2, initial  # the control: low thresholds fault the round in again
+    assert tuned < pages // 4, tuned
