@@ -1,9 +1,11 @@
 """A training step of an LSTM and a GRU on data (the input needs no gradient, the weights do), handed to the
 compiler whole (Dynamo's `allow_rnn`): ember vs eager vs torch.compile (Inductor), side by side.
 
-Each variant runs in its own fresh process with fresh caches; the processes take turns (`--processes` rounds, the
-order reversed every other round), and each reports the median over repeats of the mean step time and its first
-step (the compile). The table gives the median over rounds. A variant that raises is reported with its error.
+Each process (`--processes`, fresh, with fresh caches) builds the three variants of one cell from the same weights,
+takes each one's first step (the compile; eager, ember, then Inductor) and then times them in turns: `--repeats`
+rounds, each of `--steps` steps of every variant, the order rotated every round, so a slow spell of the machine
+weighs on all three alike. A process reports each variant's median over rounds; the table gives the median over
+processes of the times and of the per-process ratios. A variant that raises is reported with its error.
 Usage: python benchmarks/rnn.py [--processes 3] [--steps 20] [--repeats 5] [--threads 2]
 """
 
@@ -23,8 +25,11 @@ CELLS = ("lstm", "gru")
 SHAPE = dict(input=64, hidden=128, layers=2, steps=32, batch=16)
 
 
-def measure(cell: str, variant: str, steps: int, repeats: int, threads: int) -> dict:
+def measure(cell: str, steps: int, repeats: int, threads: int) -> dict:
+    """One process: each variant's first step (s) and median ms per step over rounds timed in turns, or its error."""
     _harness.use_fresh_caches()
+    import copy
+
     import torch
     from torch import nn
 
@@ -34,34 +39,47 @@ def measure(cell: str, variant: str, steps: int, repeats: int, threads: int) -> 
     kind = nn.LSTM if cell == "lstm" else nn.GRU
     model = kind(SHAPE["input"], SHAPE["hidden"], SHAPE["layers"])
     x = torch.randn(SHAPE["steps"], SHAPE["batch"], SHAPE["input"])
-    if variant == "ember":
-        import ember
 
-        fn = ember.compile(model)
-    elif variant == "inductor":
-        fn = torch.compile(model, backend="inductor")
-    else:
-        fn = model
+    def stepper(fn):
+        def step() -> None:
+            out, state = fn(x)
+            h = state[0] if isinstance(state, tuple) else state
+            (out.pow(2).mean() + h.sin().mean()).backward()
+        return step
 
-    def step() -> None:
-        out, state = fn(x)
-        h = state[0] if isinstance(state, tuple) else state
-        (out.pow(2).mean() + h.sin().mean()).backward()
+    result: dict[str, dict] = {}
+    steps_of = {}
+    for variant in VARIANTS:
+        m = copy.deepcopy(model)
+        if variant == "ember":
+            import ember
 
-    try:
-        start = time.perf_counter()
-        step()
-        first = time.perf_counter() - start
-    except Exception as e:  # noqa: BLE001 - reported in the table
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
-    step()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
+            fn = ember.compile(m)
+        elif variant == "inductor":
+            fn = torch.compile(m, backend="inductor")
+        else:
+            fn = m
+        step = stepper(fn)
+        try:
+            start = time.perf_counter()
             step()
-        samples.append((time.perf_counter() - start) / steps * 1e3)
-    return {"ms_per_step": statistics.median(samples), "first_s": first}
+            result[variant] = {"first_s": time.perf_counter() - start}
+            step()
+        except Exception as e:  # noqa: BLE001 - reported in the table
+            result[variant] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
+            continue
+        steps_of[variant] = step
+    samples: dict[str, list[float]] = {v: [] for v in steps_of}
+    order = list(steps_of)
+    for round_ in range(repeats):
+        for variant in order[round_ % len(order):] + order[:round_ % len(order)]:
+            start = time.perf_counter()
+            for _ in range(steps):
+                steps_of[variant]()
+            samples[variant].append((time.perf_counter() - start) / steps * 1e3)
+    for variant, ms in samples.items():
+        result[variant]["ms_per_step"] = statistics.median(ms)
+    return result
 
 
 def main() -> None:
@@ -70,44 +88,44 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # internal: one measurement, as JSON
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: one process's measurement, as JSON
     args = parser.parse_args()
     if args.child:
         import json
 
-        print(json.dumps(measure(*args.child, args.steps, args.repeats, args.threads)))
+        print(json.dumps(measure(args.child, args.steps, args.repeats, args.threads)))
         return
     common = ["--steps", str(args.steps), "--repeats", str(args.repeats), "--threads", str(args.threads)]
     print(f"training step (forward + backward, input without grad) of {SHAPE}, {args.threads} threads, "
-          f"{_harness.machine()}; median of {args.processes} fresh processes x {args.repeats} repeats x "
-          f"{args.steps} steps")
+          f"{_harness.machine()}; median of {args.processes} fresh processes, each timing the variants in turns "
+          f"({args.repeats} rounds of {args.steps} steps)")
     print()
     print("| cell | eager ms | ember ms | inductor ms | ember vs eager | ember vs inductor | first step s (eager / "
           "ember / inductor) |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for cell in CELLS:
-        runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-        for round_ in range(args.processes):
-            for variant in VARIANTS if round_ % 2 == 0 else tuple(reversed(VARIANTS)):
-                runs[variant].append(_harness.run_child(__file__, [cell, variant, *common], timeout_s=1200))
+        runs = [_harness.run_child(__file__, [cell, *common], timeout_s=1800) for _ in range(args.processes)]
         ms, first, errors = {}, {}, {}
-        for v, rs in runs.items():
-            if any("error" in r for r in rs):
-                errors[v] = next(r["error"] for r in rs if "error" in r)
+        for v in VARIANTS:
+            if any("error" in r[v] for r in runs):
+                errors[v] = next(r[v]["error"] for r in runs if "error" in r[v])
             else:
-                ms[v] = statistics.median(r["ms_per_step"] for r in rs)
-                first[v] = statistics.median(r["first_s"] for r in rs)
+                ms[v] = statistics.median(r[v]["ms_per_step"] for r in runs)
+                first[v] = statistics.median(r[v]["first_s"] for r in runs)
         cols = [f"{ms[v]:.2f}" if v in ms else "fails" for v in VARIANTS]
         firsts = " / ".join(f"{first[v]:.2f}" if v in first else "-" for v in VARIANTS)
-        print(f"| {cell} | {' | '.join(cols)} | {_ratio(ms, 'ember', 'eager')} | {_ratio(ms, 'ember', 'inductor')} | "
-              f"{firsts} |")
+        print(f"| {cell} | {' | '.join(cols)} | {_ratio(runs, 'ember', 'eager')} | "
+              f"{_ratio(runs, 'ember', 'inductor')} | {firsts} |")
         for v, e in errors.items():
             print(f"\n{cell}, {v}: {e}")
 
 
-def _ratio(ms: dict[str, float], a: str, b: str) -> str:
-    """How many times faster `a` is than `b` (b's time over a's), or '-' where either failed."""
-    return f"{ms[b] / ms[a]:.2f}x" if a in ms and b in ms else "-"
+def _ratio(runs: list[dict], a: str, b: str) -> str:
+    """How many times faster `a` is than `b` (b's time over a's, the median over processes of each process's
+    ratio), or '-' where either failed."""
+    ratios = [r[b]["ms_per_step"] / r[a]["ms_per_step"] for r in runs
+              if "ms_per_step" in r.get(a, {}) and "ms_per_step" in r.get(b, {})]
+    return f"{statistics.median(ratios):.2f}x" if len(ratios) == len(runs) else "-"
 
 
 if __name__ == "__main__":
