@@ -112,3 +112,18 @@ def test_codegen_is_reused_by_several_threads():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_outputs_are_inference_tensors_exactly_where_eagers_are():
+    # new buffers come from torch's C++ allocation entry point (`_empty_strided_cpu`) and the views the call makes of
+    # them from `_reinterpret_tensor`: both must still say what inference mode makes of a new tensor
+    fn = lambda x, w: ((x.exp() + 1).reshape(4, 6) @ w, x.sin())  # noqa: E731
+    x, w = torch.randn(2, 12), torch.randn(6, 3)
+    compiled = compile_fn(fn, x, w)
+    assert "_empty_cpu(" in compiled.source and "_reinterpret(" in compiled.source
+    for mode in (torch.inference_mode(), torch.no_grad()):
+        with mode:
+            got, want = compiled([x, w]), fn(x, w)
+        for g, e in zip(got, want, strict=True):
+            torch.testing.assert_close(g, e)
+            assert g.is_inference() == e.is_inference()
