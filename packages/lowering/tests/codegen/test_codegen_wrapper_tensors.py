@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ember_core.testing import graph_to_device
 from ember_lowering.codegen import _wrapper
 from lowering_checks import trace
 from test_codegen_layer import ToyCodegen, ToyWriter
@@ -111,3 +112,25 @@ def test_a_codegen_may_keep_the_public_functions():
     assert "_empty_strided(" in body and "_as_strided(b_add" in body and "_empty_cpu" not in body
     compiled, _ = run(mm_chain, torch.randn(5, 3), torch.randn(6, 3), codegen=PublicOnlyCodegen())
     assert "b_add = b_mm\n" in wrapper_of(compiled)  # no view to make on any device
+
+
+class AnyDeviceCodegen(ToyCodegen):
+    def serves(self, device: str) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("fn, args", [(reshaped, (torch.randn(2, 12), torch.randn(6, 3))),
+                                      (mm_chain, (torch.randn(5, 3), torch.randn(6, 3)))])
+def test_a_plan_for_cuda_allocates_and_views_on_its_device(fn, args):
+    # built, never run: torch's CPU entry points would put a CUDA plan's buffers in host memory, which Triton's
+    # interpreter (CPU tensors) could not show
+    compiled = AnyDeviceCodegen().compile(graph_to_device(trace(fn, *args), "cuda:0"))
+    assert compiled.codegen == "toy"
+    body = wrapper_of(compiled)
+    assert "_empty_cpu" not in body and "_reinterpret" not in compiled.source
+    assert compiled.fn.__globals__["_device"] == torch.device("cuda:0")
+    if fn is reshaped:
+        assert "b_add = _empty_strided((2, 12), (12, 1), dtype=_dt0, device=_device)" in body
+        assert "_as_strided(b_add, (4, 6), (6, 1), 0)" in body
+    else:
+        assert "b_add = b_mm\n" in body  # no view to make, on any device
