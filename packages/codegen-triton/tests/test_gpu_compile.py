@@ -26,6 +26,18 @@ import torch.nn.functional as F
 from helpers import on_cuda, trace
 
 W = torch.randn(32)
+
+
+def _states(x, w):
+    """A recurrence's states concatenated: lowering's cat-in-place has each state's kernel write into the cat's buffer
+    at its offset (the input, the first piece, copied by a kernel of its own)."""
+    h, out = x, [x]
+    for _ in range(10):
+        h = torch.tanh(h @ w) + h
+        out.append(h)
+    return (torch.cat(out) * 2,)
+
+
 CASES = {
     "softmax_tanh": (lambda x: (torch.softmax(x, -1) * torch.tanh(x),), (torch.randn(8, 32),), "fake"),
     "layer_norm_bf16": (lambda x: (F.layer_norm(x, (32,), W.bfloat16()),), (torch.randn(8, 32).bfloat16(),), "fake"),
@@ -86,6 +98,7 @@ CASES = {
                           (torch.randn(2, 3, 9, 13),), "fake"),
     # three layers of one body between bf16 matmuls (extern calls): one @triton.jit function and two names bound to
     # it (`_dedup.py`, the shared `same_kernels`), each launch site lean through its own name
+    "cat_in_place": (_states, (torch.randn(4, 16), torch.randn(16, 16)), "fake"),
     "repeated_layers_bf16": (lambda x, w: (torch.softmax(torch.tanh(torch.softmax(torch.tanh(torch.softmax(
         torch.tanh(x @ w) * 2, -1) @ w) * 2, -1) @ w) * 2, -1),),
         (torch.randn(8, 32).bfloat16(), torch.randn(32, 32).bfloat16()), "fake"),

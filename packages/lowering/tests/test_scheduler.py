@@ -87,7 +87,7 @@ def test_passes_are_stamped_and_kernels_named_by_kind_and_shape():
     plan = lower(trace(lambda x: (x.exp(), x.sum(1), x.t().sin()), X), emit_event=False)
     assert plan.passes == ("lower", "fuse-inline", "fuse-vertical", "fuse-siblings", "keep-float32", "order-dims",
                            "coalesce-dims", "split-moments", "stash-values", "extern-in-place", "bound-indices",
-                           "plan-buffers")
+                           "cat-in-place", "plan-buffers")
     # sin's result is transposed like its input (eager keeps the layout): one walk of both in storage order
     assert sorted(k.name for k in plan.kernels) == ["pointwise_256", "reduce_8x32"]
 

@@ -3,9 +3,11 @@ it is first written, or of one its own kernel reads for the last time at the ver
 
 Walk the steps in order. A temp's live range runs from the step that writes it to the last step that reads it
 (directly, through a view, or through the results of an extern that reads it: those may alias it); outputs
-live to the end. Storage the plan owns: what its kernels write, and the result of an ATen call whose schema
-says it returns storage of its own (`mm`, `addmm`, a convolution; one tensor result, so no two results can
-share it). When a kernel writes a temp, the temp takes, in this order:
+live to the end. A part (`cat-in-place`) is a slice of its base's storage: the base lives from its first part's
+write to the last read of it, of a part or of a view of either. Storage the plan owns: what its kernels write
+(whole or part by part), and the result of an ATen call whose schema says it returns storage of its own (`mm`,
+`addmm`, a convolution; one tensor result, so no two results can share it). When a kernel writes a temp, the temp
+takes, in this order:
 
 - in place: the storage of a buffer that dies at this kernel, which the kernel reads only where it writes the
   temp, before writing it (`in_place`): a GELU's gradient into the matmul result it scales, as Inductor's
@@ -39,6 +41,9 @@ def _last_uses(plan: KernelPlan, roots: dict[str, str]) -> dict[str, int]:
     for k, step in enumerate(plan.steps):
         for n in step_reads(step, roots):
             last[n] = k
+        for n in step_writes(step):  # an assembled buffer lives from its first part's write
+            if n in roots:
+                last[roots[n]] = max(last.get(roots[n], k), k)
     end = len(plan.steps)
     for o in plan.outputs:
         if isinstance(o, str):
@@ -76,6 +81,9 @@ def plan_buffers(plan: KernelPlan, note: Note, extern_results: bool = True) -> K
             dying = [n for n in owner if last.get(n) == k and buffers[n].kind == "temp" and n not in outputs
                      and n not in extern_read]
             for name in sorted(step_writes(step), key=list(buffers).index):
+                if buffers[name].kind == "part":  # its base's storage, owned from the first part's write
+                    owner.setdefault(buffers[name].base, buffers[name].base)
+                    continue
                 _allocate(buffers, name, step, dying, roots, free, owner, taken, note)
         elif extern_results and (out := fresh_result(step, buffers)) is not None:
             owner[out] = out
@@ -103,7 +111,7 @@ def sharing_problem(plan: KernelPlan) -> str | None:
     first: dict[str, int] = {}
     for k, step in enumerate(plan.steps):
         for n in step_writes(step):
-            first.setdefault(n, k)
+            first.setdefault(roots.get(n, n), k)  # a part's write is its base's
     users: dict[str, list[str]] = {}
     for b in plan.buffers:
         if b.kind == "temp" and b.base is not None:

@@ -26,6 +26,7 @@ VERDICTS = frozenset({
     "reused",  # a buffer takes a dead buffer's storage (plan-buffers)
     "split",  # one reduction became two passes over its row (split-moments)
     "widened",  # ops read an intermediate in float32, before its rounding to bfloat16 (keep-float32)
+    "assembled",  # a buffer is written part by part where its pieces are made (cat-in-place)
 })
 
 

@@ -44,8 +44,10 @@ def numel_hint(sizes: Iterable[sympy.Expr], hints: dict[str, int]) -> int:
 
 
 def view_roots(plan: KernelPlan) -> dict[str, str]:
-    """view buffer → the buffer whose storage it reads."""
-    return {b.name: b.base for b in plan.buffers if b.kind == "view"}
+    """view or part buffer → the buffer whose storage it lies in (a view of a part: the part's base)."""
+    parts = {b.name: b.base for b in plan.buffers if b.kind == "part"}
+    roots = {b.name: parts.get(b.base, b.base) for b in plan.buffers if b.kind == "view"}
+    return roots | parts if parts else roots
 
 
 _MEMO: dict[tuple[str, int], tuple[Step, frozenset[str]]] = {}  # steps are immutable: (kind, id) → names

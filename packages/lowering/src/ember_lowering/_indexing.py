@@ -69,6 +69,11 @@ def contiguous_strides(shape: Sequence[Expr | int]) -> tuple[Expr, ...]:
     return tuple(reversed(strides))
 
 
+def row_major(shape: Sequence[Expr], stride: Sequence[Expr]) -> bool:
+    """Are the strides a row-major layout's (a dim of size 1 may have any stride: it is never stepped)?"""
+    return all(d == 1 or sympy.expand(s - c) == 0 for d, s, c in zip(shape, stride, contiguous_strides(shape)))
+
+
 def storage_size(shape: Sequence[Expr], stride: Sequence[Expr], offset: Expr = ZERO) -> Expr:
     """Elements a layout spans from the storage start: offset + 1 + sum((size - 1) * stride); 0 when empty."""
     if any(d.is_number and d == 0 for d in shape):

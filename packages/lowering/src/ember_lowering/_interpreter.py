@@ -311,7 +311,7 @@ class PlanInterpreter:
         tensors.update({n: c for n, c in self.constants.items() if n in self.buffers})
         storage: dict[str, torch.Tensor] = {}
         for b in plan.buffers:
-            if b.kind in ("temp", "output") and b.name not in self.extern_outs:
+            if b.kind in ("temp", "output", "part") and b.name not in self.extern_outs:
                 tensors[b.name] = self.allocate(b, storage, syms)
         for step in plan.steps:
             if isinstance(step, Kernel):

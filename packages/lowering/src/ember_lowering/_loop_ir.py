@@ -362,7 +362,7 @@ class Extern:
 
 Step = Kernel | Extern
 
-BUFFER_KINDS = ("input", "constant", "temp", "output", "view", "local")
+BUFFER_KINDS = ("input", "constant", "temp", "output", "view", "local", "part")
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +370,9 @@ class Buffer:
     """A named tensor. kind: `input` and `constant` come from outside; `temp` and `output` are written by the
     plan; `view` reads another buffer's storage (`base`) with its own layout. A `temp` with a `base` reuses that
     buffer's storage, which is dead by then (see `_buffers.py`). A `local` is one kernel's per-iteration
-    scratch row: static shape, row-major, stored and loaded by that kernel only."""
+    scratch row: static shape, row-major, stored and loaded by that kernel only. A `part` is a temp that lives
+    in a slice of another buffer's storage (`base`, from `offset`), beside the other parts of that buffer: the
+    base is never written whole, it is assembled, and is whole once each of its parts is (`cat-in-place`)."""
 
     name: str
     dtype: str

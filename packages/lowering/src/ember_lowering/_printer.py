@@ -80,7 +80,7 @@ def format_layout(dtype: str, shape: tuple, stride: tuple) -> str:
 def format_buffer(b: Buffer) -> str:
     text = f"{b.name}: {format_layout(b.dtype, b.shape, b.stride)} {b.kind}"
     if b.base is not None:
-        text += f" of {b.base}" if b.kind == "view" else f" reuses {b.base}"
+        text += f" of {b.base}" if b.kind in ("view", "part") else f" reuses {b.base}"
     if b.offset != 0:
         text += f" at {b.offset}"
     return text

@@ -22,6 +22,7 @@ from ._loop_ir import Extern, Kernel, KernelPlan
 from ._rewrite import rename_buffers
 from ._verify import check_round_trip, verify_plan
 from .loop_passes.bound_indices import BoundIndices
+from .loop_passes.cat_in_place import CatInPlace
 from .loop_passes.coalesce_dims import CoalesceDims
 from .loop_passes.extern_in_place import ExternInPlace
 from .loop_passes.fuse_inline import FuseInline
@@ -47,9 +48,9 @@ def default_passes() -> tuple[Pass, ...]:
     """Fusion first (it matches iteration spaces dim by dim), then what fusion made of bfloat16 chains
     (keep-float32, which widens only in a plan `lower` bound it to: see `bind_passes`), the shape of each kernel's
     loops (order-dims, coalesce-dims, split-moments, stash-values), then storage (extern-in-place), what the value
-    ranges of the final kernels prove (bound-indices) and the buffers' storage (plan-buffers)."""
+    ranges of the final kernels prove (bound-indices) and the buffers' storage (cat-in-place, plan-buffers)."""
     return (FuseInline(), FuseVertical(), FuseSiblings(), KeepFloat32(), OrderDims(), CoalesceDims(), SplitMoments(),
-            StashValues(), ExternInPlace(), BoundIndices(), PlanBuffers())
+            StashValues(), ExternInPlace(), BoundIndices(), CatInPlace(), PlanBuffers())
 
 
 def bind_passes(passes: Sequence[Pass], graph: Graph) -> tuple[Pass, ...]:

@@ -15,7 +15,7 @@ from ember_core import EmberError, Ref, arguments_problem, as_sympy, map_args, r
 
 from ._buffers import sharing_problem
 from ._errors import PlanError
-from ._indexing import contiguous_strides
+from ._indexing import contiguous_strides, numel, row_major
 from ._loop_ir import (
     ARITY,
     BUFFER_KINDS,
@@ -83,8 +83,13 @@ class _Checker:
             if b.kind == "input" and b.name not in self.plan.inputs:
                 raise _Fail(("buffer", b.name), f"input buffer {b.name!r} is not among the plan's inputs")
         ready = {b.name for b in self.buffers.values() if b.kind in ("input", "constant")}
+        parts = self.tiled()
         for k, step in enumerate(self.plan.steps):
-            ready |= self.step(k, step, ready)
+            written = self.step(k, step, ready)
+            if whole := written & parts.keys():
+                raise _Fail(("step", k), f"step writes {sorted(whole)[0]!r} whole: it is assembled from parts")
+            ready |= written
+            ready |= {base for base, names in parts.items() if base not in ready and names <= ready}
         for o in self.plan.outputs:
             if isinstance(o, str) and o in self.buffers and self.buffers[o].kind == "local":
                 raise _Fail(("buffer", o), f"output {o!r} is a local buffer")
@@ -110,7 +115,7 @@ class _Checker:
             self.closed(e, key, f"buffer {b.name!r}")
         if b.kind == "local":
             self.local(b, key)
-        if b.kind == "view" or b.base is not None:
+        if b.kind in ("view", "part") or b.base is not None:
             base = self.buffers.get(b.base or "")
             if base is None:
                 raise _Fail(key, f"buffer {b.name!r} names base {b.base!r}, not declared before it")
@@ -119,9 +124,38 @@ class _Checker:
             if base.kind == "view" or (b.kind != "view" and base.base is not None):
                 what = "must not be a view" if b.kind == "view" else "must own its storage"
                 raise _Fail(key, f"buffer {b.name!r}: its base {b.base!r} {what}")
-            if b.kind != "view" and (b.kind != "temp" or base.kind != "temp" or base.dtype != b.dtype):
+            if b.kind == "part" and (base.kind not in ("temp", "output") or base.dtype != b.dtype):
+                raise _Fail(key, f"buffer {b.name!r}: a part lies in a temp or an output of its dtype")
+            if b.kind not in ("view", "part") and (b.kind != "temp" or base.kind != "temp" or base.dtype != b.dtype):
                 raise _Fail(key, f"buffer {b.name!r}: only a temp reuses another temp of its dtype")
         self.buffers[b.name] = b
+
+    def tiled(self) -> dict[str, set[str]]:
+        """Each assembled buffer → its parts, checked to tile it: the buffer and each part row-major and dense,
+        the parts one after another from its first element to its last (a cat along its leading dims)."""
+        parts: dict[str, set[str]] = {}
+        for b in self.buffers.values():
+            if b.kind == "part":
+                parts.setdefault(b.base, set()).add(b.name)
+        for base, names in parts.items():
+            key = ("buffer", base)
+            whole = self.buffers[base]
+            if not row_major(whole.shape, whole.stride) or whole.offset != 0:
+                raise _Fail(key, f"buffer {base!r} is assembled from parts but is not row-major from its start")
+            at: dict[sympy.Expr, Buffer] = {}
+            for n in names:
+                b = self.buffers[n]
+                if not row_major(b.shape, b.stride):
+                    raise _Fail(("buffer", n), f"part {n!r} of {base!r} is not row-major")
+                at[sympy.expand(b.offset)] = b
+            end, count = sympy.Integer(0), 0
+            while end in at:
+                b = at[end]
+                end, count = sympy.expand(end + numel(b.shape)), count + 1
+            if count != len(names) or sympy.expand(end - numel(whole.shape)) != 0:
+                raise _Fail(key, f"the parts of {base!r} do not tile it: {count} of {len(names)} follow one "
+                                 f"another from its start, up to element {end} of {numel(whole.shape)}")
+        return parts
 
     @staticmethod
     def local(b: Buffer, key: tuple) -> None:
@@ -143,7 +177,7 @@ class _Checker:
 
     def step(self, k: int, step, ready: set[str]) -> set[str]:
         writes = self.extern(k, step, ready) if isinstance(step, Extern) else _KernelChecker(self, k, step, ready).run()
-        kinds = ("temp", "output") if isinstance(step, Extern) else ("temp", "output", "local")
+        kinds = ("temp", "output") if isinstance(step, Extern) else ("temp", "output", "local", "part")
         for name in writes:
             b = self.buffers.get(name)
             if b is None:
@@ -276,7 +310,7 @@ class _KernelChecker:
             if i.srcs and self.dtypes[i.srcs[0]] != "bool":
                 raise self.fail(key, "a load's mask must be bool")
             return
-        if b.kind not in ("temp", "output", "local"):
+        if b.kind not in ("temp", "output", "local", "part"):
             raise self.fail(key, f"store to {b.kind} buffer {b.name}")
         if self.dtypes[i.srcs[0]] != b.dtype:
             raise self.fail(key, f"store of a {self.dtypes[i.srcs[0]]} value to {b.name} ({b.dtype})")

@@ -134,3 +134,28 @@ def test_a_plan_for_cuda_allocates_and_views_on_its_device(fn, args):
         assert "_as_strided(b_add, (4, 6), (6, 1), 0)" in body
     else:
         assert "b_add = b_mm\n" in body  # no view to make, on any device
+
+
+def states(x, w):  # a recurrence whose states are concatenated: each is written into the cat's buffer (cat-in-place)
+    h, out = x, []
+    for _ in range(10):
+        h = torch.tanh(h @ w) + h
+        out.append(h)
+    return (torch.cat(out) * 2,)
+
+
+def test_a_cat_assembled_in_place_is_allocated_before_its_first_part_and_its_parts_are_views_of_it():
+    compiled, _ = run(states, torch.randn(4, 16), torch.randn(16, 16))
+    body = wrapper_of(compiled)
+    assert "aten.cat" not in body
+    alloc = body.index("b_cat = _empty_cpu((40, 16), (16, 1), ")
+    assert alloc < body.index("k1_tanh")  # before the first kernel writes a part of it
+    assert "_reinterpret(b_cat, (4, 16), (16, 1), 64)" in body  # the second state, read by the next matmul
+
+
+def test_a_cuda_plans_assembled_cat_is_allocated_and_viewed_on_its_device():
+    compiled = AnyDeviceCodegen().compile(graph_to_device(trace(states, torch.randn(4, 16), torch.randn(16, 16)),
+                                                          "cuda:0"))
+    body = wrapper_of(compiled)
+    assert "b_cat = _empty_strided((40, 16), (16, 1), dtype=_dt0, device=_device)" in body
+    assert "_as_strided(b_cat, (4, 16), (16, 1), 64)" in body

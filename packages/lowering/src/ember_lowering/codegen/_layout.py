@@ -2,9 +2,10 @@
 and the kernels both use.
 
 A root is a buffer that owns the storage the wrapper hands to kernels: an input, a constant, an extern's result,
-or a buffer a kernel writes that reuses no other storage (an "owner"). A view or a temp that reuses an owner's
-storage is addressed as `root + rel_offset + sum(index * stride)`. Symbols the plan's sizes use are bound by the
-wrapper from the inputs' shapes and strides (as `PlanInterpreter.bindings`) and passed to kernels as integers.
+or a buffer a kernel writes, whole or part by part, that reuses no other storage (an "owner"). A view, a part or
+a temp that reuses an owner's storage is addressed as `root + rel_offset + sum(index * stride)`. Symbols the
+plan's sizes use are bound by the wrapper from the inputs' shapes and strides (as `PlanInterpreter.bindings`) and
+passed to kernels as integers.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class PlanLayout:
         self.buffers: dict[str, Buffer] = plan.buffer_map
         self.extern_outs = {o for s in plan.externs for o in s.outs if o != "_"}
         self.kernel_writes = {i.buffer for k in plan.kernels for i in k.instrs() if i.buffer and i.op.value == "store"}
+        self.assembled = {b.base for b in plan.buffers if b.kind == "part"}  # written part by part, never whole
         taken: set[str] = set()
         self.local = {b.name: _safe("b_", b.name, taken) for b in plan.buffers}
         self.symbols = self._used_symbols()
@@ -57,11 +59,12 @@ class PlanLayout:
 
     def is_owner(self, name: str) -> bool:
         b = self.buffers[name]
-        return b.kind in ("temp", "output") and b.base is None and name in self.kernel_writes
+        return b.kind in ("temp", "output") and b.base is None and (name in self.kernel_writes or
+                                                                     name in self.assembled)
 
     def root(self, name: str) -> str:
         b = self.buffers[name]
-        if b.kind == "view" or (b.kind == "temp" and b.base is not None):
+        if b.kind in ("view", "part") or (b.kind == "temp" and b.base is not None):
             return self.root(b.base)
         return name
 
@@ -70,7 +73,7 @@ class PlanLayout:
         b = self.buffers[name]
         if b.kind == "view":
             return self.rel_offset(b.base) + b.offset
-        if b.kind == "temp" and b.base is not None:
+        if b.kind == "part" or (b.kind == "temp" and b.base is not None):
             return b.offset
         return sympy.Integer(0)
 
