@@ -761,3 +761,26 @@ def test_a_backward_in_the_interpreter_after_a_lowering_failure_gives_eagers_gra
             compiled(x_ember).sum().backward()
             torch.testing.assert_close(x_ember.grad, x_eager.grad)
     assert [e.data["cause"] for e in rec.kinds("fallback")] == ["lowering"]
+
+
+def test_batch_norm_of_one_image_under_a_transposed_gradient_is_the_true_gradient():
+    """XCiT and EfficientFormer flatten and transpose a batch norm's output (`x.flatten(2).transpose(1, 2)`); for a
+    batch of one image the gradient reaching the norm then has channels-last strides while its input does not, and
+    eager's CPU batch-norm backward (torch 2.11-2.14, float32 and float64) gives wrong weight and bias gradients for
+    that pair. ember's must be the true ones: eager's with that gradient made contiguous first (a view changes
+    nothing of the loss, so also the same as without the views)."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 16, 16)
+
+    def step(bn, run, contiguous=False):
+        y = run(x)
+        if contiguous:
+            y.register_hook(lambda g: g.contiguous())
+        y.flatten(2).transpose(1, 2).pow(2).mean().backward()
+        return bn.weight.grad, bn.bias.grad
+
+    truth, compiled = nn.BatchNorm2d(3), nn.BatchNorm2d(3)
+    want = step(truth, truth, contiguous=True)
+    got = step(compiled, ember.compile(compiled))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1.3e-6, atol=1e-6)

@@ -73,3 +73,26 @@ def test_a_repeated_body_counts_one_line_toward_splitting_a_unit():
     program = build_program(plan)
     first = program.kernels[0].text.count("\n") + 1
     assert unit_lines(program) == first + 2
+
+
+def _states(x, w):
+    """A recurrence whose states are concatenated (more pieces than a kernel's cat): lowering's cat-in-place has
+    each step's kernel write its state into the cat's buffer, at another offset each time."""
+    h, out = x, []
+    for _ in range(10):
+        h = torch.tanh(h @ w) * 0.5 + h
+        out.append(h)
+    return (torch.cat(out) * 2,)
+
+
+def test_kernels_writing_different_parts_of_one_buffer_are_printed_once():
+    x, w = torch.randn(4, 16), torch.randn(16, 16)
+    compiled = check(_states, x, w, atol=1e-5, rtol=1e-5)
+    program = build_program(lower(trace(_states, x, w), emit_event=False))
+    steps = [k for k in program.kernels if k.pointers]  # those taking a part's own pointer
+    assert len(steps) == 10 and all(k.roots[-1] == "cat" for k in steps)
+    first, final = _bodies(program.source)  # the steps' one body (each reads the last state, writes the next)
+    assert ALIAS.findall(program.source) == [(k.name, first) for k in steps[1:]]
+    # the call adds each part's offset to its root's pointer (a state: 4 x 16 elements)
+    assert f"{steps[2].name}(b_mm_2, b_cat + 64, b_cat + 128)" in program.source
+    assert _bodies(compiled.source) == [first, final]  # what ran above

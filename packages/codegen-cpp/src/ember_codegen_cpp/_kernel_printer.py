@@ -111,8 +111,8 @@ class KernelPrinter(StatementPrinter):
         first = {}
         for i in self.k.instrs():
             if i.buffer is not None and i.buffer not in self.locals:
-                first.setdefault(self.layout.root(i.buffer), len(first))
-        roots = sorted(self.roots, key=lambda r: first.get(r, len(first)))
+                first.setdefault(self.pointer(i.buffer), len(first))
+        roots = sorted(self.roots, key=lambda r: first.get(r, len(first)))  # pointers: a part's own (part_pointers)
         params = []
         for r in roots:
             const = "" if self.roots[r] else "const "
@@ -125,7 +125,9 @@ class KernelPrinter(StatementPrinter):
         text = "\n".join([head, "  int ember_err = 0;", *body, "  return ember_err;", "}"])
         if self.uses_err:  # known once the body is printed: add the flag to every loop pragma
             text = text.replace(_SIMD, _SIMD + _ERR).replace(_PARALLEL, _PARALLEL + _ERR)
-        return PrintedKernel(self.name, tuple(roots), self.written(), text,
+        real = tuple(dict.fromkeys(self.layout.root(r) for r in roots))
+        return PrintedKernel(self.name, real, frozenset(self.layout.root(r) for r in self.written()), text,
+                             pointers=tuple(roots) if real != tuple(roots) else (),
                              simd=self._simd())
 
     def _simd(self) -> str:

@@ -47,6 +47,17 @@ def root_params(program: Program, roots, writes) -> list[str]:
     return params + [f"int64_t {layout.sym_local[s]}" for s in layout.symbols]
 
 
+def kernel_args(program: Program, k: PrintedKernel) -> list[str]:
+    """What a call passes the kernel: each pointer it takes (a part's: its root's plus the part's offset), then the
+    symbols."""
+    layout, out = program.layout, []
+    for p in k.params:
+        root = layout.root(p)
+        offset = layout.rel_offset(p)
+        out.append(layout.local[root] if offset == 0 else f"{layout.local[root]} + {offset}")
+    return out + [layout.sym_local[s] for s in layout.symbols]
+
+
 def translation_unit(program: Program) -> str:
     """The whole source: prelude, kernels, segments. No graph name in it: the same kernels share a build."""
     return _unit(program, program.segments, f"// ember codegen-cpp: {len(program.kernels)} kernels")
@@ -80,7 +91,7 @@ def same_bodies(program: Program, kernels: list[PrintedKernel]) -> dict[str, str
     layout = program.layout
     stashes = frozenset(layout.local[n] for n, b in layout.buffers.items() if b.kind == "local")  # in a kernel
     return same_kernels([k for k in kernels if k.name not in program.variants],
-                        lambda k: _canonical(k.text, k.name, tuple(layout.local[r] for r in k.roots), stashes))
+                        lambda k: _canonical(k.text, k.name, tuple(layout.local[r] for r in k.params), stashes))
 
 
 @functools.lru_cache(maxsize=1024)  # a program's units are printed several times (lines, parts, each unit)
@@ -107,10 +118,8 @@ def split_segments(program: Program, parts: int) -> list[list[Segment]]:
 
 def _unit(program: Program, segments: list[Segment], header: str) -> str:
     """A unit of `segments`: prelude, their kernels, the segments, the kernels' entry points."""
-    layout = program.layout
     kernels = [k for s in segments for k in s.kernels]
     out = [header, prelude()]
-    syms = [layout.sym_local[s] for s in layout.symbols]
     same = same_bodies(program, kernels)
     for k in kernels:
         variants = program.variants.get(k.name)
@@ -120,19 +129,18 @@ def _unit(program: Program, segments: list[Segment], header: str) -> str:
                        f"static constexpr auto& {k.name} = {first};  // the same kernel\n")
             continue
         out += [text + "\n" for _, text in variants]
-        args = [layout.local[r] for r in k.roots] + syms
-        out += dispatch_source(k.name, len(variants), root_params(program, k.roots, k.writes), args)
+        out += dispatch_source(k.name, len(variants), root_params(program, k.roots, k.writes),
+                               kernel_args(program, k))
     for seg in segments:
         params = ", ".join(segment_params(program, seg)) or "void"
         out.append(f'extern "C" __attribute__((visibility("default"))) int {seg.name}({params}) {{')
         out.append("  int e;")
         for k in seg.kernels:
-            args = ", ".join([layout.local[r] for r in k.roots] + syms)
-            out.append(f"  if ((e = {k.name}({args}))) return e;")
+            out.append(f"  if ((e = {k.name}({', '.join(kernel_args(program, k))}))) return e;")
         out.append("  return 0;\n}\n")
     for k in kernels:  # for profiling: each kernel alone
         params = ", ".join(root_params(program, k.roots, k.writes)) or "void"
-        args = ", ".join([layout.local[r] for r in k.roots] + syms)
+        args = ", ".join(kernel_args(program, k))
         out.append(f'extern "C" __attribute__((visibility("default"))) int {entry_point(k.name)}({params}) '
                    f"{{ return {k.name}({args}); }}")
     return "\n".join(out) + "\n"

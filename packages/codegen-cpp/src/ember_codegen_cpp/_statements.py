@@ -29,6 +29,8 @@ from ._vector import VectorBody
 class StatementPrinter(KernelWalk):
     """A kernel's loop blocks and instructions as C++ lines (see the module docstring)."""
 
+    part_pointers = True  # a part is a parameter of its own: the call adds its offset (`_program.kernel_args`)
+
     # ------------------------------------------------------------------ loop blocks
 
     def _block(self, stmts, depth: int) -> list[str]:
@@ -206,7 +208,7 @@ class StatementPrinter(KernelWalk):
 
     def _address(self, i: Instr) -> tuple[str, str]:
         """(root pointer, flat index) of a load's or store's element."""
-        return self.layout.local[self.layout.root(i.buffer)], self.expr(self.flat(i))
+        return self.layout.local[self.pointer(i.buffer)], self.expr(self.flat(i))
 
     def _local(self, i: Instr) -> str:
         """The element of a local (a stack array of this kernel's row) that a load or store addresses."""

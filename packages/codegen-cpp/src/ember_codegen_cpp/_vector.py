@@ -259,8 +259,8 @@ class VectorBody(VectorOps):
         """How far (in elements) the address moves per step of the last i-dim: 0 or 1 for what this prints as one
         vector access, None for anything else (another stride, an index read from memory, a floor or mod)."""
         b = self.p.layout.buffers[i.buffer]
-        offset = 0 if i.buffer in self.p.locals else self.p.layout.rel_offset(i.buffer)
-        flat = sympy.expand(flat_index(i.index, b.stride, offset, self.p.ranges))
+        flat = sympy.expand(flat_index(i.index, b.stride, 0, self.p.ranges) if i.buffer in self.p.locals
+                            else self.p.flat(i))
         names = {s.name for s in flat.free_symbols}
         if names & set(self.p.dtypes):
             return None

@@ -194,3 +194,14 @@ def test_broken_part_rules_are_named(change, message):
     text = ordered(PLAN.replace(*change))
     with pytest.raises(PlanError, match=message):
         verify_plan(parse_plan(text))
+
+
+def test_a_kernel_may_take_a_parts_own_pointer():
+    """`PlanLayout.pointer`: a part (or a view of one) is addressed from the part's first element; anything else
+    from its root."""
+    plan = parse_plan(ordered(PLAN.replace("  y: f32[2, 4] output\n",
+                                           "  y: f32[2, 4] output\n  v: f32[4] view of b\n")))
+    layout = PlanLayout(plan)
+    assert [layout.pointer(n) for n in ("a", "b", "v", "c", "x")] == ["a", "b", "b", "c", "x"]
+    assert [layout.pointer_offset(n) for n in ("a", "b", "v")] == [0, 0, 0]
+    assert [layout.rel_offset(n) for n in ("a", "b", "v")] == [0, 4, 4]

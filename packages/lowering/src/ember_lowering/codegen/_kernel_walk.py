@@ -8,8 +8,9 @@ spelled, its index printer (`index_printer()`, an `IndexPrinter` over `names`). 
 - `names`: what the loop vars and the plan's symbols are called in the kernel's text;
 - `ranges`: the dims' sizes and the symbols' lower bounds, to simplify index expressions;
 - `roots`: each storage root the kernel reads or writes (`read_root`, `write_root`), in order of first use, and
-  whether it writes it: the kernel's parameters;
-- `flat(i)`: an access's element as one offset from its root (`flat_index` with the buffer's strides and offset);
+  whether it writes it: the kernel's parameters (with `part_pointers`, a part's own pointer instead of its root);
+- `flat(i)`: an access's element as one offset from its root or part (`flat_index` with the buffer's strides and
+  offset);
 - `indirect(i)`: the (index, size) pairs of an access's dims whose index reads SSA values (gathers, scatters),
   which the printer tests against the buffer's shape (none for a load marked `in_bounds`);
 - `origins_comment(marker)`: the graph nodes the kernel computes, as a comment of the language.
@@ -28,6 +29,10 @@ from ._layout import PlanLayout
 class KernelWalk:
     """The state of printing one kernel that does not depend on the language (see the module docstring)."""
 
+    # a part of an assembled buffer (`cat-in-place`) is a parameter of its own, not its root plus an offset in the
+    # text (`PlanLayout.pointer`): the codegen's calls then pass the root's pointer plus the part's offset
+    part_pointers = False
+
     def __init__(self, kernel: Kernel, layout: PlanLayout, name: str):
         self.k, self.layout, self.name = kernel, layout, name
         self.dtypes: dict[str, str] = {}
@@ -45,14 +50,18 @@ class KernelWalk:
     def operand_dtypes(self, i: Instr) -> list[str]:
         return [self.dtypes.get(s, i.dtype) for s in i.srcs]
 
+    def pointer(self, buffer: str) -> str:
+        """The parameter `buffer` is addressed from: its root, or with `part_pointers` its part."""
+        return self.layout.pointer(buffer) if self.part_pointers else self.layout.root(buffer)
+
     def read_root(self, buffer: str) -> str:
-        """The root of `buffer`, noted as read (unless written already); its name in the kernel."""
-        root = self.layout.root(buffer)
+        """The root (the pointer) of `buffer`, noted as read (unless written already); its name in the kernel."""
+        root = self.pointer(buffer)
         self.roots.setdefault(root, False)
         return root
 
     def write_root(self, buffer: str) -> str:
-        root = self.layout.root(buffer)
+        root = self.pointer(buffer)
         self.roots[root] = True
         return root
 
@@ -61,7 +70,8 @@ class KernelWalk:
 
     def flat(self, i: Instr) -> sympy.Expr:
         b = self.layout.buffers[i.buffer]
-        return flat_index(i.index, b.stride, self.layout.rel_offset(i.buffer), self.ranges)
+        offset = self.layout.pointer_offset(i.buffer) if self.part_pointers else self.layout.rel_offset(i.buffer)
+        return flat_index(i.index, b.stride, offset, self.ranges)
 
     def indirect(self, i: Instr) -> list[tuple[sympy.Expr, sympy.Expr]]:
         if i.in_bounds:  # proven inside the buffer (bound-indices): nothing to test

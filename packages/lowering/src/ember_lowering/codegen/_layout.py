@@ -77,6 +77,22 @@ class PlanLayout:
             return b.offset
         return sympy.Integer(0)
 
+    def pointer(self, name: str) -> str:
+        """What a kernel that takes one pointer per part (`KernelWalk.part_pointers`) points at for `name`: the
+        part it lies in (a part at a static offset), else its root. With its own pointer a part's offset stays out
+        of the kernel's text, so that kernels writing different parts of one buffer (an RNN's time steps) print
+        alike and are built once (`_dedup.py`); the call passes the root's pointer plus the offset."""
+        b = self.buffers[name]
+        part = b.base if b.kind == "view" and self.buffers[b.base].kind == "part" else name
+        if self.buffers[part].kind == "part" and self.buffers[part].offset.is_number:
+            return part
+        return self.root(name)
+
+    def pointer_offset(self, name: str) -> sympy.Expr:
+        """Elements from `pointer(name)`'s first element to this buffer's storage offset."""
+        p = self.pointer(name)
+        return self.rel_offset(name) - (self.rel_offset(p) if p != self.root(name) else 0)
+
     # ------------------------------------------------------------------ symbols
 
     def _used_symbols(self) -> list[str]:

@@ -41,6 +41,13 @@ class PrintedKernel:
     # How the kernel's loops use SIMD, in the codegen's words, for the vectorization report ("explicit 16 lanes",
     # "compiler: omp simd", "scalar: ..."); empty where the codegen does not say.
     simd: str = field(default="", compare=False, kw_only=True)
+    # what the kernel's pointer parameters point at, in order, where that is not `roots` (a part's own pointer,
+    # `KernelWalk.part_pointers`): the call passes each one's root plus its offset
+    pointers: tuple[str, ...] = field(default=(), kw_only=True)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self.pointers or self.roots
 
 
 @dataclass
