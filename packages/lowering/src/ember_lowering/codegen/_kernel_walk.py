@@ -70,7 +70,7 @@ class KernelWalk:
 
     def flat(self, i: Instr) -> sympy.Expr:
         b = self.layout.buffers[i.buffer]
-        offset = self.layout.pointer_offset(i.buffer) if self.part_pointers else self.layout.rel_offset(i.buffer)
+        offset = self.layout.rel_offset(i.buffer) - self.layout.rel_offset(self.pointer(i.buffer))  # a root's is 0
         return flat_index(i.index, b.stride, offset, self.ranges)
 
     def indirect(self, i: Instr) -> list[tuple[sympy.Expr, sympy.Expr]]:

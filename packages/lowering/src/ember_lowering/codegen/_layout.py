@@ -88,11 +88,6 @@ class PlanLayout:
             return part
         return self.root(name)
 
-    def pointer_offset(self, name: str) -> sympy.Expr:
-        """Elements from `pointer(name)`'s first element to this buffer's storage offset."""
-        p = self.pointer(name)
-        return self.rel_offset(name) - (self.rel_offset(p) if p != self.root(name) else 0)
-
     # ------------------------------------------------------------------ symbols
 
     def _used_symbols(self) -> list[str]:
