@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 from ember_codegen_cpp import Builder, BuildError, compiler
-from ember_codegen_cpp._build import FLAGS, PART_LINES, build_key, run_compiler
+from ember_codegen_cpp._build import FLAGS, PART_LINES, build_key, run_compiler, wide_vectors
+from ember_codegen_cpp._prelude import prelude
 
 
 @pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
@@ -57,3 +61,23 @@ def test_gcc_builds_without_loop_if_conversion():
 
     builder = Builder()
     assert set(GCC_FLAGS) <= set(builder.flags) if is_gcc(builder.cxx) else not set(GCC_FLAGS) & set(builder.flags)
+
+
+@pytest.mark.skipif(compiler() is None or not wide_vectors(), reason="needs a C++ compiler and an AVX-512 CPU")
+def test_the_vector_layers_lane_loops_are_whole_vector_instructions_under_an_intel_tuning():
+    """The vector layer's fma and rint are loops over the lanes that the compiler must turn into one 512-bit
+    instruction each. Under gcc's Intel tunings (which prefer 256-bit vectors; -march=native picks one on a Xeon) it
+    did each fma of ember's exp lane by lane and each rint in two halves, 6x slower; the builder's flags prefer the
+    CPU's widest vectors (`WIDE_FLAGS`)."""
+    source = prelude() + ("\nember_f32x16 ember_test_exp(ember_f32x16 x) { return ember_vexpf(x); }\n"
+                          "ember_f32x16 ember_test_fma(ember_f32x16 a, ember_f32x16 b, ember_f32x16 c) {\n"
+                          "  return ember_vfma(a, b, c);\n}\n")
+    flags = [f for f in Builder().flags if f != "-shared"] + ["-mtune=icelake-server", "-S", "-o", "-"]
+    asm = subprocess.run([compiler(), *flags, "-x", "c++", "-"], input=source, capture_output=True, text=True,
+                         check=True).stdout
+    body = {name: asm.split(f"{name}", 1)[1].split(".cfi_endproc", 1)[0]
+            for name in ("_Z14ember_test_expDv16_f", "_Z14ember_test_fmaDv16_fS_S_")}
+    for name, code in body.items():
+        assert not re.search(r"vfmadd\d+ss", code), f"{name}: an fma lane by lane\n{code}"
+        assert not re.search(r"vrndscaleps[^\n]*%ymm", code), f"{name}: a rint in halves\n{code}"
+        assert re.search(r"vfmadd\d+ps[^\n]*%zmm", code), f"{name}: no 512-bit fma\n{code}"

@@ -51,6 +51,13 @@ FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno",
 # speed; what gcc vectorized by if-converting slows down: the lane-by-lane argmax/argmin update (about 1.8x on one
 # AVX2 core) and gathers (1.1x).
 GCC_FLAGS: tuple[str, ...] = ("-fno-tree-loop-if-convert",)
+# An AVX-512 CPU's kernels are 512-bit vectors (`vector_lanes`), and so must be what gcc makes of the vector layer's
+# lane loops (fma, sqrt, floor, rint: `_vector_prelude.py`), which only its SLP vectorizer turns into one instruction.
+# gcc's Intel tunings prefer 256-bit vectors, and under them it split each 16-lane rint into two halves stored and
+# reloaded whole (a store-forwarding stall) and did every fma of ember's exp lane by lane: a 4M-element bf16 sigmoid
+# chain took 14.9 ms on a Xeon (-march=native: family 6 model 167, tuned as rocketlake), 2.5 ms preferring 512. The
+# 256-bit variant max-autotune may choose (`Variant.vector_bits`) says so on its kernel.
+WIDE_FLAGS: tuple[str, ...] = ("-mprefer-vector-width=512",)
 FORMAT = "1"  # bump when the meaning of generated code changes without its text changing
 PART_LINES = 500  # fewest kernel lines per part of a split unit (0.35 s of g++): a part's fixed cost is then ~10%
 
@@ -162,7 +169,8 @@ class Builder:
     def __init__(self, flags: tuple[str, ...] = FLAGS, cxx: str | None = None, part_lines: int = PART_LINES,
                  workers: int | None = None):
         self._cxx = cxx
-        self.flags = tuple(flags) + (GCC_FLAGS if self.cxx and is_gcc(self.cxx) else ())
+        self.flags = (tuple(flags) + (WIDE_FLAGS if wide_vectors() else ())
+                      + (GCC_FLAGS if self.cxx and is_gcc(self.cxx) else ()))
         self.part_lines = part_lines
         self.pool = BuildPool(CACHE, "cpp", workers, what="C++ library")  # default: a worker per core
 
