@@ -102,7 +102,7 @@ def main() -> None:
 def part_cpu(source: str) -> float:
     with tempfile.TemporaryDirectory() as work:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        run_compiler(compiler(), FLAGS, source, Path(work))
+        run_compiler(compiler(), Builder().flags, source, Path(work))
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 

@@ -3,13 +3,14 @@ functions and so Inductor's kernels call: u10, 1-ulp variants, but u35 for sin a
 for the functions kernels spend their time in, on every vector ISA the CPU runs (AVX2 with 8 lanes, AVX-512 with
 16), speed and accuracy side by side.
 
-One C++ program (built here with the system compiler, `-O3 -march=native`, linked to libmvec and to torch's
-libtorch_cpu) times each implementation over 64K float32 values in cache (best of many passes: nanoseconds per
-element, a single thread) and measures its largest error in units in the last place against the double-precision
-<cmath> result rounded to float, over 1M values spread over the function's whole float32 domain (every exponent,
-both signs; NaN and infinity excluded), where the exact result is at least 1e-6 in magnitude. gelu's error is not
-shown: x/2 (1+erf(x/sqrt 2)) cancels for x below about -4 whatever erf is (eager's formula too); erf's row says how
-good each erf is. sigmoid and gelu are built from exp and erf as ember's kernels build them.
+One C++ program (built here with the system compiler and the flags ember's kernels get: codegen-cpp's `FLAGS` and
+`machine_flags`; linked to libmvec and to torch's libtorch_cpu) times each implementation over 64K float32 values in
+cache (best of many passes: nanoseconds per element, a single thread) and measures its largest error in units in the
+last place against the double-precision <cmath> result rounded to float, over 1M values spread over the function's
+whole float32 domain (every exponent, both signs; NaN and infinity excluded), where the exact result is at least 1e-6
+in magnitude. gelu's error is not shown: x/2 (1+erf(x/sqrt 2)) cancels for x below about -4 whatever erf is (eager's
+formula too); erf's row says how good each erf is. sigmoid and gelu are built from exp and erf as ember's kernels
+build them.
 
 Usage: python benchmarks/vector_math.py [--write]   (`--write` replaces this machine's section of README.md)
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 from _harness import machine, write_section
 from ember_codegen_cpp import _own_math, prelude
-from ember_codegen_cpp._build import vector_lanes
+from ember_codegen_cpp._build import FLAGS, machine_flags, vector_lanes
 from ember_codegen_cpp._vector_prelude import IN_HALVES as _IN_HALVES
 
 # function → how its argument is drawn (`all`: the whole float range; `pos`: positive finite) and the double
@@ -241,8 +242,8 @@ def run() -> dict[tuple[str, str, str], tuple[float, float]]:
     try:
         (work / "bench.cpp").write_text(program())
         (work / "own.cpp").write_text(own_unit())
-        cmd = [cxx, "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fopenmp", str(work / "bench.cpp"),
-               str(work / "own.cpp"), "-o", str(work / "bench"),
+        flags = [f for f in FLAGS + machine_flags(cxx) if f not in ("-shared", "-fPIC")]
+        cmd = [cxx, *flags, str(work / "bench.cpp"), str(work / "own.cpp"), "-o", str(work / "bench"),
                f"-L{lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}", "-lmvec", "-lm"]
         subprocess.run(cmd, check=True)
         out = subprocess.run([str(work / "bench")], check=True, capture_output=True, text=True).stdout

@@ -144,14 +144,14 @@ int main() {
 
 def check(name: str) -> int:
     from ember_codegen_cpp import _own_math, prelude
-    from ember_codegen_cpp._build import FLAGS
+    from ember_codegen_cpp._build import FLAGS, machine_flags
 
     # ember's function itself at both widths, under a name of its own: the prelude's `ember_v<name>` at a width may
     # be another's (8-lane tanh is libmvec's)
     own = getattr(_own_math, f"vector_{name}")
     unit = prelude() + "".join(f'{own(n, "checked")}\nextern "C" ember_f32x{n} f{n}(ember_f32x{n} x) '
                                f'{{ return checked(x); }}\n' for n in (16, 8))
-    flags = [f for f in FLAGS if f not in ("-shared", "-fPIC")]
+    flags = [f for f in FLAGS + machine_flags("g++") if f not in ("-shared", "-fPIC")]
     with tempfile.TemporaryDirectory() as work:
         (Path(work) / "own.cpp").write_text(unit)
         (Path(work) / "check.cpp").write_text(CHECK.replace("TOP", f"{FUNCTIONS[name].top!r}f").replace("FN", name))

@@ -51,13 +51,6 @@ FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno",
 # speed; what gcc vectorized by if-converting slows down: the lane-by-lane argmax/argmin update (about 1.8x on one
 # AVX2 core) and gathers (1.1x).
 GCC_FLAGS: tuple[str, ...] = ("-fno-tree-loop-if-convert",)
-# An AVX-512 CPU's kernels are 512-bit vectors (`vector_lanes`), and so must be what gcc makes of the vector layer's
-# lane loops (fma, sqrt, floor, rint: `_vector_prelude.py`), which only its SLP vectorizer turns into one instruction.
-# gcc's Intel tunings prefer 256-bit vectors, and under them it split each 16-lane rint into two halves stored and
-# reloaded whole (a store-forwarding stall) and did every fma of ember's exp lane by lane: a 4M-element bf16 sigmoid
-# chain took 14.9 ms on a Xeon (-march=native: family 6 model 167, tuned as rocketlake), 2.5 ms preferring 512. The
-# 256-bit variant max-autotune may choose (`Variant.vector_bits`) says so on its kernel.
-WIDE_FLAGS: tuple[str, ...] = ("-mprefer-vector-width=512",)
 FORMAT = "1"  # bump when the meaning of generated code changes without its text changing
 PART_LINES = 500  # fewest kernel lines per part of a split unit (0.35 s of g++): a part's fixed cost is then ~10%
 
@@ -103,6 +96,23 @@ def vector_lanes() -> tuple[int, ...]:
     if "avx512f" in flags:
         return (16, 8)
     return (8,) if "avx2" in flags else (4,)
+
+
+def machine_flags(cxx: str) -> tuple[str, ...]:
+    """What the builder adds to its flags for this CPU and compiler: the vector width to prefer, and `GCC_FLAGS`. A
+    tool or benchmark that compiles the prelude into a program of its own passes `FLAGS` and these, to get the code
+    kernels get.
+
+    The kernels' explicit vectors have the CPU's native width (`vector_lanes`), and so must what the compiler makes
+    of the vector layer's lane loops (fma, rint, sqrt, floor: `_vector_prelude.py`), which become one instruction
+    each only through gcc's SLP vectorizer, at the width the tuning prefers: 256 bits for gcc's Intel tunings
+    (-march=native on a Xeon reporting family 6 model 167 tunes for rocketlake), 128 for znver1. On that Xeon every
+    fma of ember's 16-lane exp ran lane by lane and each rint in two halves stored and reloaded whole: a 4M-element
+    bf16 sigmoid chain took 14.9 ms at one thread, 2.5 preferring 512 bits. Max-autotune's 256-bit variant
+    (`Variant.vector_bits`) asks for its width on its kernel."""
+    lanes = vector_lanes()[0]  # 16 or 8 lanes: x86 (AVX-512, AVX2), whose compilers take the flag
+    prefer = (f"-mprefer-vector-width={32 * lanes}",) if lanes >= 8 else ()
+    return prefer + (GCC_FLAGS if is_gcc(cxx) else ())
 
 
 def build_key(source: str, flags: tuple[str, ...], cxx: str) -> str:
@@ -169,8 +179,7 @@ class Builder:
     def __init__(self, flags: tuple[str, ...] = FLAGS, cxx: str | None = None, part_lines: int = PART_LINES,
                  workers: int | None = None):
         self._cxx = cxx
-        self.flags = (tuple(flags) + (WIDE_FLAGS if wide_vectors() else ())
-                      + (GCC_FLAGS if self.cxx and is_gcc(self.cxx) else ()))
+        self.flags = tuple(flags) + (machine_flags(self.cxx) if self.cxx else ())
         self.part_lines = part_lines
         self.pool = BuildPool(CACHE, "cpp", workers, what="C++ library")  # default: a worker per core
 

@@ -19,7 +19,7 @@ class Variant:
     """One way to print a kernel; the default is the heuristics' choice. `par_min`: element-iterations from which
     the parallel loop forks (0: `EMBER_PAR_MIN`); `tile`: `CHUNK` (pointwise) or `BLOCK` (outer-contiguous
     reduction) times this; `vector_bits`: the widest vectors the compiler should prefer (0: the build's, the CPU's
-    widest (`_build.WIDE_FLAGS`); 256 on an AVX-512 machine keeps to ymm registers)."""
+    native width (`_build.machine_flags`); 256 on an AVX-512 machine keeps to ymm registers)."""
 
     par_min: int = 0
     tile: int = 1
