@@ -294,3 +294,28 @@ def test_a_size_of_a_fractional_scale_is_computed_in_doubles():
     check(lambda x: (F.interpolate(x, scale_factor=0.7, mode="nearest"), x[:, :, :math.floor(x.shape[2] * 0.3)] * 2,
                      x[:, :, :math.ceil(x.shape[2] * 0.3)] * 3), torch.randn(2, 3, 10, 20),
           mode="symbolic", others=[(torch.randn(1, 3, 37, 100),), (torch.randn(2, 2, 20, 10),)])
+
+
+def test_on_a_cuda_graph_a_cat_assembled_in_place_is_allocated_once_on_the_graphs_device():
+    """What the interpreter (CPU tensors) cannot show: lowering's cat-in-place makes each state of a recurrence a
+    part of the cat's buffer; on a CUDA graph that buffer is allocated on the graph's device, and its parts are not
+    allocated at all (compiled only; no GPU). Run under the interpreter, the same graph matches eager."""
+    from ember_codegen_triton import TritonCodegen
+    from helpers import on_cuda
+
+    def states(x, w):
+        h, out = x, [x]
+        for _ in range(10):
+            h = torch.tanh(h @ w) + h
+            out.append(h)
+        return (torch.cat(out) * 2,)
+
+    args = (torch.randn(4, 16), torch.randn(16, 16))
+    check(states, *args)
+    compiled = TritonCodegen().compile(on_cuda(trace(states, *args)), None, {"mode": "max-autotune-no-cudagraphs"})
+    assert compiled.fn.__globals__["_device"] == torch.device("cuda:0")
+    allocations = [line.strip() for line in compiled.source.splitlines() if "_empty_strided(" in line]
+    assert "b_cat = _empty_strided((44, 16), (16, 1), dtype=_dt0, device=_device)" in allocations
+    assert all(line.endswith("device=_device)") for line in allocations), allocations
+    assert all(re.match(r"b_(cat|mul) =", line) for line in allocations), allocations  # no part allocated
+    assert "aten.cat" not in compiled.source
