@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run shards of op_db and write their results and the summary")
     run.add_argument("--shard", default="0/1", help="K/N: every N-th op from the K-th (default 0/1, all ops)")
-    run.add_argument("--dtype", default="float32", help="float32, bfloat16 or both, comma-separated")
+    run.add_argument("--dtype", default="float32", help="float32, bfloat16, float16 or several, comma-separated")
     run.add_argument("--phases", default="forward,backward")
     run.add_argument("--ops", default="", help="only these op keys (name or name.variant), comma-separated")
     run.add_argument("--compiler", default="ember", choices=cases.COMPILERS,

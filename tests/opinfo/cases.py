@@ -9,8 +9,9 @@ The rules, in one place:
   requires grad, against eager's; an input autograd leaves without a gradient counts as a zero gradient;
 - inputs: in both phases the sample's tensors after the call are compared with eager's like outputs, so an op that
   writes into its inputs (batch norm's running statistics, `zero_`) is checked for what it wrote;
-- bfloat16: a value that misses the tolerance still passes when it is no further from a float32 reference (the op
-  on the inputs cast to float32) than eager's own bfloat16 value is: max |ember - ref32| <= 1.1 max |eager - ref32|;
+- bfloat16 and float16: a value that misses the tolerance still passes when it is no further from a float32
+  reference (the op on the inputs cast to float32) than eager's own 16-bit value is:
+  max |ember - ref32| <= 1.1 max |eager - ref32|;
 - float32: likewise against a float64 reference, and only when the value also matches that reference at the op's
   tolerances: a result that is the rounding residue of much larger terms (layer norm's input gradient over one
   element, mathematically 0, comes out as 0 or as 3e-5 in eager depending on ATen's vector kernels) compares with
@@ -42,7 +43,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PHASES = ("forward", "backward")
 STATUSES = ("pass", "fail-mismatch", "error", "fallback", "skipped-by-eager")
 FAILURES = ("fail-mismatch", "error", "fallback")
@@ -56,7 +57,8 @@ SAMPLES = 3
 # Ops whose outputs are uninitialized memory: values are never comparable, only metadata.
 UNINITIALIZED = frozenset({"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided"})
 SLACK = 1.1  # how much further from the wider reference than eager a value may be
-WIDER = {"bfloat16": torch.float32, "float32": torch.float64}  # the reference's dtype for a case's dtype
+# the reference's dtype for a case's dtype
+WIDER = {"bfloat16": torch.float32, "float16": torch.float32, "float32": torch.float64}
 # Where samples are made and run: `cpu` (the sweep, CI's subset), or `cuda` (`run --device cuda`, on a GPU machine:
 # `./dev gpu`). Set once per process, before any case runs; tolerance overrides are the OpInfo's for this device type.
 DEVICE = "cpu"
@@ -218,7 +220,7 @@ def compile_with(compiler: str, fn: Callable, dynamic: bool | None = None) -> Ca
 
 def copy_inputs(tree: Any, grad: bool, upcast: str | None = None) -> Any:
     """Fresh leaf copies of a sample's tensors; `grad` keeps requires_grad, `upcast` (a case's dtype) turns its
-    tensors into the wider reference dtype (`WIDER`: bfloat16 into float32, float32 into float64)."""
+    tensors into the wider reference dtype (`WIDER`: bfloat16 and float16 into float32, float32 into float64)."""
 
     def copy(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
@@ -314,8 +316,8 @@ def run_phase(op: Any, sample: Any, dtype: str, phase: str, compiler: str) -> tu
 
 
 def reference(op: Any, sample: Any, dtype: str, phase: str) -> Run | None:
-    """The op on the inputs cast to the wider dtype (float32 for bfloat16, float64 for float32), for judging a
-    result that misses eager's at the tolerances; None where that run fails."""
+    """The op on the inputs cast to the wider dtype (float32 for bfloat16 and float16, float64 for float32), for
+    judging a result that misses eager's at the tolerances; None where that run fails."""
     backward = phase == "backward"
     args, kwargs = copy_inputs(((sample.input, *sample.args), sample.kwargs), backward, upcast=dtype)
     try:
@@ -525,7 +527,7 @@ def run_sample(op: Any, sample: Any, index: int, dtype: str, phases: Sequence[st
             result.status = "error"
             result.error_type, result.error = error_parts(compiled)
         else:
-            ref = reference(op, sample, dtype, phase) if dtype == "bfloat16" else None
+            ref = reference(op, sample, dtype, phase) if WIDER[dtype] == torch.float32 else None
             try:
                 bad = judge(op, dtype, phase, eager, compiled, ref)
                 if bad and dtype == "float32" and not random:  # judged again against float64, only on a miss

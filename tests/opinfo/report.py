@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from .cases import STATUSES, STRICT_FALLBACKS, CaseResult
 from .expected import Verdict
 
-_SHORT = {"float32": "f32", "bfloat16": "bf16", "forward": "fwd", "backward": "bwd"}
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "forward": "fwd", "backward": "bwd"}
 
 
 def _key(r: CaseResult) -> str:
@@ -126,9 +126,9 @@ Each OpInfo of torch's `op_db` that supports the dtype on CPU, its first 3 sampl
 torch.testing.assert_close at the op's declared tolerances. *forward*: inputs without grad. *backward*: inputs that
 require grad; outputs, then the gradients of sum(out * w) over the floating outputs (w fixed random) for every input
 that requires grad. In both, the inputs as the call left them (what an op wrote into them: batch norm's running stats)
-too. bfloat16 values outside the tolerance pass when no further from a float32 reference than eager's; float32 values
-(of ops that draw no random numbers) when they match a float64 reference at the tolerances, no further from it than
-eager's.
+too. bfloat16 and float16 values outside the tolerance pass when no further from a float32 reference than eager's;
+float32 values (of ops that draw no random numbers) when they match a float64 reference at the tolerances, no further
+from it than eager's.
 Random ops run from the same seed in both (ember reproduces eager's random stream) and are compared exactly like the
 rest; ops returning uninitialized memory (`empty*`) are compared by shape, dtype and device only.
 *fallback*: the numbers match but ember's codegen did not compile the graph (it did not build, lower or print: a

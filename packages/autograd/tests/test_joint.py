@@ -583,6 +583,29 @@ def test_every_node_carries_the_source_of_the_captured_node_it_comes_from():
         where["aten.sum.default"]}
 
 
+def test_the_forward_nodes_of_a_checkpointed_node_carry_its_marks_and_the_backward_nodes_do_not():
+    """Activation checkpointing's marks (`checkpoint`, `checkpoint_policy`) go where the partitioner reads them:
+    to every node the forward of a marked captured node records (layer norm's decomposition included), not to the
+    backward's nodes, which run in the backward anyway."""
+    def f(x, w):
+        return F.layer_norm(x * w, (8,)).sin().sum()
+
+    x, w = rand(4, 8), rand(8)
+    graph = capture(f, x, w)
+    marks = {"checkpoint": "7", "checkpoint_policy": "prefer_recompute"}
+    marked = graph.replace(nodes=tuple(n.replace(meta={**n.meta, **marks}) if n.op != "aten.sum.default" else n
+                                       for n in graph.nodes))
+    jg = joint(marked, [x, w]).graph
+    forward = [n for n in jg.nodes if n.meta["region"] == "forward"]
+    backward = [n for n in jg.nodes if n.meta["region"] == "backward"]
+    assert {n.op for n in forward if n.meta.get("checkpoint") == "7"} >= {"aten.mul.Tensor", "aten.sin.default"}
+    assert all(n.meta.get("checkpoint_policy") == "prefer_recompute" for n in forward
+               if not n.op.startswith("aten.sum")), str(jg)
+    assert [n.op for n in forward if n.op.startswith("aten.sum")] and not [
+        n for n in forward if n.op.startswith("aten.sum") and "checkpoint" in n.meta]
+    assert backward and not [n for n in backward if "checkpoint" in n.meta or "checkpoint_policy" in n.meta]
+
+
 def test_a_graph_without_source_lines_gets_none():
     x, w = rand(4, 8), rand(8)
     jg = joint(capture(lambda x, w: (x.sin() * w).sum(), x, w), [x, w]).graph

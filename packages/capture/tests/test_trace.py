@@ -582,3 +582,22 @@ def test_a_patch_of_an_inherited_attribute_is_removed_again():
     with patch.hold():
         assert "__format__" in vars(torch.SymInt) and seen == [ABSENT]
     assert "__format__" not in vars(torch.SymInt)
+
+
+def test_checkpointed_calls_mark_their_nodes_as_dynamo_does(compile_graph):
+    """`checkpoint(fn, x, use_reentrant=False)` under the trace: the nodes fn records carry a region and the
+    recompute policy (what Dynamo's checkpoint op gives, so the partitioner recomputes them); the others none; two
+    calls are two regions, numbered from 1; a thread that is not tracing runs torch's checkpoint unchanged."""
+    from torch.utils.checkpoint import checkpoint
+
+    def f(x):
+        y = checkpoint(lambda t: t.sin().cos(), x, use_reentrant=False)
+        y = checkpoint(lambda t: t.exp(), y, use_reentrant=False)
+        return y.neg()
+
+    x = torch.randn(4, requires_grad=True)
+    assert_close(wrap(f, compile_graph)(x), f(x))
+    marks = [(n.op, n.meta.get("checkpoint"), n.meta.get("checkpoint_policy")) for n in compile_graph.graphs[0].nodes]
+    assert marks == [("aten.sin.default", "1", "prefer_recompute"), ("aten.cos.default", "1", "prefer_recompute"),
+                     ("aten.exp.default", "2", "prefer_recompute"), ("aten.neg.default", None, None)]
+    assert torch.utils.checkpoint._checkpoint_without_reentrant_generator.__module__ == "torch.utils.checkpoint"

@@ -90,6 +90,43 @@ def test_source_and_module_come_from_fx_meta():
     assert ec.from_fx(gm).nodes[0].meta == {"source": "model.py:12", "module": "encoder.layer0"}
 
 
+def test_activation_checkpointing_marks_come_from_fx_meta():
+    """What `torch.utils.checkpoint` under Dynamo leaves on a region's nodes (`recompute`: a CheckpointPolicy,
+    `ac_graph_id`: the region), in the graph's terms; anything else under those keys is not read."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    gm = make_fx(lambda x: (x.neg().exp().cos(),))(torch.randn(2))
+    neg, exp, cos = (n for n in gm.graph.nodes if n.op == "call_function")
+    neg.meta.update(recompute=CheckpointPolicy.PREFER_RECOMPUTE, ac_graph_id=3)
+    exp.meta.update(recompute=CheckpointPolicy.MUST_SAVE, ac_graph_id=3)
+    cos.meta.update(recompute="must_recompute\nevil", ac_graph_id="3; rm -rf")
+    graph = ec.from_fx(gm)
+    assert [n.meta for n in graph.nodes] == [  # regions numbered from 1 in the graph's order (below)
+        {"checkpoint": "1", "checkpoint_policy": "prefer_recompute"},
+        {"checkpoint": "1", "checkpoint_policy": "must_save"},
+        {},
+    ]
+    assert ec.marked_for_recompute(graph.nodes[0].meta) and ec.marked_for_saving(graph.nodes[1].meta)
+    assert ec.checkpoint_region(graph.nodes[0].meta) == 1 and ec.checkpoint_region(graph.nodes[2].meta) is None
+    assert ec.verify(graph) is graph
+
+
+def test_checkpoint_regions_are_numbered_in_the_graphs_order():
+    """torch counts checkpoint calls for the whole process: the same program traced again has other numbers, and
+    its graph would miss every cache keyed by the graph."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    def traced(first: int) -> ec.Graph:
+        gm = make_fx(lambda x: (x.neg().exp().cos(),))(torch.randn(2))
+        for k, n in enumerate(n for n in gm.graph.nodes if n.op == "call_function"):
+            n.meta.update(recompute=CheckpointPolicy.PREFER_RECOMPUTE, ac_graph_id=first + k)
+        return ec.from_fx(gm)
+
+    assert traced(4) == traced(17)
+    assert [ec.checkpoint_region(n.meta) for n in traced(4).nodes] == [1, 2, 3]
+    assert ec.from_fx(ec.to_fx(traced(4))) == traced(4)
+
+
 def test_call_module_is_refused_naming_the_node():
     gm = fx.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU()))
     with pytest.raises(GraphError, match=r"fx node '_0': opcode 'call_module' is not allowed"):

@@ -91,3 +91,13 @@ def test_testing_names_load_lazily_and_unknown_ones_fail():
     assert "CodegenConformance" in dir(testing)
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
         testing.Nope  # noqa: B018
+
+
+def test_kept_for_backward_counts_what_autograd_keeps_once_per_storage():
+    from ember_core.testing import kept_for_backward
+
+    x = torch.randn(256, requires_grad=True)
+    w = torch.randn(256, requires_grad=True)
+    # mul keeps both operands; exp keeps its result (1 KiB); sin keeps its input, the same storage as exp's result
+    assert kept_for_backward(lambda: (x * w).exp().sin().sum(), [x, w]) == 1024
+    assert kept_for_backward(lambda: (x * w).exp().sin().sum()) == 3 * 1024

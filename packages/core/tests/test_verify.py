@@ -166,6 +166,20 @@ def test_unknown_region_is_named():
         ec.verify(graph(neg("a", "x", meta={"region": "sideways"})))
 
 
+NOT_A_REGION = "checkpoint region must be a non-negative decimal number"
+
+
+@pytest.mark.parametrize("meta, where, message", [
+    ({"checkpoint": "1", "checkpoint_policy": "sometimes"}, "checkpoint_policy", "unknown checkpoint policy 'some"),
+    ({"checkpoint": "-1", "checkpoint_policy": "must_save"}, "checkpoint", f"{NOT_A_REGION}, got '-1'"),
+    ({"checkpoint": "\u0661", "checkpoint_policy": "must_save"}, "checkpoint", NOT_A_REGION),
+    ({"checkpoint": "2"}, "checkpoint", "a checkpoint region needs a checkpoint_policy"),
+])
+def test_malformed_checkpoint_marks_are_named(meta, where, message):
+    with pytest.raises(GraphError, match=rf"meta\.{where}: {message}"):
+        ec.verify(graph(neg("a", "x", meta=meta)))
+
+
 def test_constants_are_defined_values():
     g = graph(Node(("a",), "aten.add.Tensor", (Ref("x"), Ref("c"))), constants={"c": Constant("c", torch.ones(4))})
     ec.verify(g)

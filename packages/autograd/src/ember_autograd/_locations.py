@@ -1,5 +1,7 @@
 """Where each node of a joint graph comes from in the user's code: the captured node's `source` and `module`
-meta, carried to every node its forward records and to every node its backward records.
+meta, carried to every node its forward records and to every node its backward records; and its activation
+checkpointing marks (`ember_core.CHECKPOINT_META`), carried to the nodes its forward records only (the partitioner
+reads them there: a forward value of a checkpointed region is recomputed, not saved).
 
 The joint trace replays the captured graph one node at a time (`Interpreter(after_node=...)`). After node N runs,
 the nodes make_fx recorded since the previous one are N's forward, and the autograd nodes (`grad_fn`s) N's outputs
@@ -15,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from ember_core import Node
+from ember_core import CHECKPOINT_META, Node
 
 LOCATION_META = ("source", "module")
 KEY = "ember_location"  # fx meta key: the location of the captured node a recorded node comes from
@@ -45,7 +47,7 @@ class Locations:
     def after_node(self, _index: int, node: Node, result: Any) -> None:
         """The captured `node` ran: what was recorded meanwhile is its forward; the grad_fns it made, its backward."""
         location = {k: node.meta[k] for k in LOCATION_META if k in node.meta}
-        self._tag_new(location)
+        self._tag_new({**location, **{k: node.meta[k] for k in CHECKPOINT_META if k in node.meta}})
         outputs = result if isinstance(result, (tuple, list)) else (result,)
         stack = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while stack:

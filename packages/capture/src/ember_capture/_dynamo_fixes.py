@@ -7,6 +7,12 @@ no recompile (plain `torch.compile` too). `prepare_dynamo()` wraps the reader of
 value is built again from its source, as Dynamo builds every other attribute, which guards it (a change recompiles,
 as on later torch). Where Dynamo already gives the value its source, or the class itself has none, the wrapper
 returns what Dynamo built: it detects the fault on each read, not by version.
+
+`torch.addcdiv(x, t1, t2, value=v)`. Dynamo writes the call as `torch.div`, `torch.mul` and `torch.add` (so that
+a `value` that is a tensor or a symbolic float needs no graph break). In float16 each of the three rounds its
+result, where eager's kernel computes in float32 and rounds once: one ulp off eager, and further from the exact
+result (ember keeps every float16 rounding a graph asks for). `prepare_dynamo()` puts a handler in front of
+Dynamo's that leaves the call whole when `value` is a plain number, and hands any other call to Dynamo's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,35 @@ def prepare_dynamo() -> None:
         wrap_once(UserDefinedClassVariable, "var_getattr", _guarding_class_constants, "class-constants-guarded")
     except ImportError:
         return
+    _keep_addcdiv_whole()
+
+
+def _keep_addcdiv_whole() -> None:
+    """Dynamo's special handlers are a dict built once (`TorchInGraphFunctionVariable._get_handlers()`, cached);
+    its `torch.addcdiv` entry gets a front that declines (returns None: Dynamo then records the call as it is) for
+    a number `value`. A torch without that table or entry changes nothing."""
+    import torch
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+
+    table = getattr(TorchInGraphFunctionVariable, "_get_handlers", None)
+    handlers = table() if callable(table) else None
+    decompose = handlers.get(torch.addcdiv) if isinstance(handlers, dict) else None
+    if decompose is None or getattr(decompose, "_ember_whole", False):
+        return
+
+    def addcdiv(self: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+        value = kwargs.get("value")
+        if value is not None and value.is_python_constant() and _is_number(value.as_python_constant()):
+            return None
+        return decompose(self, tx, *args, **kwargs)
+
+    addcdiv._ember_whole = True  # type: ignore[attr-defined]
+    handlers[torch.addcdiv] = addcdiv
+    log.debug("dynamo: torch.addcdiv with a number value is recorded whole")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _guarding_class_constants(read: Callable) -> Callable:

@@ -42,6 +42,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.utils._pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
 from ._aten import capture_graph, readable_name
+from ._checkpoints import checkpoints_marked
 from ._errors import CaptureError, located
 from ._guards import (
     GuardBuilder,
@@ -328,7 +329,7 @@ def _fakes(layout: InputLayout, fake_mode: FakeTensorMode, user_fake: Callable[[
 def _capture(traced: Callable, fakes: list, **kwargs: Any) -> Any:
     """`capture_graph`, with every reason a function cannot be one graph turned into a `CaptureError`."""
     try:
-        with side_effects_forbidden(), forgetting_failed_compiles():
+        with side_effects_forbidden(), checkpoints_marked(), forgetting_failed_compiles():
             return capture_graph(traced, fakes, **kwargs)
     except SideEffect as e:
         raise located(f"{e.args[0]} while tracing: the trace frontend cannot capture Python side effects", e) from None

@@ -71,6 +71,7 @@ from .execution import (
     without_autocast,
 )
 from .graph import (
+    CHECKPOINT_META,
     CUSTOM_FUNCTION,
     INT64_MIN,
     LAYOUTS,
@@ -92,6 +93,8 @@ from .graph import (
     as_sympy,
     canonical,
     canonical_symbols,
+    checkpoint_meta,
+    checkpoint_region,
     contiguous_stride,
     copy_to_layout,
     custom_function_arguments,
@@ -120,6 +123,8 @@ from .graph import (
     load_text,
     loads,
     map_args,
+    marked_for_recompute,
+    marked_for_saving,
     may_write,
     memory_format_of,
     node_refs,
@@ -197,4 +202,5 @@ __all__ = [
     "MEMORY_FORMATS", "FileRefused", "read_at_most", "read_regular_file", "regular_file", "unsupported_tensor",
     "break_site", "GraphCosts", "KernelCost", "costs_of", "profile_range", "profiler_active", "register_costs",
     "specialize_symbols", "SpecializationNeeded", "sym_inputs", "INT64_MIN", "symbolic_backward_formulas",
+    "CHECKPOINT_META", "checkpoint_meta", "checkpoint_region", "marked_for_recompute", "marked_for_saving",
 ]

@@ -12,7 +12,9 @@ takes, in this order:
 - in place: the storage of a buffer that dies at this kernel, which the kernel reads only where it writes the
   temp, before writing it (`in_place`): a GELU's gradient into the matmul result it scales, as Inductor's
   `in_out_ptr` does;
-- a freed storage of the same dtype and a size that is provably large enough (equal when symbolic).
+- a freed storage of the same dtype and a size that is provably large enough (equal when symbolic), at most twice
+  what it needs: the smallest such, and of equal ones the last to die (the storage is held from its death until
+  the temp takes it, and all that the temp leaves unused is lost meanwhile).
 
 The temp's `base` then names the buffer that owns that storage. Each storage taken is one allocation fewer a
 call: fresh megabytes, which glibc hands back to the system and faults in again on the next call.
@@ -155,13 +157,27 @@ def _allocate(buffers: dict[str, Buffer], name: str, kernel: Kernel, dying: list
             buffers[name] = b.replace(base=o)
             note("reused", "in-place", (name, o), f"{kernel.name} writes {name} in place of {x}, which it reads last")
             return
-    for j, (o, size) in enumerate(free):
-        if buffers[o].dtype == b.dtype and _fits(need, size):
-            del free[j]
-            owner[name] = o
-            buffers[name] = b.replace(base=o)
-            note("reused", "dead-storage", (name, o), f"{name} reuses the storage of {o} (dead by then)")
-            return
+    fitting = [j for j, (o, size) in enumerate(free) if buffers[o].dtype == b.dtype and _fits(need, size)
+               and not _wasteful(need, size)]
+    if fitting:
+        j = min(fitting, key=lambda j: (_numeric(free[j][1]), -j))  # the smallest; of equals, the last to die
+        o = free.pop(j)[0]
+        owner[name] = o
+        buffers[name] = b.replace(base=o)
+        note("reused", "dead-storage", (name, o), f"{name} reuses the storage of {o} (dead by then)")
+
+
+def _numeric(size: sympy.Expr) -> float:
+    """A storage size to compare by: its value, or infinity where it is symbolic (taken last)."""
+    return float(size) if size.is_number else float("inf")
+
+
+def _wasteful(need: sympy.Expr, size: sympy.Expr) -> bool:
+    """Whether a dead storage is too big to hand to a temp: more than twice what it needs. The storage stays
+    allocated from its death to the temp's last read, and what the temp does not use is lost for that time: a
+    layer norm's output in a matmul result four times its size, kept from one transformer block to the next, grew
+    a checkpointed stack's forward peak by 4 MiB a block."""
+    return need.is_number and size.is_number and size > 2 * need
 
 
 # ---------------------------------------------------------------------------------------------- in place

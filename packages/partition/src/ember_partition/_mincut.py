@@ -11,6 +11,11 @@ Weights (see `_network` for the network itself):
 Bytes are scaled by `K` (one more than the number of tie-break units), so at budget 1 the cut saves the fewest
 bytes that free recomputation allows and, among those, recomputes the fewest ops.
 
+Activation checkpointing (`torch.utils.checkpoint`) marks the forward nodes of its regions; `_checkpointing` says
+how the cut honours them: a marked region's values are never saved but where they leave the region, its ops (a
+matmul too) run again in the backward at one tie-break unit each, and values marked for saving are never
+recomputed.
+
 Before the cut, `renormalize` gives each layer / batch norm a pointwise way to produce its output again from its
 input and statistics, so the backward need not save a norm's output (the forward still computes it once), and
 `split_log_softmax` writes a log_softmax the backward reads as its row statistics and a pointwise tail.
@@ -31,7 +36,8 @@ from typing import Any
 from ember_core import JointGraph, OptionError, Partition, to_dtype
 
 from ._assemble import assemble
-from ._cost_model import BANNED, op_class, recompute_flops
+from ._checkpointing import checkpointing
+from ._cost_model import op_class, recompute_flops
 from ._joint import JointInfo, analyze
 from ._log_softmax_stats import split_log_softmax
 from ._network import CutWeights, choose
@@ -98,9 +104,10 @@ class Rematerializer:
         self.classes = {i: op_class(graph.nodes[i].op) for i in self.nodes}
         self.flops = {i: recompute_flops(graph.nodes[i], graph, self.hints) for i in self.nodes}
         self.scale = 1 + sum(1 for i in self.nodes if i in info.forward and self.classes[i] != "view")
-        self.save = {v: self._save_cost(i, v) for i in self.nodes for v in graph.nodes[i].outputs}
         self.backward = self._pinned_to_backward()
         self.compared = self._compared_in_backward()
+        self.checkpointing = checkpointing(info, self.classes, self._recomputable)
+        self.save = {v: self._save_cost(i, v) for i in self.nodes for v in graph.nodes[i].outputs}
 
     def _pinned_to_backward(self) -> frozenset[int]:
         """Nodes outside the forward whose place in the joint order matters (random draws, in-place writes and
@@ -136,27 +143,36 @@ class Rematerializer:
         return frozenset(found)
 
     def _save_cost(self, i: int, v: str) -> int | None:
-        info = self.info
+        info, ckpt = self.info, self.checkpointing
         if v in info.input_views and self.classes[i] != "view":
             return 0  # shares a primal's storage (known from `Value.base`): costs nothing
         if v in info.held_outputs and self.classes[i] != "view":
             return 0  # a forward output eager's backward reads too: the caller holds it
         if self.classes[i] == "view" and v not in info.mutated:
             return None  # never save a view: take it again from its base
+        if i in ckpt.recompute and v not in ckpt.leaving:
+            return None  # inside a checkpointed region: the backward runs the region again
         return nbytes(info.graph.values[v], self.hints) * self.scale
 
+    def _recomputable(self, i: int) -> bool:
+        """Whether ember may run forward node i again in the backward, whatever it costs."""
+        cls = self.classes[i]
+        return cls not in ("random", "mutating") and not self.info.touches_mutated(i) and i not in self.compared
+
     def _recompute_cost(self, i: int, lam: float | None) -> int | None:
-        info, cls = self.info, self.classes[i]
+        info, cls, ckpt = self.info, self.classes[i], self.checkpointing
         if i not in info.forward:  # not a recomputation on either side (or pinned to the backward)
             return 0
-        if cls in BANNED or info.touches_mutated(i):
+        if cls in ("random", "mutating") or info.touches_mutated(i):
             return None
         if cls in ("view", "size"):
             return 0
-        if i in self.compared:
+        if i in self.compared or i in ckpt.never_recomputed:
             return None
-        if cls == "pointwise":
-            return 1
+        if i in ckpt.recompute or cls == "pointwise":
+            return 1  # a checkpointed region's ops, matmuls included, run again at one tie-break unit each
+        if cls == "expensive":
+            return None
         return None if lam is None else 1 + round(lam * self.flops[i] * self.scale)
 
     def weights(self, lam: float | None) -> CutWeights:
@@ -173,6 +189,10 @@ class Rematerializer:
 
     def saved_for(self, budget: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The saved values for a memory budget, and notes for the report."""
+        saved, notes = self._saved_for(budget)
+        return saved, (*self._checkpoint_notes(saved), *notes)
+
+    def _saved_for(self, budget: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
         fast = self.solve(None)
         if budget >= 1:
             return fast.saved, ()
@@ -183,6 +203,16 @@ class Rematerializer:
         best = self._search(target, lean, fast)
         return best.saved, (f"memory budget {budget:g}: at most {target:,.0f} B of activations, between "
                             f"{lean.nbytes:,} B (most recompute) and {fast.nbytes:,} B (budget 1)",)
+
+    def _checkpoint_notes(self, saved: tuple[str, ...]) -> tuple[str, ...]:
+        ckpt = self.checkpointing
+        if not ckpt:
+            return ()
+        again = set(place(self.info, saved).recomputed) & ckpt.recompute
+        kept = {self.info.producer[v] for v in saved if v in self.info.producer}
+        return (f"activation checkpointing: {ckpt.regions} region(s); the backward runs {len(again)} of their "
+                f"{len(ckpt.recompute)} ops marked for recompute again and reads {len(kept & ckpt.boundary)} "
+                f"value(s) between regions and {len(kept & ckpt.keep)} marked for saving",)
 
     def _search(self, target: float, lean: Candidate, fast: Candidate) -> Candidate:
         weighted = [self.flops[i] for i in self.nodes if self.flops[i] > 0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ember_core import Graph, GraphError, Input, Node, Output, Ref, Sym, rename_reads
+from ember_core import Graph, GraphError, Input, Node, Output, Ref, Sym, marked_for_recompute, rename_reads
 
 from ._joint import JointInfo, ancestors
 from ._refs import iter_refs
@@ -59,7 +59,8 @@ def split(info: JointInfo, saved: Iterable[str], producer: str) -> Split:
     saved = tuple(copies.get(v, v) for v in where.saved)
     recomputed = where.recomputed
     forward = _forward_graph(info, sorted(where.forward), saved, copies, producer)
-    backward = _backward_graph(info, sorted(where.backward), saved, set(recomputed), copies, producer)
+    order = _checkpointed_late(info, sorted(where.backward), set(recomputed))
+    backward = _backward_graph(info, order, saved, set(recomputed), copies, producer)
     return Split(forward, backward, saved, recomputed)
 
 
@@ -129,6 +130,38 @@ def _forward_graph(info: JointInfo, nodes: list[int], saved: tuple[str, ...], co
     values = {c: graph.values[p].replace(base=None) for p, c in copies.items()}
     outputs = (*info.forward_outputs, *(Output(v, "saved") for v in saved))
     return _graph(info, "forward", graph.inputs[:len(info.primals)], body, outputs, producer, values)
+
+
+def _checkpointed_late(info: JointInfo, nodes: list[int], recomputed: set[int]) -> list[int]:
+    """The backward's nodes in joint order, except that a recomputed node of a checkpointed region runs just before
+    the first node that needs it (as eager's checkpoint runs a region again when the backward reaches it): in joint
+    order every recomputation comes first, so the backward would hold every region's values at once."""
+    late = {i for i in recomputed if marked_for_recompute(info.graph.nodes[i].meta)}
+    if not late:
+        return nodes
+    order: list[int] = []
+    placed: set[int] = set()
+
+    def place_with_inputs(i: int) -> None:
+        stack = [(i, False)]
+        while stack:
+            j, ready = stack.pop()
+            if j in placed:
+                continue
+            if ready:
+                placed.add(j)
+                order.append(j)
+                continue
+            stack.append((j, True))
+            deps = {info.producer.get(r) for r in info.reads[j]} & late
+            stack.extend((d, False) for d in sorted(deps - placed, reverse=True))
+
+    for i in nodes:
+        if i not in late:
+            place_with_inputs(i)
+    for i in nodes:  # one only the backward's outputs read (a gradient that is a forward value)
+        place_with_inputs(i)
+    return order
 
 
 def _backward_graph(info: JointInfo, nodes: list[int], saved: tuple[str, ...], recomputed: set[int],

@@ -6,6 +6,13 @@ Imports nothing of ember-core's other parts: every other part reads graphs, none
 """
 
 from ._arg_types import arguments_problem
+from ._checkpoint import (
+    CHECKPOINT_META,
+    checkpoint_meta,
+    checkpoint_region,
+    marked_for_recompute,
+    marked_for_saving,
+)
 from ._custom_function import CUSTOM_FUNCTION, custom_function_arguments, is_custom_function, subgraph_scope
 from ._dtypes import LAYOUTS, MEMORY_FORMATS, SHORT_DTYPE_NAMES, dtype_name, to_dtype, unsupported_tensor
 from ._expr import ExprError, as_sympy, parse_expr, parse_integer
@@ -60,4 +67,5 @@ __all__ = [
     "text_constants", "to_dtype",
     "to_fx", "Value", "value_of", "verify",
     "specialize_symbols", "sym_inputs", "INT64_MIN", "symbolic_backward_formulas",
+    "CHECKPOINT_META", "checkpoint_meta", "checkpoint_region", "marked_for_recompute", "marked_for_saving",
 ]

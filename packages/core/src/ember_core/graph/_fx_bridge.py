@@ -18,6 +18,7 @@ import torch
 import torch.fx as fx
 
 from .._errors import GraphError
+from ._checkpoint import checkpoint_meta, number_regions
 from ._dtypes import dtype_name
 from ._ops import op_name, resolve_op
 from ._schema import INT64_MIN, Constant, Graph, Input, Node, Output, Ref, Sym, Symbol, Value, node_refs
@@ -140,6 +141,7 @@ def _node_meta(node: fx.Node) -> dict[str, str]:
     if stack:
         path = list(stack.values())[-1][0]
         meta["module"] = str(path).replace("L['self'].", "").replace("L__self___", "")
+    meta.update(checkpoint_meta(node.meta))
     return meta
 
 
@@ -153,6 +155,7 @@ def from_fx(gm: fx.GraphModule, *, name: str | None = None, producer: str | None
     outputs: list[Output] = []
     multi: dict[str, list[str]] = {}  # fx name of a tuple-returning node → its output names
     vals: list[Any] = []
+    from_torch: set[int] = set()  # nodes whose meta comes from torch's (not an ember graph's, `to_fx`)
 
     def record(fx_node: fx.Node, out_name: str, val: Any, stamped: Value | None) -> None:
         vals.append(val)
@@ -176,6 +179,8 @@ def from_fx(gm: fx.GraphModule, *, name: str | None = None, producer: str | None
                 multi[n.name] = [f"{n.name}_{i}" for i in range(len(stamped if stamped is not None else val))]
             args, kwargs = tuple(_to_arg(a) for a in n.args), {k: _to_arg(v) for k, v in n.kwargs.items()}
             node = Node((n.name,), op, args, kwargs, _node_meta(n))
+            if "ember_meta" not in n.meta:
+                from_torch.add(len(nodes))
             nodes.append(node)
             if n.name not in multi:
                 record(n, n.name, val, n.meta.get("ember_value"))
@@ -189,7 +194,7 @@ def from_fx(gm: fx.GraphModule, *, name: str | None = None, producer: str | None
         else:
             raise GraphError(f"fx node {n.name!r}: opcode {n.op!r} is not allowed in an ATen graph")
 
-    nodes = _finish_multi(gm, nodes, multi, values, vals)
+    nodes = number_regions(_finish_multi(gm, nodes, multi, values, vals), from_torch)
     values = {k: values[k] for k in _definition_order(inputs, nodes) if k in values}
     g_outputs = tuple(outputs)
     symbols = info.get("symbols")

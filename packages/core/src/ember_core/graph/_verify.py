@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .._errors import GraphError
 from ._arg_types import ValueKind, arguments_problem
+from ._checkpoint import checkpoint_problem
 from ._custom_function import call_problem, is_custom_function
 from ._dtypes import DTYPE_NAMES, dtype_name
 from ._expr import ExprError, parse_integer
@@ -127,6 +128,9 @@ def _check_node_meta(graph: Graph, node: Node, where: str, i: int) -> None:
     region = node.meta.get("region")
     if region is not None and region not in REGIONS:
         raise _fail(graph, f"{where}.meta.region", f"unknown region {region!r}; expected one of {REGIONS}", i)
+    problem = checkpoint_problem(node.meta)
+    if problem is not None:
+        raise _fail(graph, f"{where}.meta.{problem[0]}", problem[1], i)
 
 
 def _check_outputs(graph: Graph, defined: set[str]) -> None:
