@@ -149,8 +149,10 @@ def main() -> None:
         f"{args.blocks} transformer blocks, {SHAPE}, float32, a training step (loss = mean of squares), "
         f"{args.threads} threads, {_harness.machine()}; one fresh process per variant. kept: MiB autograd keeps "
         "between forward and backward (input and parameters left out); peak: the step's peak of allocated MiB "
-        "(profiler memory timeline); ms: median step over "
-        f"{args.repeats} rounds of {args.steps} steps; first: the first step in s (the compile).",
+        "(profiler memory timeline), both exact from run to run; ms: median step over "
+        f"{args.repeats} rounds of {args.steps} steps, each variant alone in its process, one after another (a "
+        "step moves about 5% between runs on a 2-core VM: zoo.py times variants in turns for speed); first: the "
+        "first step in s (the compile).",
         "",
         "| variant | kept MiB | peak MiB | ms / step | first s |",
         "|---|---:|---:|---:|---:|",
