@@ -132,3 +132,17 @@ def test_selective_checkpointing_keeps_the_matmuls_it_marks():
     notes = partition_notes(compiled, x)
     # each block's two linears (addmm, or mm) are kept: the up projection's output is what gelu's gradient reads
     assert any("marked for saving" in n and "and 0 marked" not in n for n in notes), notes
+
+
+@pytest.mark.gpu  # ember-core's pytest plugin skips it without CUDA; `./dev gpu` runs it
+def test_checkpointed_blocks_train_as_in_eager_on_cuda_and_keep_what_eager_keeps():
+    torch.manual_seed(0)
+    model = Stack(how="plain").cuda()
+    x = torch.randn(4, 8, 32, device="cuda", requires_grad=True)
+    eager = activation_bytes(model, x, list(model.parameters()))
+    compiled = ember.compile(model)
+    with ember_core.record_events() as rec:
+        assert_same_training_step(model, compiled, [x])
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+    assert {e.get("codegen") for e in rec.events if e.kind == "graph_compiled"} == {"triton"}
+    assert activation_bytes(compiled, x, list(model.parameters())) <= eager
