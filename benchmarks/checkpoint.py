@@ -63,25 +63,10 @@ def build(blocks: int, checkpointed: bool):
     return Stack()
 
 
-def peak_bytes(step) -> int:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        step()
-    now = top = 0
-    for _, action, _, size in sorted(prof._memory_profile().timeline, key=lambda r: r[0]):
-        if action.name == "CREATE":
-            now += size
-        elif action.name == "DESTROY":
-            now -= size
-        top = max(top, now)
-    return top
-
-
 def measure(variant: str, blocks: int, steps: int, repeats: int, threads: int) -> dict:
     _harness.use_fresh_caches()
     import torch
-    from ember_core.testing import kept_for_backward
+    from ember_core.testing import kept_for_backward, peak_allocated
 
     torch.set_num_threads(threads)
     compiler, _, how = variant.partition("+")
@@ -111,7 +96,7 @@ def measure(variant: str, blocks: int, steps: int, repeats: int, threads: int) -
     model.zero_grad(set_to_none=True)
     kept = kept_for_backward(forward, [x, *params])
     model.zero_grad(set_to_none=True)
-    peak = peak_bytes(step)
+    peak = peak_allocated(step)
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
 from _support import Compiled, interpreted, leaves, save_everything
 from ember_autograd import wrap
-from ember_core import GraphError, Output, record_events
+from ember_core import CompiledGraph, GraphError, InputsConsumed, Output, record_events
 
 
 def mlp(x, w1, w2):
@@ -174,3 +176,123 @@ def test_the_zero_tangent_of_an_unused_output_has_the_outputs_device_and_dtype()
     zeros, given = _tangents(ctx, [None, None, used])
     assert (zeros.shape, zeros.dtype, zeros.device) == ((2, 3), torch.bfloat16, meta)
     assert given is used
+
+
+# ---------------------------------------------------------------- running the forward again; freeing saved values
+
+
+def test_double_backward_refuses_an_input_modified_in_place_since_the_forward():
+    """It runs the forward again on the inputs: a modified one gave other saved values, and silently wrong
+    gradients (eager raises: x is saved for w's gradient)."""
+    def f(x, w):
+        return ((x * w).sin(),)
+
+    x, w = torch.randn(5), torch.randn(5, requires_grad=True)
+    out = Compiled(f, x, w)(x, w)[0]
+    x.add_(1.0)
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation: input 0 .* is at version 1; "
+                                           r"expected version 0"):
+        torch.autograd.grad(out.sum(), [w], create_graph=True)
+
+
+def test_an_input_modified_in_place_that_no_saved_value_reads_does_not_stop_double_backward():
+    def f(x, w, v):
+        return ((x * w).sin() + v,)
+
+    x, w, v = torch.randn(5), torch.randn(5, requires_grad=True), torch.randn(5)
+    out = Compiled(f, x, w, v)(x, w, v)[0]
+    v.add_(1.0)
+    g, = torch.autograd.grad(out.sum(), [w], create_graph=True)
+    torch.testing.assert_close(g, x * (x * w).cos())
+
+
+def test_a_graph_writing_an_input_its_saved_values_read_refuses_double_backward_and_keeps_saved_values():
+    """Its forward run again would read the written value, not the one the saved values came from."""
+    def f(x, w):
+        return x * 2, (x * w).sin()
+
+    x, w = torch.randn(5), torch.randn(5, requires_grad=True)
+    compiled = Compiled(f, x, w, outputs=[Output("", "mutation", 0), Output("")], mutated=[0])
+    assert compiled.run.plan.rerun_refused == 0 and not compiled.run.plan.consumes
+    out = compiled(x, w)[1]
+    with pytest.raises(RuntimeError, match="writes its input 0 in place .* cannot run the forward again"):
+        torch.autograd.grad(out.sum(), [w], create_graph=True)
+
+
+class Consuming(Compiled):
+    """A backward offering `consume`, as codegens of the loop IR do: it runs the graph, then records how many of its
+    saved values anything else still holds once it has emptied the list (`held`); or, with `fail`, it empties the
+    list and raises `InputsConsumed`, as a fallback midway does."""
+
+    def __init__(self, *args, fail: bool = False, **kwargs):
+        self.fail, self.held, self.consumed = fail, [], 0
+        super().__init__(*args, **kwargs)
+
+    def _compile_backward(self):
+        compiled = super()._compile_backward()
+        n = len(self.partition.saved)
+
+        def consume(args: list) -> list:
+            self.consumed += 1
+            if self.fail:
+                args.clear()
+                raise InputsConsumed("graph 'test' cannot fall back: a kernel flagged an error")
+            out = compiled.fn(list(args))
+            saved = [weakref.ref(t) for t in args[:n] if isinstance(t, torch.Tensor)]
+            args.clear()
+            self.held.append(sum(r() is not None for r in saved))
+            return out
+
+        return CompiledGraph(compiled.fn, compiled.graph, compiled.codegen, consume=consume)
+
+
+def test_the_backward_is_given_the_saved_values_to_free_unless_the_graph_is_retained():
+    def f(x, w1, w2):  # saved: tanh(x @ w1), kept by nothing else
+        return ((x @ w1).tanh() @ w2,)
+
+    args = mlp_inputs()
+    compiled = Consuming(f, *args)
+    x, w1, w2 = leaves(args)
+    out = compiled(x, w1, w2)[0]
+    out.sum().backward(retain_graph=True)  # autograd keeps them for the next backward
+    out.sum().backward()
+    inputs = {i.name for i in compiled.partition.forward.inputs}
+    made = [s for s in compiled.partition.saved if s not in inputs]  # the test holds the inputs, nothing these
+    assert made and compiled.held == [len(compiled.partition.saved), len(compiled.partition.saved) - len(made)]
+    ex, ew1, ew2 = leaves(args)
+    f(ex, ew1, ew2)[0].sum().backward()
+    torch.testing.assert_close((w1.grad, w2.grad), (2 * ew1.grad, 2 * ew2.grad))
+
+
+def test_a_backward_that_cannot_fall_back_midway_gets_its_saved_values_made_again():
+    """The forward runs again on the function's inputs (the same dropout mask), the backward without `consume`,
+    and so do later calls; reported once."""
+    def f(x, w):
+        return (F.dropout(x @ w, 0.5).tanh(),)
+
+    args = [torch.randn(4, 8), torch.randn(8, 6, requires_grad=True)]
+    compiled, plain = Consuming(f, *args, fail=True), Compiled(f, *args)
+    with record_events() as rec:
+        for _ in range(2):
+            grads = []
+            for run in (compiled, plain):
+                x, w = leaves(args)
+                torch.manual_seed(7)
+                run(x, w)[0].sum().backward()
+                grads.append(w.grad)
+            torch.testing.assert_close(*grads)
+    assert compiled.consumed == 1 and not compiled.run.plan.consumes
+    [event] = rec.kinds("fallback")
+    assert event.stage == "autograd" and "needed its saved values again" in event.message
+
+
+def test_saved_values_made_again_refuse_an_input_modified_in_place_since_the_forward():
+    def f(x, w):  # saved: exp(x), not x (whose version autograd would check itself)
+        return ((x.exp() * w).sin(),)
+
+    x, w = torch.randn(5), torch.randn(5, requires_grad=True)
+    compiled = Consuming(f, x, w, fail=True)
+    out = compiled(x, w)[0]
+    x.mul_(3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation: input 0"):
+        out.sum().backward()

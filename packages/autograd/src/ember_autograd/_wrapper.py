@@ -16,7 +16,17 @@ A backward asked for with `create_graph=True` (a gradient penalty, double backwa
 differentiable: the compiled kernels are not, so that backward runs both graphs of the partition through ATen
 with grad mode on, the forward again from the function's inputs (so that the saved values carry their history)
 then the backward; the gradients it returns are eager autograd's to differentiate, as far as the ATen ops are.
-It is reported once as a `fallback` of stage `autograd`.
+It is reported once as a `fallback` of stage `autograd`. Running the forward again is right only on the inputs
+it ran on: each tensor input's version is kept at the forward, and an input modified in place since raises as
+eager's autograd does for a saved tensor (recomputing from it gave wrong gradients, silently).
+
+The backward frees the saved values as it uses them, as eager's does. When the compiled backward offers
+`consume` (codegens of the loop IR do for a backward), it is called through it: the function's own references are
+dropped first (`ctx.maybe_clear_saved_tensors`, unless the graph is retained), then the backward empties the list it
+was given and deletes each saved value after its last use. Should it need its inputs again to fall back midway
+(`InputsConsumed`), the saved values are made again by the compiled forward on the function's inputs (the same
+random draws), the backward runs on them without `consume`, and so does every later call of this plan; reported
+once as a `fallback` of stage `autograd`.
 
 Under compiled autograd (`ember.compiled_autograd`) the engine hands this backward to Dynamo, which traces it into
 the whole backward it captures: then the backward graph runs as an FX module of ATen calls (`Plan.backward_module`),
@@ -25,9 +35,10 @@ which Dynamo can trace and ember then compiles with the rest of the backward.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +48,7 @@ from ember_core import (
     Event,
     Graph,
     GraphError,
+    InputsConsumed,
     Interpreter,
     Partition,
     autocast_disabled,
@@ -78,7 +90,15 @@ class Plan:
         self.num_primals = len(fw.inputs)
         self.num_outputs = len(fw.outputs) - len(partition.saved)
         self.differentiable = tuple(fw.values[o.name].requires_grad for o in fw.outputs[:self.num_outputs])
-        sources = _output_sources(fw, self.num_outputs)
+        every = _output_sources(fw)
+        sources = every[:self.num_outputs]
+        # the primals the saved values are computed from: what running the forward again reads
+        self.saved_from = tuple(k for k in range(self.num_primals)
+                                if any(m >> k & 1 for m in every[self.num_outputs:]))
+        mutated = {o.input for o in fw.outputs if o.kind == "mutation"}
+        self.rerun_refused = next((k for k in self.saved_from if k in mutated), None)  # it reads a value it changed
+        # the backward is called through `consume` where it offers it, until it cannot (or cannot recover)
+        self.consumes = self.rerun_refused is None
         # per primal, per forward output: does the primal reach it? (bools, not masks: torch 2.11's Dynamo, tracing
         # the backward under compiled autograd, made an int attribute a graph input and printed `0 |= x`)
         self.reaches = tuple(tuple(d and bool(m >> k & 1) for m, d in zip(sources, self.differentiable))
@@ -137,6 +157,19 @@ class Plan:
                     self._differentiable = (Interpreter(fw), Interpreter(bw))
         return self._differentiable
 
+    def stop_consuming(self, why: str) -> None:
+        """The backward needed its inputs after letting them go: from now on it keeps them (reported once)."""
+        with self._lock:
+            if not self.consumes:
+                return
+            self.consumes = False
+        bw = self.partition.backward
+        report = f"graph {bw.name!r} needed its saved values again after freeing them ({why}); they were made " \
+                 "again by the forward, and from now on this backward keeps them to its end"
+        log.warning("autograd: %s", report)
+        emit(Event(kind="fallback", stage="autograd", message=report, graph=bw,
+                   data={"reason": report, "cause": "autograd"}))
+
     def check_inputs(self, inputs: Sequence[Any]) -> None:
         """An input that requires grad now but was traced without would silently get no gradient: refuse it."""
         for k, (x, traced) in enumerate(zip(inputs, self.traced_grad)):
@@ -158,7 +191,8 @@ class CompiledFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # None then marks an output the loss does not use
         ctx.tangent_meta = [(o.shape, o.dtype, o.device) for o, d in zip(outs, plan.differentiable) if d]
         ctx.plan = plan
-        ctx.inputs = inputs  # kept for a differentiable backward (create_graph=True), which runs the forward again
+        ctx.inputs = inputs  # kept for a backward that runs the forward again (create_graph=True, a fallback)
+        ctx.versions = [(k, inputs[k]._version) for k in plan.saved_from if isinstance(inputs[k], torch.Tensor)]
         ctx.tensor_slots = [isinstance(s, torch.Tensor) for s in saved]
         ctx.others = [s for s in saved if not isinstance(s, torch.Tensor)]
         ctx.save_for_backward(*(s for s in saved if isinstance(s, torch.Tensor)))
@@ -176,9 +210,26 @@ class CompiledFunction(torch.autograd.Function):
             if torch.is_grad_enabled():  # create_graph=True: the grads must be differentiable themselves
                 return (None, *_differentiable_grads(ctx, grad_outputs))
             with torch.no_grad():
-                grads = _grads(plan, plan.backward()([*_saved_values(ctx), *_tangents(ctx, grad_outputs)]),
-                               grad_outputs)
+                grads = _grads(plan, _run_backward(ctx, grad_outputs), grad_outputs)
         return (None, *grads)
+
+
+def _run_backward(ctx: Any, grad_outputs: Sequence[Any]) -> list:
+    """The compiled backward on the saved values and tangents, freeing each saved value after its last use where
+    it can (see the module's docstring)."""
+    plan: Plan = ctx.plan
+    backward = plan.backward()
+    args = [*_saved_values(ctx), *_tangents(ctx, grad_outputs)]
+    if backward.consume is None or not plan.consumes:
+        return backward(args)
+    ctx.maybe_clear_saved_tensors()  # autograd's references: dropped unless the graph is retained
+    try:
+        return backward.consume(args)
+    except InputsConsumed as e:
+        plan.stop_consuming(str(e))
+    with _same_draws(ctx):
+        saved = plan.forward(list(_unchanged_inputs(ctx)))[plan.num_outputs:]
+    return backward([*saved, *_tangents(ctx, grad_outputs)])
 
 
 def _saved_values(ctx: Any) -> list[Any]:
@@ -205,7 +256,7 @@ def _grads(plan: Plan, results: Sequence[Any], grad_outputs: Sequence[Any]) -> l
             for j, reach in zip(plan.grad_slots, plan.reaches)]
 
 
-def _output_sources(fw: Graph, num_outputs: int) -> tuple[int, ...]:
+def _output_sources(fw: Graph) -> tuple[int, ...]:
     """Per forward output, a mask of the primals its value is computed from (bit k: primal k), through the forward
     graph's data flow. That covers autograd's reach (a detach or an argmax passes data but no gradient), so a primal
     it leaves out of every output the loss uses gets no gradient in eager either."""
@@ -216,7 +267,7 @@ def _output_sources(fw: Graph, num_outputs: int) -> tuple[int, ...]:
             mask |= bits.get(name, 0)
         for out in node.outputs:
             bits[out] = mask
-    return tuple(bits.get(o.name, 0) for o in fw.outputs[:num_outputs])
+    return tuple(bits.get(o.name, 0) for o in fw.outputs)
 
 
 def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
@@ -229,15 +280,45 @@ def _differentiable_grads(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
     """The backward through ATen with grad mode on: the forward graph again on the inputs (its saved values then
     have autograd history; random ops draw what they drew the first time), then the backward graph on them and
     the tangents."""
-    plan, inputs, rng = ctx.plan, ctx.inputs, ctx.rng
+    plan = ctx.plan
     forward, backward = plan.differentiable_backward()
+    with _same_draws(ctx):
+        saved = forward.run(list(_unchanged_inputs(ctx)))[plan.num_outputs:]
+    return _grads(plan, backward.run([*saved, *_tangents(ctx, grad_outputs)]), grad_outputs)
+
+
+@contextlib.contextmanager
+def _same_draws(ctx: Any) -> Iterator[None]:
+    """Random ops inside draw what the forward drew (its generators' states, kept in `ctx.rng`)."""
+    rng = ctx.rng
     with torch.random.fork_rng(devices=list(rng[1]) if rng else [], enabled=rng is not None):
         if rng is not None:
             torch.set_rng_state(rng[0])
             for device, state in rng[1].items():
                 torch.cuda.set_rng_state(state, device)
-        saved = forward.run(list(inputs))[plan.num_outputs:]
-    return _grads(plan, backward.run([*saved, *_tangents(ctx, grad_outputs)]), grad_outputs)
+        yield
+
+
+def _unchanged_inputs(ctx: Any) -> Sequence[Any]:
+    """The function's inputs, to run the forward on again. An input the saved values are computed from that was
+    modified in place since the forward (its version moved) would give other saved values: that raises, as eager's
+    autograd does for a modified saved tensor. So does a graph that itself writes such an input (its write may not
+    move the version: batch norm's running stats are written through `.data`)."""
+    plan: Plan = ctx.plan
+    name = plan.partition.forward.name
+    if plan.rerun_refused is not None:
+        raise RuntimeError(f"graph {name!r} writes its input {plan.rerun_refused} in place and computes values its "
+                           "backward needs from it, so its backward cannot run the forward again (which a backward "
+                           "with create_graph=True does)")
+    for k, version in ctx.versions:
+        x = ctx.inputs[k]
+        if x._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"input {k} of graph {name!r} (a tensor of shape {list(x.shape)}, {x.dtype}) is at version "
+                f"{x._version}; expected version {version} instead (the backward runs the compiled forward again "
+                "on its inputs)")
+    return ctx.inputs
 
 
 def wrap(partition: Partition, forward: CompiledGraph,

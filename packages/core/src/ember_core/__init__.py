@@ -1,7 +1,7 @@
 """ember-core: the graph-interchange schema, its JSON and fx forms, the reference interpreter, hooks and events."""
 
 from ._builtin import InterpreterCodegen, interpreter_codegen
-from ._errors import EmberError, GraphError, OptionError, PluginError, SchemaError, SpecializationNeeded
+from ._errors import EmberError, GraphError, InputsConsumed, OptionError, PluginError, SchemaError, SpecializationNeeded
 from ._patching import wrap_once, wrapped_by
 from ._python_ast import ast_lock, parse_python
 from ._regular_file import FileRefused, read_at_most, read_regular_file, regular_file
@@ -179,7 +179,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CudaBackend", "CudaGraphed", "cuda_graphed", "autocast_disabled", "autocast_on", "autocast_state",
     "without_autocast", "grad_rules", "BackendFrontend", "CacheLookup", "CacheUsage", "CompiledGraph", "Constant",
-    "DiskCache", "EmberError", "EntryFile", "Event", "ExprError", "Frontend", "Graph", "GraphError",
+    "DiskCache", "EmberError", "EntryFile", "Event", "ExprError", "Frontend", "Graph", "GraphError", "InputsConsumed",
     "Implementation", "Input", "IntExpr", "Interpreter", "JointGraph", "Node", "OptionError", "OptionSpec",
     "Output", "Partition", "PluginError", "PluginManager", "PluginRegistry", "Ref", "SCHEMA_VERSION",
     "SHORT_DTYPE_NAMES", "SchemaError", "Sym", "Symbol", "Value", "__version__", "as_sympy", "cache_root",

@@ -31,6 +31,12 @@ class SpecializationNeeded(GraphError):
         self.values = dict(values)
 
 
+class InputsConsumed(EmberError, RuntimeError):
+    """A compiled graph called through its `consume` entry (`CompiledGraph.consume`) needed its inputs again, to
+    run its fallback (a kernel's error flag, an extern's result in a layout it cannot use), after it had let them
+    go. The caller, which can remake them (autograd runs the forward again), decides what to do."""
+
+
 class OptionError(EmberError):
     """An option key is unknown or its value has the wrong type."""
 

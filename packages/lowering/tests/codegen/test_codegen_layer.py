@@ -138,20 +138,27 @@ def test_a_kernel_the_codegen_cannot_print_runs_interpreted_and_is_reported():
     assert reasons and all("runs in the loop-IR interpreter: toy refuses reduce kernels" in r for r in reasons)
 
 
+class BrokenBuild(ToyCodegen):
+    """Its builds fail ("disk on fire"); `key` names the build in the pool."""
+
+    def __init__(self, key: str = "0" * 40):
+        super().__init__()
+        self.key = key
+
+    def start_build(self, graph, program, writer, env):
+        def make(work):
+            raise OSError("disk on fire")
+
+        build = self.pool.get(self.key, {}, make)
+        lazy = LazyBinding(build, graph, [k.name for k in program.kernels], env, lambda f, e: None, self.stage)
+        lazy.install_stubs()
+        return lazy
+
+
 def test_a_failed_build_runs_the_graph_in_the_interpreter_codegen():
-    class Broken(ToyCodegen):
-        def start_build(self, graph, program, writer, env):
-            def make(work):
-                raise OSError("disk on fire")
-
-            build = self.pool.get("0" * 40, {}, make)
-            lazy = LazyBinding(build, graph, [k.name for k in program.kernels], env, lambda f, e: None, self.stage)
-            lazy.install_stubs()
-            return lazy
-
     x = torch.randn(4, 8)
     with record_events() as ev, pytest.warns(FallbackWarning, match="toy.*the build failed.*disk on fire") as told:
-        compiled = Broken().compile(trace(softmax, x))
+        compiled = BrokenBuild().compile(trace(softmax, x))
         for _ in range(2):
             torch.testing.assert_close(compiled([x])[0], softmax(x)[0])
     [event] = ev.kinds("fallback")

@@ -24,12 +24,19 @@ CompileGraph = Callable[[Graph, Sequence[Any]], Callable[[Sequence[Any]], list]]
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)  # weakly held by the runtime's in-process cache
 class CompiledGraph:
-    """What a codegen returns: `fn(inputs) -> outputs` (lists, in the graph's order) and its source for dumps."""
+    """What a codegen returns: `fn(inputs) -> outputs` (lists, in the graph's order) and its source for dumps.
+
+    `consume`, where a codegen offers it, is `fn` taking the list over: it empties the list once it has checked
+    the inputs and drops each input after its last use, so an input nobody else holds is freed while the call
+    runs (a backward's saved values: autograd's own backward frees each as it is used). Its fallbacks cannot run
+    again on inputs it let go: it raises `InputsConsumed` instead, and the caller decides (remakes them, or calls
+    `fn`)."""
 
     fn: Callable[[Sequence[Any]], list]
     graph: Graph
     codegen: str
     source: str = ""
+    consume: Callable[[list], list] | None = None
 
     def __call__(self, inputs: Sequence[Any]) -> list:
         return self.fn(inputs)

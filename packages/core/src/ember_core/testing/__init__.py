@@ -1,8 +1,9 @@
 """Test helpers for ember and its plugins: the graph battery, reference joint graphs and partition, the conformance
 kits (codegen, frontend, autograd, partitioner), a graph with a custom autograd function call, golden snapshots,
 random inputs, training gradients' errors against float64 (`gradient_errors`), the bytes a training step keeps for
-its backward (`kept_for_backward`), fuzzing helpers and `restamp` (a disk-cache entry changed consistently). The
-pytest plugin (`gpu` marker) is `ember_core.testing.pytest_plugin`, loaded by entry point.
+its backward (`kept_for_backward`) and a call's peak of allocated memory (`peak_allocated`), fuzzing helpers and
+`restamp` (a disk-cache entry changed consistently). The pytest plugin (`gpu` marker) is
+`ember_core.testing.pytest_plugin`, loaded by entry point.
 
 Names load on first use, so the pytest plugin's import stays cheap."""
 
@@ -33,7 +34,7 @@ _EXPORTS = {
     "in_threads": "._threads",
     "GradError": "._grad_accuracy", "errors_against": "._grad_accuracy", "gradient_errors": "._grad_accuracy",
     "too_far": "._grad_accuracy", "training_gradients": "._grad_accuracy", "NOISE_ULPS": "._grad_accuracy",
-    "restamp": "._cache_entries", "kept_for_backward": "._memory",
+    "restamp": "._cache_entries", "kept_for_backward": "._memory", "peak_allocated": "._memory",
     "PAYLOADS": "._fuzz", "assert_no_code_ran": "._fuzz", "fuzz_examples": "._fuzz", "fuzz_settings": "._fuzz",
     "FuzzTally": "._fuzz", "FuzzFailure": "._fuzz", "accepted_graph_problem": "._fuzz",
     "accepted_call_problem": "._fuzz", "constant_fit_problem": "._fuzz", "marker_payloads": "._fuzz",

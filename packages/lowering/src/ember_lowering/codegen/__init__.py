@@ -31,9 +31,18 @@ from ._op_conformance import (
     prints_by_trying,
 )
 from ._profiling import flop_rules, program_costs
-from ._program import InterpretedKernel, PrintedKernel, Program, Segment, Step, kernel_name, plan_program
+from ._program import (
+    InterpretedKernel,
+    PrintedKernel,
+    Program,
+    Segment,
+    Step,
+    interpreted_kernel,
+    kernel_name,
+    plan_program,
+)
 from ._tuning import TUNED_MODES, Choice, Tuner, tuning_mode
-from ._wrapper import WrapperWriter, interpreted_kernel
+from ._wrapper import WrapperWriter
 
 __all__ = [
     "TUNED_MODES", "BindError", "Build", "BuildError", "BuildPool", "CannotPrint", "Choice", "ExternDtypeError",

@@ -125,6 +125,7 @@ class PlanCodegen:
         try:
             program = plan_program(plan, self.print_kernel, self.prints_op)
             program.options = dict(options or {})
+            program.consumes = any(i.kind == "saved" for i in graph.inputs)  # a backward: see `CompiledGraph`
             program.source = self.unit_source(program) if program.segments else ""
             fn_name = "graph_" + source_identifier(graph.name)
             writer = self.wrapper_writer(program, fn_name, {n: c.tensor for n, c in graph.constants.items()})
@@ -148,7 +149,8 @@ class PlanCodegen:
                            f"{len(program.interpreted)} interpreted kernels",
                    data={"unit": program.source, "wrapper": wrapper, "seconds": clock.seconds,
                          "range": costs.label, "simd": {k.name: k.simd for k in program.kernels if k.simd}}))
-        compiled = CompiledGraph(fn, graph, self.name, source)
+        consume = functools.partial(fn, _take=True) if program.consumes else None
+        compiled = CompiledGraph(fn, graph, self.name, source, consume)
         if (options or {}).get("mode") in GRAPHED_MODES and self.capabilities.cuda_graphs and \
                 torch.device(plan.device).type == "cuda":  # what CUDA graphs record
             compiled = cuda_graphed(compiled)  # recorded on its second call of each kind, then replayed

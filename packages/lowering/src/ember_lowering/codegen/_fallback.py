@@ -19,7 +19,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember_core import FALLBACK_CAUSES, CompiledGraph, Event, Graph, emit, interpreter_codegen, warn_fallback
+from ember_core import (
+    FALLBACK_CAUSES,
+    CompiledGraph,
+    Event,
+    Graph,
+    InputsConsumed,
+    emit,
+    interpreter_codegen,
+    warn_fallback,
+)
 
 from ._errors import ExternDtypeError
 
@@ -111,6 +120,10 @@ class InterpreterFallback:
         return self.compiled().fn
 
     def __call__(self, inputs: Sequence[Any], why: str = "") -> list:
+        if len(inputs) != len(self.graph.inputs):  # a consuming call (`CompiledGraph.consume`) let them go
+            raise InputsConsumed(f"graph {self.graph.name!r} cannot fall back to the interpreter codegen"
+                                 f"{': ' + why if why else ''}: it was called through `consume` and has let its "
+                                 f"inputs go ({len(inputs)} of {len(self.graph.inputs)} left)")
         if why and why not in self._told:
             self._told.add(why)
             log.info("graph %r runs in the interpreter codegen: %s", self.graph.name, why)

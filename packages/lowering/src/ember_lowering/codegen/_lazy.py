@@ -37,8 +37,11 @@ class LazyBinding:
         self.failed: str | None = None
 
     def install_stubs(self) -> None:
+        """Each segment global a stub that waits for the build; `_ready` (which a consuming wrapper calls before
+        it lets its inputs go, so that a failed build still falls back on them) the wait alone."""
         for name in self.names:
             self.env[name] = self._stub(name)
+        self.env["_ready"] = self.load
 
     def _stub(self, name: str) -> Callable:
         def stub(*args: Any) -> Any:
@@ -63,6 +66,7 @@ class LazyBinding:
                 self.install_stubs()  # in case bind set some: each stub now raises UseFallback from load()
                 raise UseFallback(self.failed) from None
             self._bound = True
+            self.env["_ready"] = _bound
             if not self.build.hit:
                 self._report_built(waiting.seconds)
 
@@ -96,3 +100,6 @@ class LazyBinding:
                 raise
             self._bound = True
 
+
+def _bound() -> None:
+    """`_ready` once the kernels are bound: nothing left to wait for."""

@@ -20,7 +20,16 @@ from typing import Any
 
 from ember_core import source_identifier
 
-from ember_lowering import Extern, Kernel, KernelPlan, Prints, decompose_ops, recompute_locals
+from ember_lowering import (
+    Buffer,
+    Extern,
+    Kernel,
+    KernelPlan,
+    PlanInterpreter,
+    Prints,
+    decompose_ops,
+    recompute_locals,
+)
 
 from ._errors import CannotPrint
 from ._layout import PlanLayout
@@ -100,6 +109,9 @@ class Program:
     # program step index of an extern call → a kernel that computes it together with the first kernel after it
     # (codegen-triton's matmul templates under a max-autotune mode), which the codegen may run in their place
     fused_externs: dict[int, Any] = field(default_factory=dict)
+    # the wrapper takes `_take=True` from `CompiledGraph.consume`: it then empties its inputs list once they are
+    # checked, and drops each input after its last use (the codegen sets it for a backward: inputs of kind saved)
+    consumes: bool = False
 
     @property
     def segments(self) -> list[Segment]:
@@ -151,3 +163,12 @@ def kernel_name(kernel: Kernel, step: int) -> str:
     origin = source_identifier(kernel.origins[0]).strip("_") if kernel.origins else ""
     name = source_identifier(kernel.name)
     return f"k{step}_{origin}_{name}" if origin else f"k{step}_{name}"
+
+
+def interpreted_kernel(plan: KernelPlan, step: InterpretedKernel, touched: list[str], symbols: list[str]) -> Callable:
+    """`fn([tensors of touched buffers..., symbol values...])`: the loop-IR interpreter runs the kernel, writing
+    into the given tensors (every buffer it touches is an input of a one-kernel plan)."""
+    buffers = plan.buffer_map
+    bufs = tuple(Buffer(n, buffers[n].dtype, buffers[n].shape, buffers[n].stride, "input") for n in touched)
+    sub = plan.replace(buffers=bufs, steps=(step.kernel,), inputs=(*touched, *symbols), outputs=())
+    return PlanInterpreter(sub).run

@@ -23,6 +23,23 @@ torch's C++ entry points (`_empty_cpu`, `_reinterpret`; `FAST_CPU_TENSORS`) rath
 inputs are viewed, and outputs made, with `torch.as_strided`, so the caller gets views in autograd's sense.
 `_relayout`, `_on_error` and `_fallback` are bound by `PlanCodegen` (see `_fallback.py`).
 
+A backward's wrapper (`Program.consumes`) takes `_take`, True when autograd calls it through
+`CompiledGraph.consume`: once the inputs (saved values nothing else needs now) are checked and the kernels'
+build is known to have bound (`_ready`: a failed build still falls back on whole inputs), it empties the list,
+and deletes each input's local after its last use (`_lifetimes.py`), as eager's backward frees saved tensors:
+
+    def graph_bw(inputs, _take=False):
+        ...
+        b_x, b_g = inputs
+        try:
+            if b_x.shape != (8, 7) or ...:
+                return _relayout(inputs)
+            if _take:
+                _ready()
+                inputs.clear()
+            ...
+            del b_x
+
 Each wrapper has a profiled twin, `graph_softmax_profiled`, which the wrapper's first line calls instead while a
 profiler records (`ember_core.profiler_active()`, torch's flag, read in tens of nanoseconds: the only cost of
 profiling to a call that is not profiled; `benchmarks/profiling_check.py` measures it). The twin is the same
@@ -66,11 +83,12 @@ from ember_core import (
     to_dtype,
 )
 
-from ember_lowering import Buffer, Extern, Item, KernelPlan, PlanInterpreter, to_expr
+from ember_lowering import Buffer, Extern, Item, to_expr
 
 from ._exprs import IndexPrinter
 from ._fallback import UseFallback, fix_layout, wrong_dtype
-from ._program import InterpretedKernel, Program, Segment
+from ._lifetimes import kept_to_the_end, last_uses
+from ._program import InterpretedKernel, Program, Segment, interpreted_kernel
 
 
 def _fast_cpu_tensors() -> tuple[Callable, Callable] | None:
@@ -85,6 +103,10 @@ def _fast_cpu_tensors() -> tuple[Callable, Callable] | None:
 
 
 FAST_CPU_TENSORS = _fast_cpu_tensors()
+
+
+def _nothing() -> None:
+    """`_ready` of a wrapper whose kernels are bound, or that has none to bind."""
 
 
 class WrapperWriter:
@@ -104,6 +126,7 @@ class WrapperWriter:
                                         "_UseFallback": UseFallback, "_fix_layout": fix_layout,
                                         "_wrong_dtype": wrong_dtype, "_profiling": profiler_active,
                                         "_range": profile_range, "_graph_range": f"ember:{fn_name}",
+                                        "_ready": _nothing,
                                         "_device": torch.device(self.plan.device)}
         names = dict(self.layout.sym_local)
         self.py = IndexPrinter(names)
@@ -204,11 +227,13 @@ class WrapperWriter:
         self.have, self.allocated, self.lines = set(), set(), []
         self.profiled, self.indent = profiled, int(profiled)
         pad = "    " * self.indent
+        take = ", _take" if self.p.consumes else ""
+        params = f"inputs{take}=False" if take else "inputs"
         if profiled:
-            head = [f"def {self.fn_name}_profiled(inputs):", "    with _range(_graph_range):"]
+            head = [f"def {self.fn_name}_profiled({params}):", "    with _range(_graph_range):"]
         else:
-            head = [f"def {self.fn_name}(inputs):", "    if _profiling():",
-                    f"        return {self.fn_name}_profiled(inputs)"]
+            head = [f"def {self.fn_name}({params}):", "    if _profiling():",
+                    f"        return {self.fn_name}_profiled(inputs{take})"]
         targets = self._targets()
         if targets:
             head.append(f"{pad}    {', '.join(targets)}{',' if len(targets) == 1 else ''} = inputs")
@@ -217,7 +242,9 @@ class WrapperWriter:
             self.emit(f"{self.layout.local[name]} = _c_{self.layout.local[name]}")
             self.have.add(name)
         self._bind_and_check()
-        last = self._last_uses()
+        last = last_uses(self.p, self.constants)
+        if take and targets:
+            self._let_inputs_go(targets, last)
         for k, step in enumerate(self.p.steps):
             if isinstance(step, Segment):
                 self._segment(step)
@@ -235,24 +262,20 @@ class WrapperWriter:
         return head + [f"{pad}    try:"] + self.lines + [f"{pad}    except _UseFallback:",
                                                        f"{pad}        return _fallback(inputs)"]
 
-    def _last_uses(self) -> dict[str, int]:
-        """The last step that needs each buffer's Python local; absent for inputs, constants and outputs and
-        the buffers those are made from (they live to the end)."""
-        layout, last = self.layout, {}
-        for k, step in enumerate(self.p.steps):
-            if isinstance(step, Segment):
-                names = set(step.roots)
-            elif isinstance(step, InterpretedKernel):
-                names = {i.buffer for i in step.kernel.instrs() if i.buffer}
-            else:
-                names = {a.name for a in _refs((*step.args, *step.kwargs.values()))} | {o for o in step.outs}
-            for n in names | {layout.root(n) for n in names if n in layout.buffers}:
-                last[n] = k
-        keep = set(self.plan.inputs) | set(self.constants)
-        for o in self.plan.outputs:
-            if isinstance(o, str):
-                keep |= {o, layout.root(o), self.layout.buffers[o].base or o}
-        return {n: k for n, k in last.items() if n not in keep and n in layout.buffers}
+    def _let_inputs_go(self, targets: list[str], last: dict[str, int]) -> None:
+        """A consuming call empties its inputs list (see the module's docstring). An input no step reads (an
+        `_unused` target, or one read for its sizes only) is deleted now, the others after their last use; a
+        symbol's int stays, as does an input the outputs are made from."""
+        self.emit("if _take:")
+        self.emit("_ready()", 3)
+        self.emit("inputs.clear()", 3)
+        kept = kept_to_the_end(self.p, self.constants)
+        idle = [t for n, t in zip(self.plan.inputs, targets) if t.startswith("_unused")]
+        idle += [self.layout.local[n] for n in self.plan.inputs
+                 if n in self.layout.buffers and n not in last and n not in kept]
+        if idle:
+            self.emit(f"del {', '.join(dict.fromkeys(idle))}")
+            self.have -= {n for n in self.plan.inputs if n in self.layout.buffers and self.layout.local[n] in idle}
 
     def _targets(self) -> list[str]:
         out = []
@@ -416,20 +439,3 @@ class WrapperWriter:
         if a is None or isinstance(a, (bool, int, str)) or (isinstance(a, float) and math.isfinite(a)):
             return repr(a)
         return self.const(a)
-
-
-def _refs(args: Any):
-    for a in args:
-        if isinstance(a, Ref):
-            yield a
-        elif isinstance(a, (tuple, list)):
-            yield from _refs(a)
-
-
-def interpreted_kernel(plan: KernelPlan, step: InterpretedKernel, touched: list[str], symbols: list[str]) -> Callable:
-    """`fn([tensors of touched buffers..., symbol values...])`: the loop-IR interpreter runs the kernel, writing
-    into the given tensors (every buffer it touches is an input of a one-kernel plan)."""
-    buffers = plan.buffer_map
-    bufs = tuple(Buffer(n, buffers[n].dtype, buffers[n].shape, buffers[n].stride, "input") for n in touched)
-    sub = plan.replace(buffers=bufs, steps=(step.kernel,), inputs=(*touched, *symbols), outputs=())
-    return PlanInterpreter(sub).run
