@@ -80,3 +80,36 @@ def test_retained_graphs_backward_twice_and_double_backward_still_match_eager(fr
         g.pow(2).sum().backward()
     for p, q in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+@pytest.mark.gpu  # ember-core's pytest plugin skips it without CUDA; `./dev gpu` runs it
+def test_a_training_steps_peak_on_cuda_is_eagers():
+    """The same on CUDA, through the Triton codegen: the caching allocator's peak over a step."""
+    x = torch.randn(BATCH, WIDTH, device="cuda")
+    eager, model = mlp().cuda(), mlp().cuda()
+    compiled = ember.compile(model)
+
+    def cuda_peak(m, fn) -> int:
+        def step():
+            m.zero_grad(set_to_none=True)
+            fn(x).pow(2).mean().backward()
+
+        step()
+        step()
+        m.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - start
+
+    with ember.record_events() as rec:
+        got = cuda_peak(model, compiled)
+    want = cuda_peak(eager, eager)
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+    assert {e.get("codegen") for e in rec.events if e.kind == "graph_compiled"} == {"triton"}
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert got <= want + BATCH * WIDTH * 4 // 2, f"ember's step peaked at {got / 2**20:.1f} MiB, eager's " \
+                                                   f"{want / 2**20:.1f}"

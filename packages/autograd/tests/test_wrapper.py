@@ -213,7 +213,7 @@ def test_a_graph_writing_an_input_its_saved_values_read_refuses_double_backward_
 
     x, w = torch.randn(5), torch.randn(5, requires_grad=True)
     compiled = Compiled(f, x, w, outputs=[Output("", "mutation", 0), Output("")], mutated=[0])
-    assert compiled.run.plan.rerun_refused == 0 and not compiled.run.plan.consumes
+    assert compiled.run.plan.rereads == 0 and not compiled.run.plan.consumes
     out = compiled(x, w)[1]
     with pytest.raises(RuntimeError, match="writes its input 0 in place .* cannot run the forward again"):
         torch.autograd.grad(out.sum(), [w], create_graph=True)
@@ -296,3 +296,37 @@ def test_saved_values_made_again_refuse_an_input_modified_in_place_since_the_for
     x.mul_(3)
     with pytest.raises(RuntimeError, match="modified by an inplace operation: input 0"):
         out.sum().backward()
+
+
+def test_double_backward_through_layer_norm_matches_eager():
+    """A gradient penalty through a layer norm: its second derivative must see how the norm's mean and inverse std
+    depend on the input. ATen returns those without history, so differentiating the backward graph on values made
+    again by `native_layer_norm` (as this did) dropped that dependence and gave w a wrong gradient."""
+    def f(x, w):
+        return (F.layer_norm(x @ w, (16,)).tanh().sum(1),)
+
+    torch.manual_seed(0)
+    args = [torch.randn(8, 4, requires_grad=True), torch.randn(4, 16, requires_grad=True)]
+    got = []
+    for fn in (Compiled(f, *args), f):
+        x, w = leaves(args)
+        g, = torch.autograd.grad(fn(x, w)[0].sum(), x, create_graph=True)
+        g.pow(2).sum().backward()
+        got.append((g.detach(), w.grad))
+    torch.testing.assert_close(*got)
+
+
+def test_batch_norm_in_training_reads_its_running_stats_only_to_update_them():
+    """Its output and saved mean and inverse std do not depend on the running stats it writes: the forward may run
+    again after the update (the backward still consumes its saved values; create_graph=True still works)."""
+    def f(x, w, b, rm, rv):
+        out, _, _, new_rm, new_rv = torch.ops.aten._native_batch_norm_legit_functional(x, w, b, rm, rv, True, 0.1,
+                                                                                       1e-5)
+        return out.tanh(), new_rm, new_rv
+
+    w, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    args = [torch.randn(8, 4, requires_grad=True), w, b, torch.zeros(4), torch.ones(4)]
+    compiled = Compiled(f, *args, outputs=[Output(""), Output("", "mutation", 3), Output("", "mutation", 4)],
+                        mutated=[3, 4])
+    plan = compiled.run.plan
+    assert plan.rereads is None and plan.consumes and not {3, 4} & set(plan.saved_from)

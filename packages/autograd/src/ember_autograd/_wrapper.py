@@ -13,12 +13,16 @@ covers autograd's; autograd hands the function None for an output the loss does 
 materialized; compiled autograd does the same).
 
 A backward asked for with `create_graph=True` (a gradient penalty, double backward) must itself be
-differentiable: the compiled kernels are not, so that backward runs both graphs of the partition through ATen
-with grad mode on, the forward again from the function's inputs (so that the saved values carry their history)
-then the backward; the gradients it returns are eager autograd's to differentiate, as far as the ATen ops are.
-It is reported once as a `fallback` of stage `autograd`. Running the forward again is right only on the inputs
-it ran on: each tensor input's version is kept at the forward, and an input modified in place since raises as
-eager's autograd does for a saved tensor (recomputing from it gave wrong gradients, silently).
+differentiable: the compiled kernels are not, so that backward runs the forward graph again through ATen with
+grad mode on, from the function's inputs, and takes the gradients of its outputs with eager's autograd
+(`torch.autograd.grad(create_graph=True)`): eager's formulas, and eager's formulas for their derivatives. (The
+partition's backward graph run through ATen on the saved values is not differentiable enough: layer norm's and
+batch norm's mean and inverse std come out of their ops without history, and the second derivative lost their
+dependence on the input: a gradient penalty through a layer norm gave the first layer's weights wrong gradients,
+silently.) It is reported once as a `fallback` of stage `autograd`. Running the forward again is right only on
+the inputs it ran on: the gradients are functions of the inputs the saved values are computed from (and the
+tangents), so the version of each is kept at the forward, and one modified in place since raises as eager's
+autograd does for a saved tensor (recomputing from it gave wrong gradients, silently).
 
 The backward frees the saved values as it uses them, as eager's does. When the compiled backward offers
 `consume` (codegens of the loop IR do for a backward), it is called through it: the function's own references are
@@ -51,8 +55,10 @@ from ember_core import (
     InputsConsumed,
     Interpreter,
     Partition,
+    Ref,
     autocast_disabled,
     emit,
+    grad_rules,
     is_random,
     node_refs,
     symbolic_backward_formulas,
@@ -82,7 +88,7 @@ class Plan:
         self.partition = partition
         self.forward = forward
         self.random = any(is_random(n.op) for n in fw.nodes)  # then a forward run again must draw the same
-        self._differentiable: tuple[Interpreter, Interpreter] | None = None
+        self._differentiable: Interpreter | None = None
         self._compile_backward = compile_backward
         self._backward: CompiledGraph | None = None
         self._backward_module: fx.GraphModule | None = None
@@ -92,13 +98,15 @@ class Plan:
         self.differentiable = tuple(fw.values[o.name].requires_grad for o in fw.outputs[:self.num_outputs])
         every = _output_sources(fw)
         sources = every[:self.num_outputs]
-        # the primals the saved values are computed from: what running the forward again reads
+        # the primals the saved values are computed from: the gradients are functions of these (and the tangents)
+        # only, so a forward run again must read them as they were (to make the saved values again for the
+        # compiled backward, or the gradients for one with create_graph=True)
         self.saved_from = tuple(k for k in range(self.num_primals)
                                 if any(m >> k & 1 for m in every[self.num_outputs:]))
         mutated = {o.input for o in fw.outputs if o.kind == "mutation"}
-        self.rerun_refused = next((k for k in self.saved_from if k in mutated), None)  # it reads a value it changed
+        self.rereads = next((k for k in self.saved_from if k in mutated), None)  # written, then read again written
         # the backward is called through `consume` where it offers it, until it cannot (or cannot recover)
-        self.consumes = self.rerun_refused is None
+        self.consumes = self.rereads is None
         # per primal, per forward output: does the primal reach it? (bools, not masks: torch 2.11's Dynamo, tracing
         # the backward under compiled autograd, made an int attribute a graph input and printed `0 |= x`)
         self.reaches = tuple(tuple(d and bool(m >> k & 1) for m, d in zip(sources, self.differentiable))
@@ -143,18 +151,20 @@ class Plan:
                     self._backward_module = _with_formulas(to_fx(self.partition.backward))
         return self._backward_module
 
-    def differentiable_backward(self) -> tuple[Interpreter, Interpreter]:
-        """The partition's forward and backward graphs as ATen calls, for a backward that must be differentiable."""
+    def differentiable_forward(self) -> Interpreter:
+        """The partition's forward graph as ATen calls (with `grad_rules`), for a backward that must be
+        differentiable."""
         if self._differentiable is None:
             with self._lock:
                 if self._differentiable is None:
-                    fw, bw = self.partition.forward, self.partition.backward
-                    report = f"graph {fw.name!r}: a backward with create_graph=True runs {fw.name!r} and {bw.name!r} " \
-                             "through ATen with grad mode on (compiled kernels are not differentiable)"
+                    fw = self.partition.forward
+                    report = f"graph {fw.name!r}: a backward with create_graph=True runs it through ATen with grad " \
+                             "mode on and differentiates it with eager's autograd (compiled kernels are not " \
+                             "differentiable)"
                     log.warning("autograd: %s", report)
-                    emit(Event(kind="fallback", stage="autograd", message=report, graph=bw,
+                    emit(Event(kind="fallback", stage="autograd", message=report, graph=self.partition.backward,
                                data={"reason": report, "cause": "autograd"}))
-                    self._differentiable = (Interpreter(fw), Interpreter(bw))
+                    self._differentiable = Interpreter(fw, overrides=grad_rules)
         return self._differentiable
 
     def stop_consuming(self, why: str) -> None:
@@ -192,7 +202,7 @@ class CompiledFunction(torch.autograd.Function):
         ctx.tangent_meta = [(o.shape, o.dtype, o.device) for o, d in zip(outs, plan.differentiable) if d]
         ctx.plan = plan
         ctx.inputs = inputs  # kept for a backward that runs the forward again (create_graph=True, a fallback)
-        ctx.versions = [(k, inputs[k]._version) for k in plan.saved_from if isinstance(inputs[k], torch.Tensor)]
+        ctx.versions = {k: inputs[k]._version for k in plan.saved_from if isinstance(inputs[k], torch.Tensor)}
         ctx.tensor_slots = [isinstance(s, torch.Tensor) for s in saved]
         ctx.others = [s for s in saved if not isinstance(s, torch.Tensor)]
         ctx.save_for_backward(*(s for s in saved if isinstance(s, torch.Tensor)))
@@ -259,15 +269,42 @@ def _grads(plan: Plan, results: Sequence[Any], grad_outputs: Sequence[Any]) -> l
 def _output_sources(fw: Graph) -> tuple[int, ...]:
     """Per forward output, a mask of the primals its value is computed from (bit k: primal k), through the forward
     graph's data flow. That covers autograd's reach (a detach or an argmax passes data but no gradient), so a primal
-    it leaves out of every output the loss uses gets no gradient in eager either."""
+    it leaves out of every output the loss uses gets no gradient in eager either. A node's outputs read all its
+    arguments, except batch norm's in training (`_UPDATE_ONLY`)."""
     bits = {inp.name: 1 << k for k, inp in enumerate(fw.inputs)}
     for node in fw.nodes:
         mask = 0
         for name in node_refs(node):
             mask |= bits.get(name, 0)
-        for out in node.outputs:
-            bits[out] = mask
+        unread, leading = _update_only(node)
+        narrow = 0
+        for name in node_refs(node):
+            narrow |= 0 if name in unread else bits.get(name, 0)
+        for j, out in enumerate(node.outputs):
+            bits[out] = narrow if j < leading else mask
     return tuple(bits.get(o.name, 0) for o in fw.outputs)
+
+
+# Batch norm in training reads its running statistics only to update them: its output and the batch's mean and
+# inverse std do not depend on them. Without this, a model with batch norm would count as one whose forward reads
+# an input it writes (the statistics), and could not run its forward again for a backward with create_graph=True.
+# op → (index of its `training` argument, None where it always trains; the statistics' argument indices; the number
+# of leading outputs that do not read them)
+_UPDATE_ONLY = {
+    "aten._native_batch_norm_legit_functional.default": (5, (3, 4), 3),
+    "aten._batch_norm_with_update_functional.default": (None, (3, 4), 4),
+}
+
+
+def _update_only(node: Any) -> tuple[set[str], int]:
+    """The names of the arguments `node`'s leading outputs do not read, and how many outputs those are."""
+    rule = _UPDATE_ONLY.get(node.op)
+    if rule is None:
+        return set(), 0
+    training, stats, leading = rule
+    if training is not None and not (len(node.args) > training and node.args[training] is True):
+        return set(), 0
+    return {a.name for k in stats if k < len(node.args) and isinstance(a := node.args[k], Ref)}, leading
 
 
 def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
@@ -277,14 +314,23 @@ def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Te
 
 
 def _differentiable_grads(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
-    """The backward through ATen with grad mode on: the forward graph again on the inputs (its saved values then
-    have autograd history; random ops draw what they drew the first time), then the backward graph on them and
-    the tangents."""
-    plan = ctx.plan
-    forward, backward = plan.differentiable_backward()
+    """The forward graph again through ATen with grad mode on, from the function's inputs (random ops draw what they
+    drew the first time), and the gradients of its outputs with respect to the inputs that require grad, by eager's
+    autograd with create_graph=True: differentiable themselves, as far as eager's are."""
+    plan: Plan = ctx.plan
+    inputs = _unchanged_inputs(ctx)
     with _same_draws(ctx):
-        saved = forward.run(list(_unchanged_inputs(ctx)))[plan.num_outputs:]
-    return _grads(plan, backward.run([*saved, *_tangents(ctx, grad_outputs)]), grad_outputs)
+        outs = plan.differentiable_forward().run(list(inputs))[:plan.num_outputs]
+    pairs = [(o, g) for o, g, d in zip(outs, grad_outputs, plan.differentiable)
+             if d and g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
+    wrt = [k for k, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
+    grads: list[Any] = [None] * plan.num_primals
+    if pairs and wrt:
+        found = torch.autograd.grad([o for o, _ in pairs], [inputs[k] for k in wrt], [g for _, g in pairs],
+                                    create_graph=True, allow_unused=True)
+        for k, g in zip(wrt, found):
+            grads[k] = g
+    return grads
 
 
 @contextlib.contextmanager
@@ -300,17 +346,17 @@ def _same_draws(ctx: Any) -> Iterator[None]:
 
 
 def _unchanged_inputs(ctx: Any) -> Sequence[Any]:
-    """The function's inputs, to run the forward on again. An input the saved values are computed from that was
-    modified in place since the forward (its version moved) would give other saved values: that raises, as eager's
-    autograd does for a modified saved tensor. So does a graph that itself writes such an input (its write may not
-    move the version: batch norm's running stats are written through `.data`)."""
+    """The function's inputs, to run the forward on again. One the saved values are computed from that was modified
+    in place since the forward (its version moved) would give other values: that raises, as eager's autograd does
+    for a modified saved tensor. So does a forward that itself writes one of them (`Plan.rereads`: its write may
+    not move the version; batch norm's running stats are written through `.data`)."""
     plan: Plan = ctx.plan
     name = plan.partition.forward.name
-    if plan.rerun_refused is not None:
-        raise RuntimeError(f"graph {name!r} writes its input {plan.rerun_refused} in place and computes values its "
+    if plan.rereads is not None:
+        raise RuntimeError(f"graph {name!r} writes its input {plan.rereads} in place and computes values its "
                            "backward needs from it, so its backward cannot run the forward again (which a backward "
                            "with create_graph=True does)")
-    for k, version in ctx.versions:
+    for k, version in ctx.versions.items():
         x = ctx.inputs[k]
         if x._version != version:
             raise RuntimeError(
