@@ -210,6 +210,29 @@ def test_branch_on_tensor_value_falls_back_to_eager(compile_graph, events):
     assert event.data["where"] == f"{__file__}:{warned.lineno}" and event.data["break_reason"].startswith("data-")
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["first-call", "after-a-compile"])
+def test_a_call_under_a_functorch_transform_runs_eagerly_and_is_told_once(compile_graph, events, warm):
+    """vmap and grad hand the function wrapped tensors: traced, they failed inside the trace (an internal assert);
+    through a compiled entry, whose guards pass them, the kernels asked a wrapped tensor for its data pointer. Such
+    a call runs the function eagerly, each time, reported once; calls outside a transform still compile."""
+    def f(x, w):
+        return (x @ w).tanh().sum()
+
+    x, w, xs = torch.randn(4, 3), torch.randn(3, 5), torch.randn(7, 4, 3)
+    compiled = wrap(f, compile_graph)
+    if warm:
+        assert_close(compiled(x, w), f(x, w))
+    with pytest.warns(FallbackWarning, match=r"f runs eagerly under a functorch transform") as told:
+        for _ in range(2):
+            assert_close(torch.func.grad(compiled, argnums=1)(x, w), torch.func.grad(f, argnums=1)(x, w))
+            assert_close(torch.func.vmap(compiled, in_dims=(0, None))(xs, w),
+                         torch.func.vmap(f, in_dims=(0, None))(xs, w))
+    assert len([w for w in told if w.category is FallbackWarning]) == 1
+    assert len(events.of("fallback")) == 1 and compiled.fallback_reason is None
+    assert_close(compiled(x, w), f(x, w))
+    assert compile_graph.count == 1
+
+
 def test_branch_on_tensor_value_raises_naming_the_line_under_fullgraph(compile_graph):
     def f(x):
         if x.mean() > 0.5:

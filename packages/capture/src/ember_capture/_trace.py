@@ -10,7 +10,8 @@ read by the kernels, so later values do not recompile (`_inputs.py`); `.item()` 
 besides its arguments (globals, closure cells, attributes) is guarded or made graph inputs (`_reads.py`), module
 parameters and buffers become graph inputs (`_state.py`), and arguments that are one tensor or share memory are
 traced and guarded as such (`_inputs.py`). A function that cannot be one graph (a branch on a tensor's value,
-`.item()`, `print`) raises `CaptureError` under `fullgraph=True`, else runs eagerly from then on.
+`.item()`, `print`) raises `CaptureError` under `fullgraph=True`, else runs eagerly from then on. A call under a
+functorch transform (`torch.func.vmap`, `grad`) runs eagerly, that call only (`_under_transform`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ from ._stand_ins import StandIns
 from ._state import ModuleState
 
 PRODUCER = "ember-capture 0.1.0 trace"
+# the innermost active functorch transform (vmap, grad, jvp ...), or None: about 55 ns a call
+_functorch_transform = torch._C._functorch.peek_interpreter_stack
 _DATA_DEPENDENT = (DataDependentOutputException, GuardOnDataDependentSymNode, DynamicOutputShapeException)
 
 
@@ -106,6 +109,7 @@ class TracedFunction:
         self.compiles = 0
         self.fallback_reason: str | None = None  # set once the function runs eagerly for good
         self._limit_warned = False
+        self._transform_told = False  # a call under a functorch transform was reported
         self._dynamic_dims: set[tuple[int, int]] = set()  # (leaf, dim) pairs made symbolic by automatic dynamic
         self._dynamic_floats: set[int] = set()  # float leaves made graph inputs by automatic dynamic
         self._dynamic_reads: set[str] = set()  # labels of float globals and attributes made graph inputs
@@ -114,11 +118,26 @@ class TracedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.fallback_reason is not None:
             return self.fn(*args, **kwargs)
+        if _functorch_transform() is not None:
+            return self._under_transform(args, kwargs)
         flat, spec = flatten_args(args, kwargs)
         for check, run in self._hot:
             if check(flat, spec):
                 return run(flat)
         return self._miss(args, kwargs, flat, spec)
+
+    def _under_transform(self, args: tuple, kwargs: dict) -> Any:
+        """A call inside `torch.func.vmap`, `grad` and the like gets wrapped tensors, which a trace cannot take and
+        kernels cannot read (a compiled entry's guards pass them): it runs eagerly, where the transform applies;
+        told once per function."""
+        if not self._transform_told:
+            self._transform_told = True
+            why = "a functorch transform (vmap, grad, ...) is active: its wrapped tensors run eagerly"
+            report("fallback", f"{self.name} runs eagerly under a functorch transform", function=self.name,
+                   reason=why, cause="eager")
+            warn_fallback(f"ember: {self.name} runs eagerly under a functorch transform (vmap, grad, ...), in "
+                          "each such call", "eager", stacklevel=3)
+        return self.fn(*args, **kwargs)
 
     # ------------------------------------------------------------------------------------------ misses
 
