@@ -21,7 +21,8 @@ def mlp() -> nn.Module:
     return nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(DEPTH)])
 
 
-def step_peak(model: nn.Module, fn, x: torch.Tensor) -> int:
+def warm_step(model: nn.Module, fn, x: torch.Tensor):
+    """A training step of `fn` (the model or its compiled form), run twice (compiled, warm), the gradients cleared."""
     def step():
         model.zero_grad(set_to_none=True)
         fn(x).pow(2).mean().backward()
@@ -29,7 +30,11 @@ def step_peak(model: nn.Module, fn, x: torch.Tensor) -> int:
     step()
     step()
     model.zero_grad(set_to_none=True)
-    return peak_allocated(step)
+    return step
+
+
+def step_peak(model: nn.Module, fn, x: torch.Tensor) -> int:
+    return peak_allocated(warm_step(model, fn, x))
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
@@ -90,13 +95,7 @@ def test_a_training_steps_peak_on_cuda_is_eagers():
     compiled = ember.compile(model)
 
     def cuda_peak(m, fn) -> int:
-        def step():
-            m.zero_grad(set_to_none=True)
-            fn(x).pow(2).mean().backward()
-
-        step()
-        step()
-        m.zero_grad(set_to_none=True)
+        step = warm_step(m, fn, x)
         torch.cuda.synchronize()
         start = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()

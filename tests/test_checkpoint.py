@@ -123,6 +123,27 @@ def test_checkpointed_blocks_keep_no_more_activations_than_eager(frontend):
                for n in notes), notes
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_compiled_block_inside_an_eager_checkpoint_trains_as_in_eager(frontend, reentrant):
+    """`checkpoint(compiled_block, x)`: the checkpoint's saved-tensor hooks are active while ember compiles (the
+    first call, and again on the recomputation in the backward): ember's own traces saved tensors through them, and
+    the recomputation's hook stopped the trace midway (`_StopRecomputationError`). Traces run with those hooks off
+    (torch's `_saved_tensors_hooks_set_tracing`); they apply at run time, around ember's autograd.Function."""
+    torch.manual_seed(0)
+    block = Block()
+    twin = copy.deepcopy(block)
+    compiled = ember.compile(block, options={"frontend": frontend})
+    x = torch.randn(4, 8, 32)
+    got, want = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with ember_core.record_events() as rec:
+        checkpoint(compiled, got, use_reentrant=reentrant).pow(2).sum().backward()
+    checkpoint(twin, want, use_reentrant=reentrant).pow(2).sum().backward()
+    torch.testing.assert_close(got.grad, want.grad)
+    for p, q in zip(block.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert not rec.kinds("fallback"), [e.message for e in rec.kinds("fallback")]
+
+
 def test_selective_checkpointing_keeps_the_matmuls_it_marks():
     """Dynamo's frontend. Under the trace frontend the policy marks nodes only where torch's selective-checkpoint
     mode does so under a trace (2.13 does, 2.11 does not: everything is then recomputed)."""

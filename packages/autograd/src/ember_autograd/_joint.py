@@ -40,6 +40,7 @@ from ember_core import (
     symbolic_backward_formulas,
     tracing_lock,
     verify,
+    without_saved_tensor_hooks,
 )
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import (
@@ -72,7 +73,7 @@ _FAKE_REFUSALS = (UnsupportedOperatorException, DynamicOutputShapeException, Dat
 def joint(graph: Graph, example_inputs: Sequence[Any]) -> JointGraph:
     """The joint forward+backward graph of a functional ATen graph (layout in this module's docstring)."""
     grads = requires_grad(graph, example_inputs)
-    with tracing_lock(), eager_derivatives():  # make_fx's state is process-wide
+    with tracing_lock(), eager_derivatives(), without_saved_tensor_hooks():  # make_fx's state is process-wide
         trace = JointTrace(insert_grad_boundaries(graph), FakePrimals(graph, example_inputs, grads))
         try:
             gm = trace.run()

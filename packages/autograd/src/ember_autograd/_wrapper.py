@@ -273,12 +273,10 @@ def _output_sources(fw: Graph) -> tuple[int, ...]:
     arguments, except batch norm's in training (`_UPDATE_ONLY`)."""
     bits = {inp.name: 1 << k for k, inp in enumerate(fw.inputs)}
     for node in fw.nodes:
-        mask = 0
+        unread, leading = _update_only(node)
+        mask = narrow = 0  # what every output reads; what the leading `leading` read
         for name in node_refs(node):
             mask |= bits.get(name, 0)
-        unread, leading = _update_only(node)
-        narrow = 0
-        for name in node_refs(node):
             narrow |= 0 if name in unread else bits.get(name, 0)
         for j, out in enumerate(node.outputs):
             bits[out] = narrow if j < leading else mask

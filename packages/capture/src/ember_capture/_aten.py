@@ -30,6 +30,7 @@ from ember_core import (
     is_custom_function,
     iter_refs,
     tracing_lock,
+    without_saved_tensor_hooks,
 )
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
@@ -280,7 +281,7 @@ def capture_graph(fn: Callable, fake_inputs: Sequence[Any], *, input_names: Sequ
     custom = CustomFunctions(fake_mode, producer, capture_graph)
     # make_fx's state is process-wide; a backward the traced function runs (a training step under the trace
     # frontend) is traced here, not handed to compiled autograd
-    with tracing_lock(), eager_derivatives(), torch._dynamo.compiled_autograd._disable():
+    with tracing_lock(), eager_derivatives(), without_saved_tensor_hooks(), torch._dynamo.compiled_autograd._disable():
         gm = _trace(fn, fake_inputs, fake_mode, facts, custom)
     _dense_values_only(gm)
     _one_placeholder_per_symbol(gm)

@@ -69,6 +69,7 @@ from .execution import (
     run_on_fakes,
     tracing_lock,
     without_autocast,
+    without_saved_tensor_hooks,
 )
 from .graph import (
     CHECKPOINT_META,
@@ -192,6 +193,7 @@ __all__ = [
     "private_cache_dir", "is_source_identifier", "is_static", "source_identifier", "prune_values", "record_events",
     "rename_reads", "rename_symbols", "reset_plugin_manager", "resolve_op", "returns_new_storage", "is_view_op",
     "may_write", "returns_sequence", "save", "to_dtype", "to_fx", "tracing_lock", "value_of", "verify",
+    "without_saved_tensor_hooks",
     "EffectfulFunctionalMode", "EVENT_KINDS", "Autograd", "Codegen", "DumpWriter", "EventKind", "GraphCompiled",
     "GraphPass", "InterpreterCodegen", "PASS_POINTS", "run_graph_passes", "JointTraced", "Partitioned",
     "Partitioner", "Reused", "interpreter_codegen", "FALLBACK_CAUSES", "Stopwatch", "dumping_to", "CUSTOM_FUNCTION",

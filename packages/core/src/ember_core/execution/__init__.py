@@ -12,7 +12,7 @@ from ._grad_rules import grad_rules
 from ._interpreter import RESHAPE, STRICT_VIEWS, Interpreter, interpret, node_callable, run_on_fakes
 from ._profiling import GraphCosts, KernelCost, costs_of, profile_range, profiler_active, register_costs
 from ._pycode import direct_call, keyword_name, load_function, returns_sequence
-from ._tracing import eager_derivatives, tracing_lock
+from ._tracing import eager_derivatives, tracing_lock, without_saved_tensor_hooks
 
 __all__ = [
     "autocast_disabled", "autocast_on", "autocast_state", "costs_of", "cuda_graphed", "CudaBackend", "CudaGraphed",
@@ -20,4 +20,5 @@ __all__ = [
     "is_impure_node", "KernelCost", "keyword_name", "load_function", "node_callable", "profile_range",
     "profiler_active", "RESHAPE", "run_on_fakes", "STRICT_VIEWS",
     "eager_derivatives", "register_costs", "returns_sequence", "tracing_lock", "without_autocast",
+    "without_saved_tensor_hooks",
 ]

@@ -11,6 +11,12 @@ differentiates the pieces): those of the ops ember keeps whole for their derivat
 aside, so autograd takes eager's formula; those of the margin losses are replaced by ember's (`_trace_kernels.py`),
 whose pieces have eager's values and derivative, and cosine_similarity, which torch decomposes in C++ (clamping in
 place under no_grad, which a graph cannot say), gets ember's kernel at its composite key.
+
+`without_saved_tensor_hooks()`: a trace that records autograd (the joint graph, a frontend's capture) saves tensors
+as any autograd graph does, and the user's saved-tensor hooks active around the call that compiles (a
+non-reentrant `torch.utils.checkpoint` around a compiled module, `save_on_cpu`) would see them: the checkpoint's
+recomputation hook stopped ember's trace midway. Inside, torch ignores those hooks (its tracing flag, which
+Dynamo's and AOTAutograd's traces set too); they apply at run time, to what ember's `autograd.Function` saves.
 """
 
 from __future__ import annotations
@@ -36,6 +42,23 @@ _depth = 0  # nested `eager_derivatives` blocks (one thread: they hold the lock)
 def tracing_lock() -> threading.RLock:
     """The lock every trace holds (make_fx and anything else that installs process-wide tracing state)."""
     return _LOCK
+
+
+_set_hooks_tracing = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
+
+
+@contextlib.contextmanager
+def without_saved_tensor_hooks() -> Iterator[None]:
+    """The user's saved-tensor hooks ignored inside (see the module's docstring); a no-op on a torch without the
+    flag."""
+    if _set_hooks_tracing is None:
+        yield
+        return
+    before = _set_hooks_tracing(True)
+    try:
+        yield
+    finally:
+        _set_hooks_tracing(before)
 
 
 @contextlib.contextmanager
