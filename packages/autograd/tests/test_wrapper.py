@@ -316,17 +316,22 @@ def test_double_backward_through_layer_norm_matches_eager():
     torch.testing.assert_close(*got)
 
 
+def _legit(x, w, b, rm, rv):
+    out, _, _, new_rm, new_rv = torch.ops.aten._native_batch_norm_legit_functional(x, w, b, rm, rv, True, 0.1, 1e-5)
+    return out.tanh(), new_rm, new_rv
+
+
 def test_batch_norm_in_training_reads_its_running_stats_only_to_update_them():
     """Its output and saved mean and inverse std do not depend on the running stats it writes: the forward may run
     again after the update (the backward still consumes its saved values; create_graph=True still works)."""
-    def f(x, w, b, rm, rv):
-        out, _, _, new_rm, new_rv = torch.ops.aten._native_batch_norm_legit_functional(x, w, b, rm, rv, True, 0.1,
-                                                                                       1e-5)
-        return out.tanh(), new_rm, new_rv
-
     w, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
     args = [torch.randn(8, 4, requires_grad=True), w, b, torch.zeros(4), torch.ones(4)]
-    compiled = Compiled(f, *args, outputs=[Output(""), Output("", "mutation", 3), Output("", "mutation", 4)],
+    compiled = Compiled(_legit, *args, outputs=[Output(""), Output("", "mutation", 3), Output("", "mutation", 4)],
                         mutated=[3, 4])
     plan = compiled.run.plan
     assert plan.rereads is None and plan.consumes and not {3, 4} & set(plan.saved_from)
+    x, w, b, rm, rv = leaves(args)
+    g, = torch.autograd.grad(compiled(x, w, b, rm, rv)[0].sum(), x, create_graph=True)
+    ex, ew, eb, erm, erv = leaves(args)
+    eg, = torch.autograd.grad(_legit(ex, ew, eb, erm, erv)[0].sum(), ex, create_graph=True)
+    torch.testing.assert_close(g, eg)

@@ -286,11 +286,11 @@ def _output_sources(fw: Graph) -> tuple[int, ...]:
 # Batch norm in training reads its running statistics only to update them: its output and the batch's mean and
 # inverse std do not depend on them. Without this, a model with batch norm would count as one whose forward reads
 # an input it writes (the statistics), and could not run its forward again for a backward with create_graph=True.
-# op → (index of its `training` argument, None where it always trains; the statistics' argument indices; the number
-# of leading outputs that do not read them)
+# op → (index of its `training` argument; the statistics' argument indices; the number of leading outputs that do
+# not read them). (`_batch_norm_with_update_functional` is left out: its backward formula reads the statistics
+# themselves, so they are saved values anyway.)
 _UPDATE_ONLY = {
     "aten._native_batch_norm_legit_functional.default": (5, (3, 4), 3),
-    "aten._batch_norm_with_update_functional.default": (None, (3, 4), 4),
 }
 
 
@@ -300,7 +300,7 @@ def _update_only(node: Any) -> tuple[set[str], int]:
     if rule is None:
         return set(), 0
     training, stats, leading = rule
-    if training is not None and not (len(node.args) > training and node.args[training] is True):
+    if not (len(node.args) > training and node.args[training] is True):
         return set(), 0
     return {a.name for k in stats if k < len(node.args) and isinstance(a := node.args[k], Ref)}, leading
 
