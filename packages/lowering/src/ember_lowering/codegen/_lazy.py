@@ -66,7 +66,7 @@ class LazyBinding:
                 self.install_stubs()  # in case bind set some: each stub now raises UseFallback from load()
                 raise UseFallback(self.failed) from None
             self._bound = True
-            self.env["_ready"] = _bound
+            self.env["_ready"] = nothing_to_wait_for
             if not self.build.hit:
                 self._report_built(waiting.seconds)
 
@@ -101,5 +101,5 @@ class LazyBinding:
             self._bound = True
 
 
-def _bound() -> None:
-    """`_ready` once the kernels are bound: nothing left to wait for."""
+def nothing_to_wait_for() -> None:
+    """`_ready` of a wrapper whose kernels are bound, or that has none to bind."""

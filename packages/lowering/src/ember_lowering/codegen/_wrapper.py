@@ -87,6 +87,7 @@ from ember_lowering import Buffer, Extern, Item, to_expr
 
 from ._exprs import IndexPrinter
 from ._fallback import UseFallback, fix_layout, wrong_dtype
+from ._lazy import nothing_to_wait_for
 from ._lifetimes import kept_to_the_end, last_uses
 from ._program import InterpretedKernel, Program, Segment, interpreted_kernel
 
@@ -103,10 +104,6 @@ def _fast_cpu_tensors() -> tuple[Callable, Callable] | None:
 
 
 FAST_CPU_TENSORS = _fast_cpu_tensors()
-
-
-def _nothing() -> None:
-    """`_ready` of a wrapper whose kernels are bound, or that has none to bind."""
 
 
 class WrapperWriter:
@@ -126,7 +123,7 @@ class WrapperWriter:
                                         "_UseFallback": UseFallback, "_fix_layout": fix_layout,
                                         "_wrong_dtype": wrong_dtype, "_profiling": profiler_active,
                                         "_range": profile_range, "_graph_range": f"ember:{fn_name}",
-                                        "_ready": _nothing,
+                                        "_ready": nothing_to_wait_for,
                                         "_device": torch.device(self.plan.device)}
         names = dict(self.layout.sym_local)
         self.py = IndexPrinter(names)
