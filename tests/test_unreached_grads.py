@@ -140,3 +140,50 @@ def test_under_compiled_autograd_the_unused_head_keeps_no_gradient():
     finally:
         ember.compiled_autograd.reset()
     _assert_same_grads(_grads(twin), _grads(model))
+
+
+def _two_outputs(a, b):
+    return a * 2, torch.sin(b)
+
+
+class _NoGradForB(torch.autograd.Function):
+    """A user's own function whose backward gives its second input no gradient (None), as ember's node does for an
+    input only an unused output reads."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a * 2, torch.sin(b)
+
+    @staticmethod
+    def backward(ctx, grad_a, grad_b):
+        return grad_a * 2, None
+
+
+ANOTHER_PATH = {
+    # b is read again outside the compiled function: its gradient is that path's alone
+    "a leaf read again": lambda f, a, w: f(a, w)[0].sum() + (w * 3).sum(),
+    "an intermediate read again": lambda f, a, w: (lambda b: f(a, b)[0].sum() + (b * 3).sum())(w * 2),
+    "an intermediate read nowhere else": lambda f, a, w: f(a, w * 2)[0].sum(),
+    "a leaf read nowhere else": lambda f, a, w: f(a, w)[0].sum(),
+}
+
+
+@pytest.mark.parametrize("loss", ANOTHER_PATH)
+@pytest.mark.parametrize("function", ["ember", "a user's autograd.Function"])
+def test_under_compiled_autograd_a_missing_gradient_adds_as_nothing(function, loss):
+    """Compiled autograd traces the sum of two gradients flowing into one tensor as `torch.add` before it knows a
+    node's backward gives None for its edge; the captured backward then raised TypeError (add of None). The sum is
+    the other path's gradient, and a tensor no path reaches keeps `grad is None`."""
+    f = ember.compile(_two_outputs) if function == "ember" else _NoGradForB.apply
+    torch.manual_seed(0)
+    a, w = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    ANOTHER_PATH[loss](_two_outputs, a, w).backward()
+    want = {"a": a.grad, "w": w.grad}
+    a.grad = w.grad = None
+    try:
+        with ember.compiled_autograd.enable() as compiler:
+            ANOTHER_PATH[loss](f, a, w).backward()
+    finally:
+        ember.compiled_autograd.reset()
+    assert compiler.captures == 1
+    _assert_same_grads({"a": a.grad, "w": w.grad}, want)

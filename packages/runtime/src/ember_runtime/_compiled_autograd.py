@@ -79,6 +79,7 @@ class BackwardCompiler:
 
     def __call__(self, gm: torch.fx.GraphModule) -> Callable:
         self.captures += 1
+        _accumulate_missing_as_nothing(gm)
         reasons = _reasons.take() or ["no reason given by the engine"]
         nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         message = f"backward {self.captures} captured ({nodes} calls): {'; '.join(reasons)}"
@@ -86,6 +87,29 @@ class BackwardCompiler:
                    data={"reasons": reasons, "calls": nodes, "capture": self.captures}))
         pipeline = Pipeline.from_options(self.options, fullgraph=self.fullgraph, dynamic=self.dynamic, mode=None)
         return pipeline.frontend().wrap(gm, pipeline.compile_graph, pipeline.frontend_options)
+
+
+def _accumulate(old: torch.Tensor | None, new: torch.Tensor | None) -> torch.Tensor | None:
+    """Two gradients flowing into one tensor, either of them possibly missing (None)."""
+    if old is None:
+        return new
+    if new is None:
+        return old
+    return torch.add(old, new)
+
+
+def _accumulate_missing_as_nothing(gm: torch.fx.GraphModule) -> None:
+    """The engine traces the sum of two gradients flowing into one tensor as `torch.add`, before it runs the
+    backwards that give them: it takes every edge of a node to give one. An `autograd.Function` (ember's node, or
+    a user's) may give None for an input it does not reach, and the add then raised TypeError. In eager autograd a
+    missing gradient adds as nothing: each such add becomes `_accumulate`, which Dynamo resolves while tracing (the
+    Nones are known then)."""
+    adds = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.add
+            and len(n.args) == 2 and not n.kwargs]
+    for node in adds:
+        node.target = _accumulate
+    if adds:
+        gm.recompile()
 
 
 @contextlib.contextmanager
