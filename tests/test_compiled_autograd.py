@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import ember
+import ember_autograd._wrapper
 import ember_runtime
 import pytest
 import torch
@@ -320,3 +321,38 @@ def test_a_backward_holding_an_aten_kernel_without_a_symbolic_form_is_captured(f
     assert_same_grads(model, twin)
     assert captures(rec)
     assert_no_fallback(rec)
+
+
+NORMS = {"none": nn.Identity, "layer": lambda: nn.LayerNorm(16), "batch": lambda: nn.BatchNorm1d(16),
+         "group": lambda: nn.GroupNorm(4, 16)}
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("critic_compiled", [True, False], ids=["compiled critic", "eager critic"])
+def test_a_gradient_penalty_under_compiled_autograd_gives_eagers_gradients(critic_compiled, norm, monkeypatch):
+    """`torch.autograd.grad(create_graph=True)` is captured too. Dynamo traced ember's node's backward into it as
+    the backward graph on the saved values: those carry no history, so the penalty's gradient lost its path
+    through them and the first layer's weight came out 0.14 off eager's, silently (its bias got None). The node's
+    backward now runs differentiably there, as outside compiled autograd. The penalty's own backward, captured
+    next, goes through the graphs the first capture compiled: their backward modules are made when their forward
+    runs, not by Dynamo tracing the capture (which traced the module's builder)."""
+    built_in_dynamo = []
+    make = ember_autograd._wrapper._with_formulas
+    monkeypatch.setattr(ember_autograd._wrapper, "_with_formulas",
+                        lambda gm: built_in_dynamo.append(torch.compiler.is_compiling()) or make(gm))
+    torch.manual_seed(0)
+    critic = nn.Sequential(nn.Linear(4, 16), NORMS[norm](), nn.Tanh(), nn.Linear(16, 1))
+    twin = copy.deepcopy(critic)
+    data = torch.randn(8, 4)
+    grads = []
+    for fn, capture in ((twin, False), (ember.compile(critic) if critic_compiled else critic, True)):
+        x = data.clone().requires_grad_()
+        with ember.record_events() as rec, (ember.compiled_autograd.enable() if capture else contextlib.nullcontext()):
+            out = fn(x)
+            grad, = torch.autograd.grad(out.sum(), x, create_graph=True)
+            (out.mean() + 10 * (grad.norm(2, dim=1) - 1).pow(2).mean()).backward()
+        grads.append(grad)
+    torch.testing.assert_close(grads[1], grads[0])
+    assert_same_grads(critic, twin)
+    assert len(captures(rec)) == 2
+    assert built_in_dynamo and not any(built_in_dynamo)

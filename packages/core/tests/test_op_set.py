@@ -130,3 +130,33 @@ def test_softshrink_backward_as_its_formula_for_symbolic_traces_is_atens_kernel_
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
     nan = formula(g[:3], torch.tensor([float("nan"), 0.0, 1.0]), 0.5)
     torch.testing.assert_close(nan, torch.tensor([1.0, 0.0, 3.0]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["native_layer_norm_backward", "native_batch_norm_backward",
+                                  "native_group_norm_backward"])
+def test_a_capture_keeps_a_norms_backward_whole_where_it_may_be_differentiated(name):
+    """Under grad mode a captured norm backward may be differentiated again, and its double backward counts the
+    saved mean and inverse std as functions of the input: it stays whole there, and decomposes everywhere else."""
+    from ember_core import STATISTICS_BACKWARDS, capture_decompositions
+
+    op = getattr(aten, name).default
+    assert f"aten.{name}.default" in STATISTICS_BACKWARDS
+    x, w, b = torch.randn(4, 6), torch.ones(6), torch.zeros(6)
+    if name == "native_layer_norm_backward":
+        _, mean, rstd = aten.native_layer_norm(x, [6], w, b, 1e-5)
+        args = (torch.randn(4, 6), x, [6], mean, rstd, w, b, [True, True, True])
+    elif name == "native_batch_norm_backward":
+        _, mean, rstd = aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+        args = (torch.randn(4, 6), x, w, None, None, mean, rstd, True, 1e-5, [True, True, True])
+    else:
+        _, mean, rstd = aten.native_group_norm(x, w, b, 4, 6, 1, 2, 1e-5)
+        args = (torch.randn(4, 6), x, mean, rstd, w, 4, 6, 1, 2, [True, True, True])
+
+    def ops(grad_mode):
+        with torch.set_grad_enabled(grad_mode):
+            gm = make_fx(lambda *a: op(*a), decomposition_table=capture_decompositions())(*args)
+        return {n.target for n in gm.graph.nodes if n.op == "call_function"}
+
+    assert op in ops(True)
+    assert op not in ops(False) and op not in make_fx(lambda *a: op(*a), decomposition_table=decompositions())(
+        *args).graph.nodes

@@ -34,7 +34,9 @@ once as a `fallback` of stage `autograd`.
 
 Under compiled autograd (`ember.compiled_autograd`) the engine hands this backward to Dynamo, which traces it into
 the whole backward it captures: then the backward graph runs as an FX module of ATen calls (`Plan.backward_module`),
-which Dynamo can trace and ember then compiles with the rest of the backward.
+which Dynamo can trace and ember then compiles with the rest of the backward. A backward with create_graph=True is
+captured too, and there the module on the saved values would lose their paths to the inputs (they have no history):
+the gradients are taken as above (`_differentiable_grads`), outside Dynamo, which breaks its graph for the call.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class Plan:
 
     def backward_module(self) -> fx.GraphModule:
         """The backward graph as an FX module of ATen calls, which Dynamo can trace (compiled autograd inlines it
-        into the backward it captures). Built outside Dynamo: the first forward under compiled autograd builds it.
+        into the backward it captures). Built outside Dynamo (`_prepare_for_dynamo`).
         Dynamo traces it with symbolic sizes, so an ATen backward kernel that fake tensors of symbolic sizes cannot
         run (softshrink's, kept whole in a static joint trace) is called as its formula, as a symbolic joint trace
         writes it (`symbolic_backward_formulas`): Dynamo raised out of `backward()`."""
@@ -194,8 +196,9 @@ class CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, plan: Plan, *inputs: Any) -> tuple[Any, ...]:
         ctx.rng = _rng_states(inputs) if plan.random else None
-        if torch._dynamo.compiled_autograd.compiled_autograd_enabled:
-            plan.backward_module()  # built now: Dynamo, tracing the backward later, cannot build an FX module
+        engine = torch._dynamo.compiled_autograd
+        if engine.compiled_autograd_enabled or engine.in_compiled_autograd_region:
+            _prepare_for_dynamo(plan)  # a backward captured inside Dynamo's trace of a step asks for no key first
         results = plan.forward(list(inputs))
         outs, saved = results[:plan.num_outputs], results[plan.num_outputs:]
         ctx.set_materialize_grads(False)  # None then marks an output the loss does not use
@@ -211,9 +214,21 @@ class CompiledFunction(torch.autograd.Function):
         return tuple(outs)
 
     @staticmethod
+    def _compiled_autograd_key(ctx: Any) -> tuple:
+        """Compiled autograd's engine asks each node for its key as it walks the autograd graph, before Dynamo
+        traces the backward it captures (and on each cache hit): for a forward that ran before compiled autograd
+        was on, what Dynamo cannot make while tracing `backward` is made here. (The key is `autograd.Function`'s
+        own.)"""
+        if not torch.compiler.is_compiling():
+            _prepare_for_dynamo(ctx.plan)
+        return (ctx._autograd_function_id,)
+
+    @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
         plan: Plan = ctx.plan
         if torch.compiler.is_compiling():  # compiled autograd: Dynamo traces this backward into the whole one
+            if torch.is_grad_enabled():  # create_graph=True: captured too; the saved values have no history
+                return (None, *_grads_outside_dynamo()(ctx, grad_outputs))
             results = plan.backward_module()(*_saved_values(ctx), *_tangents(ctx, grad_outputs))
             return (None, *_grads(plan, results, grad_outputs))
         with autocast_disabled():  # the backward graph holds the forward's casts: an autocast on now adds none
@@ -329,6 +344,34 @@ def _differentiable_grads(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
         for k, g in zip(wrt, found):
             grads[k] = g
     return grads
+
+
+def _prepare_for_dynamo(plan: Plan) -> None:
+    """What Dynamo, tracing `CompiledFunction.backward` into a backward compiled autograd captures, cannot make
+    itself: made before, outside Dynamo. The forward does it while the engine is on, or inside a captured backward
+    (create_graph=True: the capture compiled a graph that trains, and the backward of what it computes is captured
+    next, though the engine is off while it runs); the node's key, asked for before each capture, otherwise."""
+    plan.backward_module()
+    _grads_outside_dynamo()
+
+
+def _differentiable_grads_eagerly(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
+    with autocast_disabled():
+        return _differentiable_grads(ctx, grad_outputs)
+
+
+_outside_dynamo: Callable | None = None
+
+
+def _grads_outside_dynamo() -> Callable:
+    """`_differentiable_grads` for a backward with create_graph=True that compiled autograd captures: Dynamo breaks
+    its graph at the call and runs it as it comes (it cannot trace `torch.autograd.grad`), and the gradients it
+    hands on carry their history to the function's inputs. Made outside Dynamo (`_prepare_for_dynamo`), not at
+    import: importing Dynamo takes a second."""
+    global _outside_dynamo
+    if _outside_dynamo is None:
+        _outside_dynamo = torch._dynamo.disable(_differentiable_grads_eagerly, recursive=True)
+    return _outside_dynamo
 
 
 @contextlib.contextmanager

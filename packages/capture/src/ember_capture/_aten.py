@@ -2,7 +2,7 @@
 
 `capture_graph(fn, fake_inputs)` traces `fn` with make_fx under the fake mode of its inputs (Dynamo's own, when
 the inputs come from Dynamo, so symbolic sizes and guards stay one story), functionalizes it, decomposes it to
-`ember_core.decompositions()`, and reads the result with `ember_core.from_fx`. Input mutations become
+`ember_core.capture_decompositions()`, and reads the result with `ember_core.from_fx`. Input mutations become
 `Input(mutated=True)` + `Output(kind="mutation")`; outputs that share storage with an input become
 `Output(kind="alias")`. Symbols are named `s0, s1, ...` in order of first appearance (`canonical_symbols`), whichever
 frontend traced. Gradient facts that only eager autograd knows are written into `Value.requires_grad`, and
@@ -24,8 +24,8 @@ from ember_core import (
     Graph,
     Input,
     Output,
+    capture_decompositions,
     custom_function_arguments,
-    decompositions,
     eager_derivatives,
     is_custom_function,
     iter_refs,
@@ -91,7 +91,7 @@ def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFact
     target = _DynamoReplay(fn, custom).run if is_gm else fn
     context = fx.traceback.preserve_node_meta() if is_gm else intercepting_functions(custom)
     with fake_mode, enable_python_dispatcher(), context:
-        gm = make_fx(functionalized(target, facts), decomposition_table=decompositions(),
+        gm = make_fx(functionalized(target, facts), decomposition_table=capture_decompositions(),
                      record_stack_traces=not is_gm)(*fake_inputs)
     return gm
 

@@ -13,7 +13,8 @@ value, returned as an extra output. While the wrappers still exist, it records i
   mode where it was called (`CallSiteGradMode`), not the no_grad its formula runs its forward under.
 It refuses what the functional graph would compute otherwise than eager: writes autograd does not see into tensors
 that require grad (`_HiddenWriteCheck`), in-place random ops on tensors that are not contiguous, writes eager
-refuses for their memory overlap, higher-order ops (control flow, flex_attention: `_Uncapturable`).
+refuses for their memory overlap, higher-order ops (control flow, flex_attention), a backward with create_graph=True
+run inside (its graph's derivative would miss the saved values' paths: `_Uncapturable`).
 
 Effectful ops reach the graph as themselves, not threaded through effect tokens (`ember_core.EffectfulFunctionalMode`).
 """
@@ -212,7 +213,12 @@ class _Uncapturable(TorchDispatchMode):
     - a write that eager refuses for its memory overlap (`write_overlap`): into a tensor that holds an element twice
       (`x[:2].expand(3, 2).add_(1)`), or over part of another operand's memory (`x[1:].add_(x[:-1])`, `x.add_(x[0])`).
       The functional graph reads every operand before it writes, so it returned numbers where eager raised; the
-      function now runs eagerly and raises eager's error.
+      function now runs eagerly and raises eager's error;
+    - an op of a backward the function runs with create_graph=True (a gradient penalty, a physics-informed residual:
+      a backward started inside the trace, with grad mode on). Autograd hands the backward's formulas their saved
+      values through `detach`, so the graph holds the right gradients but not how they depend on those values, and
+      differentiating the graph again gave wrong second derivatives, silently. A backward without create_graph (a
+      training step compiled whole) runs with grad mode off and is captured.
 
     It also notes whether the function makes a negated or conjugated view (`sign_views`): the graph computes such a
     view's values (`ember_core.sign_bit_values`), so an output that eager returns as a view of an input through one
@@ -224,8 +230,14 @@ class _Uncapturable(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.sign_views = False
+        self.backward = torch._C._current_graph_task_id()  # -1, or the backward this trace itself runs inside
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.is_grad_enabled() and torch._C._current_graph_task_id() != self.backward:
+            raise CaptureError("the function runs a backward with create_graph=True (torch.autograd.grad, "
+                               ".backward()) and its graph would be differentiated again: the backward's ops read "
+                               "their saved values through autograd's detach, so the graph's own derivative would "
+                               "miss every path through them")
         if func in self._SIGN_VIEWS:
             self.sign_views = True
         if isinstance(func, torch._ops.HigherOrderOperator):

@@ -21,7 +21,7 @@ from ._fx_bridge import from_fx, to_fx, value_of
 from ._identifiers import is_source_identifier, source_identifier
 from ._int_expr import IntExpr
 from ._json import dumps, graph_from_json, graph_to_json, json_schema, json_schema_path, load, loads, save
-from ._op_set import decompositions, is_random, symbolic_backward_formulas
+from ._op_set import STATISTICS_BACKWARDS, capture_decompositions, decompositions, is_random, symbolic_backward_formulas
 from ._ops import is_view_op, may_write, resolve_op, returns_new_storage
 from ._parser import load_text, parse_graph, text_constants
 from ._printer import format_graph, format_node
@@ -55,7 +55,8 @@ from ._verify import verify
 
 __all__ = [
     "unsupported_tensor", "arguments_problem", "as_sympy", "canonical", "canonical_symbols", "Constant",
-    "CUSTOM_FUNCTION", "custom_function_arguments", "decompositions", "dim_value", "dtype_name", "dumps",
+    "CUSTOM_FUNCTION", "custom_function_arguments", "capture_decompositions", "STATISTICS_BACKWARDS",
+    "decompositions", "dim_value", "dtype_name", "dumps",
     "ExprError", "fingerprint", "contiguous_stride", "format_graph", "format_node", "copy_to_layout", "fresh_name",
     "returned_views",
     "from_fx", "Graph", "graph_device", "graph_from_json", "graph_to_json", "Input", "IntExpr", "is_static",

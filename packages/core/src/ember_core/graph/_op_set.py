@@ -1,6 +1,8 @@
 """The op set of every ember graph: torch's core ATen decompositions, minus those of random ops.
 
-Capture and autograd both trace with `decompositions()`, so every stage sees the same ops.
+Capture and autograd both trace with `decompositions()`, so every stage sees the same ops (capture with
+`capture_decompositions()`, which keeps a norm's backward whole where a captured backward may be differentiated
+again: `STATISTICS_BACKWARDS`).
 
 A decomposition of a random op (`aten.bernoulli.default` → `rand_like(x) < x`) draws different random numbers from
 the op it replaces, so the compiled graph would no longer match eager under the same seed. Ops tagged
@@ -121,6 +123,41 @@ MEANING_KEPT: dict[str, str] = {
     # as `.detach()` stops eager's; lowering and the partitioner treat it as the view it is
     "aten.detach.default": "decomposed to `aten.alias` it no longer stops the gradient",
 }
+
+
+# backward ops whose own derivative (eager's double backward) counts the statistics their forward saved (a norm's
+# mean and inverse std, outputs autograd marks non-differentiable) as the functions of the input they are. A graph
+# captured from a backward taken with create_graph=True (compiled autograd's) holds them with grad mode on, the
+# statistics as plain inputs; decomposed there, the graph's derivative took them for constants (a gradient penalty
+# through a layer norm gave the first layer's weights gradients 0.45 off eager's, silently). Capture keeps them
+# whole there (`capture_decompositions`), and the joint trace differentiates them by eager's formula.
+STATISTICS_BACKWARDS = (
+    "aten.native_layer_norm_backward.default", "aten.native_group_norm_backward.default",
+    "aten.native_batch_norm_backward.default", "aten._batch_norm_impl_index_backward.default",
+    "aten.cudnn_batch_norm_backward.default", "aten.miopen_batch_norm_backward.default",
+    "aten._fused_rms_norm_backward.default",
+)
+
+
+def _unless_differentiated(decomposition: Callable) -> Callable:
+    def decompose(*args: Any, **kwargs: Any) -> Any:
+        return NotImplemented if torch.is_grad_enabled() else decomposition(*args, **kwargs)
+
+    return decompose
+
+
+@functools.cache
+def capture_decompositions() -> dict[Any, Callable]:
+    """`decompositions()` for a capture: a backward op of `STATISTICS_BACKWARDS` run with grad mode on stays whole
+    (its result may be differentiated again); the joint trace, with `decompositions()`, differentiates it by its
+    formula and decomposes it beneath. Cached; do not mutate."""
+    table = dict(decompositions())
+    for name in STATISTICS_BACKWARDS:
+        op = getattr(torch.ops.aten, name.split(".")[1], None)
+        overload = getattr(op, "default", None) if op is not None else None
+        if overload in table:
+            table[overload] = _unless_differentiated(table[overload])
+    return table
 
 
 @functools.cache
