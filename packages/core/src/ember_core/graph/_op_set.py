@@ -152,11 +152,9 @@ def capture_decompositions() -> dict[Any, Callable]:
     (its result may be differentiated again); the joint trace, with `decompositions()`, differentiates it by its
     formula and decomposes it beneath. Cached; do not mutate."""
     table = dict(decompositions())
-    for name in STATISTICS_BACKWARDS:
-        op = getattr(torch.ops.aten, name.split(".")[1], None)
-        overload = getattr(op, "default", None) if op is not None else None
-        if overload in table:
-            table[overload] = _unless_differentiated(table[overload])
+    for op in map(resolve_op, STATISTICS_BACKWARDS):
+        if op in table:
+            table[op] = _unless_differentiated(table[op])
     return table
 
 
