@@ -582,6 +582,10 @@ def test_a_training_step_with_backward_inside_runs_equal_to_eager(frontend):
         torch.testing.assert_close(p, q)
     if frontend == "trace":
         assert any("backward()" in e.message for e in rec.kinds("fallback"))
+    else:  # the engine runs the compiled backward: Dynamo, breaking the step's graph there, compiles no frame of it
+        # (it did, taking the compiled-autograd branch: the backward ran as ATen calls, compiled again as new graphs)
+        names = [e.graph.name for e in rec.kinds("graph_compiled")]
+        assert any(n.endswith("_joint_backward") for n in names), names
 
 
 @pytest.mark.parametrize("fn", [

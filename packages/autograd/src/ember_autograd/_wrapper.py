@@ -36,15 +36,16 @@ Under compiled autograd (`ember.compiled_autograd`) the engine hands this backwa
 the whole backward it captures: then the backward graph runs as an FX module of ATen calls (`Plan.backward_module`),
 which Dynamo can trace and ember then compiles with the rest of the backward. A backward with create_graph=True is
 captured too, and there the module on the saved values would lose their paths to the inputs (they have no history):
-the gradients are taken as above (`_differentiable_grads`), outside Dynamo, which breaks its graph for the call.
+the gradients are taken as above (`differentiable_grads`), outside Dynamo, which breaks its graph for the call.
+Dynamo never compiles `backward` as a frame of its own (`_frames_without_dynamo`). The forward run again, for
+create_graph=True and for saved values let go, is `_rerun`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -65,6 +66,15 @@ from ember_core import (
     node_refs,
     symbolic_backward_formulas,
     to_fx,
+)
+
+from ._rerun import (
+    differentiable_grads,
+    grads_outside_dynamo,
+    prepare_for_dynamo,
+    rng_states,
+    same_draws,
+    unchanged_inputs,
 )
 
 log = logging.getLogger("ember.autograd")
@@ -143,7 +153,7 @@ class Plan:
 
     def backward_module(self) -> fx.GraphModule:
         """The backward graph as an FX module of ATen calls, which Dynamo can trace (compiled autograd inlines it
-        into the backward it captures). Built outside Dynamo (`_prepare_for_dynamo`).
+        into the backward it captures). Built outside Dynamo (`prepare_for_dynamo`).
         Dynamo traces it with symbolic sizes, so an ATen backward kernel that fake tensors of symbolic sizes cannot
         run (softshrink's, kept whole in a static joint trace) is called as its formula, as a symbolic joint trace
         writes it (`symbolic_backward_formulas`): Dynamo raised out of `backward()`."""
@@ -195,10 +205,10 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, plan: Plan, *inputs: Any) -> tuple[Any, ...]:
-        ctx.rng = _rng_states(inputs) if plan.random else None
+        ctx.rng = rng_states(inputs) if plan.random else None
         engine = torch._dynamo.compiled_autograd
         if engine.compiled_autograd_enabled or engine.in_compiled_autograd_region:
-            _prepare_for_dynamo(plan)  # a backward captured inside Dynamo's trace of a step asks for no key first
+            prepare_for_dynamo(plan)  # a backward captured inside Dynamo's trace of a step asks for no key first
         results = plan.forward(list(inputs))
         outs, saved = results[:plan.num_outputs], results[plan.num_outputs:]
         ctx.set_materialize_grads(False)  # None then marks an output the loss does not use
@@ -220,7 +230,7 @@ class CompiledFunction(torch.autograd.Function):
         was on, what Dynamo cannot make while tracing `backward` is made here. (The key is `autograd.Function`'s
         own.)"""
         if not torch.compiler.is_compiling():
-            _prepare_for_dynamo(ctx.plan)
+            prepare_for_dynamo(ctx.plan)
         return (ctx._autograd_function_id,)
 
     @staticmethod
@@ -228,12 +238,12 @@ class CompiledFunction(torch.autograd.Function):
         plan: Plan = ctx.plan
         if torch.compiler.is_compiling():  # compiled autograd: Dynamo traces this backward into the whole one
             if torch.is_grad_enabled():  # create_graph=True: captured too; the saved values have no history
-                return (None, *_grads_outside_dynamo()(ctx, grad_outputs))
+                return (None, *grads_outside_dynamo()(ctx, grad_outputs))
             results = plan.backward_module()(*_saved_values(ctx), *_tangents(ctx, grad_outputs))
             return (None, *_grads(plan, results, grad_outputs))
         with autocast_disabled():  # the backward graph holds the forward's casts: an autocast on now adds none
             if torch.is_grad_enabled():  # create_graph=True: the grads must be differentiable themselves
-                return (None, *_differentiable_grads(ctx, grad_outputs))
+                return (None, *differentiable_grads(ctx, grad_outputs))
             with torch.no_grad():
                 grads = _grads(plan, _run_backward(ctx, grad_outputs), grad_outputs)
         return (None, *grads)
@@ -252,8 +262,8 @@ def _run_backward(ctx: Any, grad_outputs: Sequence[Any]) -> list:
         return backward.consume(args)
     except InputsConsumed as e:
         plan.stop_consuming(str(e))
-    with _same_draws(ctx):
-        saved = plan.forward(list(_unchanged_inputs(ctx)))[plan.num_outputs:]
+    with same_draws(ctx):
+        saved = plan.forward(list(unchanged_inputs(ctx)))[plan.num_outputs:]
     return backward([*saved, *_tangents(ctx, grad_outputs)])
 
 
@@ -320,92 +330,23 @@ def _update_only(node: Any) -> tuple[set[str], int]:
     return {a.name for k in stats if k < len(node.args) and isinstance(a := node.args[k], Ref)}, leading
 
 
-def _rng_states(inputs: Sequence[Any]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """The CPU generator's state and that of each CUDA device an input is on."""
-    cuda = {x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"}
-    return torch.get_rng_state(), {d: torch.cuda.get_rng_state(d) for d in sorted(cuda)}
+def _frames_without_dynamo(fn: Callable) -> None:
+    """Dynamo neither compiles a frame of `fn` nor one it calls. The engine calls `CompiledFunction.backward` as a
+    frame of its own, and inside a function compiled through Dynamo (a training step with `loss.backward()` or
+    `torch.autograd.grad` in it: Dynamo breaks its graph there and runs the call) Dynamo compiled that frame too:
+    its trace took the branch meant for compiled autograd, so the backward ran as a module of ATen calls, compiled
+    again as new graphs, instead of the compiled backward (and, with create_graph=True, gave the first layers'
+    weights gradients 0.8 off eager's, silently, before that branch learnt create_graph). Compiled autograd still
+    inlines `backward` into the backward it captures: this acts on frames, not on inlining. A torch without the
+    switch (`set_code_exec_strategy`) leaves the frame to Dynamo, whose trace is right, only slower."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+    except ImportError:
+        return
+    set_code_exec_strategy(fn.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
 
 
-def _differentiable_grads(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
-    """The forward graph again through ATen with grad mode on, from the function's inputs (random ops draw what they
-    drew the first time), and the gradients of its outputs with respect to the inputs that require grad, by eager's
-    autograd with create_graph=True: differentiable themselves, as far as eager's are."""
-    plan: Plan = ctx.plan
-    inputs = _unchanged_inputs(ctx)
-    with _same_draws(ctx):
-        outs = plan.differentiable_forward().run(list(inputs))[:plan.num_outputs]
-    pairs = [(o, g) for o, g, d in zip(outs, grad_outputs, plan.differentiable)
-             if d and g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
-    wrt = [k for k, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
-    grads: list[Any] = [None] * plan.num_primals
-    if pairs and wrt:
-        found = torch.autograd.grad([o for o, _ in pairs], [inputs[k] for k in wrt], [g for _, g in pairs],
-                                    create_graph=True, allow_unused=True)
-        for k, g in zip(wrt, found):
-            grads[k] = g
-    return grads
-
-
-def _prepare_for_dynamo(plan: Plan) -> None:
-    """What Dynamo, tracing `CompiledFunction.backward` into a backward compiled autograd captures, cannot make
-    itself: made before, outside Dynamo. The forward does it while the engine is on, or inside a captured backward
-    (create_graph=True: the capture compiled a graph that trains, and the backward of what it computes is captured
-    next, though the engine is off while it runs); the node's key, asked for before each capture, otherwise."""
-    plan.backward_module()
-    _grads_outside_dynamo()
-
-
-def _differentiable_grads_eagerly(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
-    with autocast_disabled():
-        return _differentiable_grads(ctx, grad_outputs)
-
-
-_outside_dynamo: Callable | None = None
-
-
-def _grads_outside_dynamo() -> Callable:
-    """`_differentiable_grads` for a backward with create_graph=True that compiled autograd captures: Dynamo breaks
-    its graph at the call and runs it as it comes (it cannot trace `torch.autograd.grad`), and the gradients it
-    hands on carry their history to the function's inputs. Made outside Dynamo (`_prepare_for_dynamo`), not at
-    import: importing Dynamo takes a second."""
-    global _outside_dynamo
-    if _outside_dynamo is None:
-        _outside_dynamo = torch._dynamo.disable(_differentiable_grads_eagerly, recursive=True)
-    return _outside_dynamo
-
-
-@contextlib.contextmanager
-def _same_draws(ctx: Any) -> Iterator[None]:
-    """Random ops inside draw what the forward drew (its generators' states, kept in `ctx.rng`)."""
-    rng = ctx.rng
-    with torch.random.fork_rng(devices=list(rng[1]) if rng else [], enabled=rng is not None):
-        if rng is not None:
-            torch.set_rng_state(rng[0])
-            for device, state in rng[1].items():
-                torch.cuda.set_rng_state(state, device)
-        yield
-
-
-def _unchanged_inputs(ctx: Any) -> Sequence[Any]:
-    """The function's inputs, to run the forward on again. One the saved values are computed from that was modified
-    in place since the forward (its version moved) would give other values: that raises, as eager's autograd does
-    for a modified saved tensor. So does a forward that itself writes one of them (`Plan.rereads`: its write may
-    not move the version; batch norm's running stats are written through `.data`)."""
-    plan: Plan = ctx.plan
-    name = plan.partition.forward.name
-    if plan.rereads is not None:
-        raise RuntimeError(f"graph {name!r} writes its input {plan.rereads} in place and computes values its "
-                           "backward needs from it, so its backward cannot run the forward again (which a backward "
-                           "with create_graph=True does)")
-    for k, version in ctx.versions.items():
-        x = ctx.inputs[k]
-        if x._version != version:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an inplace operation: "
-                f"input {k} of graph {name!r} (a tensor of shape {list(x.shape)}, {x.dtype}) is at version "
-                f"{x._version}; expected version {version} instead (the backward runs the compiled forward again "
-                "on its inputs)")
-    return ctx.inputs
+_frames_without_dynamo(CompiledFunction.backward)
 
 
 def wrap(partition: Partition, forward: CompiledGraph,
