@@ -366,3 +366,35 @@ def test_an_effectful_op_is_captured_as_a_plain_node_dead_code_elimination_keeps
     ops = [n.op for n in graph.nodes]
     assert ops == ["aten.linalg_cholesky_ex.default", "aten._linalg_check_errors.default"]
     assert graph.nodes[1].args[1:] == ("linalg.cholesky",)
+
+
+def _input_gradient(x, w):
+    grad, = torch.autograd.grad((torch.tanh(x * w)).sum(), x, create_graph=True)
+    return grad * 2
+
+
+def test_a_backward_with_create_graph_is_refused_only_where_its_result_needs_a_gradient():
+    """Its ops read the saved values through autograd's detach: a graph differentiated again would miss their
+    paths. Where nothing returned needs a gradient the graph is never differentiated, and is captured."""
+    with FakeTensorMode() as mode:
+        x, w = torch.randn(3, requires_grad=True), torch.randn(3)
+    with pytest.raises(CaptureError, match="create_graph=True"):
+        capture_graph(_input_gradient, [x, w.requires_grad_()], fake_mode=mode)
+    graph = capture_graph(lambda x, w: _input_gradient(x, w).detach(), [x, w.detach()], fake_mode=mode)
+    assert any("tanh" in n.op for n in graph.nodes)
+
+
+def test_a_refused_replay_leaves_the_functorch_levels_it_entered():
+    """Dynamo's graph of `vmap(grad(f))` enters each level with one node and leaves with another; refused in
+    between, the replay left the levels entered, and Dynamo's guards then failed on a stack they did not expect."""
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.call_function(torch._C._functorch._vmap_increment_nesting, (3, "same"))
+    graph.call_function(torch.ops.aten.bernoulli_.float, (x, 0.5))  # refused: random, in place, not contiguous
+    graph.output(x)
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    with FakeTensorMode() as mode:
+        strided = torch.randn(4, 4).t()
+    with pytest.raises(CaptureError, match="not contiguous"):
+        capture_graph(gm, [strided], fake_mode=mode)
+    assert torch._C._functorch.peek_interpreter_stack() is None

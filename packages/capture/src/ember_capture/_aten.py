@@ -90,10 +90,33 @@ def _trace(fn: Callable, fake_inputs: Sequence[Any], fake_mode, facts: TraceFact
     is_gm = isinstance(fn, fx.GraphModule)
     target = _DynamoReplay(fn, custom).run if is_gm else fn
     context = fx.traceback.preserve_node_meta() if is_gm else intercepting_functions(custom)
-    with fake_mode, enable_python_dispatcher(), context:
-        gm = make_fx(functionalized(target, facts), decomposition_table=capture_decompositions(),
-                     record_stack_traces=not is_gm)(*fake_inputs)
+    depth = _functorch_depth()
+    try:
+        with fake_mode, enable_python_dispatcher(), context:
+            gm = make_fx(functionalized(target, facts), decomposition_table=capture_decompositions(),
+                         record_stack_traces=not is_gm)(*fake_inputs)
+    except BaseException:
+        _leave_functorch_levels(depth)
+        raise
     return gm
+
+
+_DECREMENTS = {"Vmap": "_vmap_decrement_nesting", "Grad": "_grad_decrement_nesting",
+               "Jvp": "_jvp_decrement_nesting", "Functionalize": "_func_decrement_nesting"}
+
+
+def _functorch_depth() -> int:
+    return len(torch._C._functorch.get_interpreter_stack() or ())
+
+
+def _leave_functorch_levels(depth: int) -> None:
+    """Dynamo's graph of `torch.func.vmap`/`grad` enters each transform's level with one node and leaves it with
+    another; a replay refused between the two (a backward with create_graph=True inside `grad`) left the level
+    entered, and Dynamo's guards, checked next on the empty stack they were built for, failed with an internal
+    error. The levels the replay entered are left again."""
+    while _functorch_depth() > depth:
+        top = torch._C._functorch.peek_interpreter_stack()
+        getattr(torch._C._functorch, _DECREMENTS[top.key().name])()
 
 
 class _DynamoReplay(fx.Interpreter):

@@ -214,11 +214,13 @@ class _Uncapturable(TorchDispatchMode):
       (`x[:2].expand(3, 2).add_(1)`), or over part of another operand's memory (`x[1:].add_(x[:-1])`, `x.add_(x[0])`).
       The functional graph reads every operand before it writes, so it returned numbers where eager raised; the
       function now runs eagerly and raises eager's error;
-    - an op of a backward the function runs with create_graph=True (a gradient penalty, a physics-informed residual:
-      a backward started inside the trace, with grad mode on). Autograd hands the backward's formulas their saved
-      values through `detach`, so the graph holds the right gradients but not how they depend on those values, and
-      differentiating the graph again gave wrong second derivatives, silently. A backward without create_graph (a
-      training step compiled whole) runs with grad mode off and is captured.
+    - (noted here, refused by `functionalized` when an output requires grad) an op of a backward the function runs
+      with create_graph=True (a gradient penalty, a physics-informed residual, `torch.func.grad`: a backward started
+      inside the trace, with grad mode on). Autograd hands the backward's formulas their saved values through
+      `detach`, so the graph holds the right gradients but not how they depend on those values, and
+      differentiating the graph again gave wrong second derivatives, silently. A graph whose outputs need no
+      gradient is never differentiated, and a backward without create_graph (a training step compiled whole) runs
+      with grad mode off: both are captured.
 
     It also notes whether the function makes a negated or conjugated view (`sign_views`): the graph computes such a
     view's values (`ember_core.sign_bit_values`), so an output that eager returns as a view of an input through one
@@ -231,13 +233,11 @@ class _Uncapturable(TorchDispatchMode):
         super().__init__()
         self.sign_views = False
         self.backward = torch._C._current_graph_task_id()  # -1, or the backward this trace itself runs inside
+        self.differentiable_backward = False  # an op ran in a backward the function started with create_graph=True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if torch.is_grad_enabled() and torch._C._current_graph_task_id() != self.backward:
-            raise CaptureError("the function runs a backward with create_graph=True (torch.autograd.grad, "
-                               ".backward()) and its graph would be differentiated again: the backward's ops read "
-                               "their saved values through autograd's detach, so the graph's own derivative would "
-                               "miss every path through them")
+            self.differentiable_backward = True
         if func in self._SIGN_VIEWS:
             self.sign_views = True
         if isinstance(func, torch._ops.HigherOrderOperator):
@@ -347,6 +347,11 @@ def functionalized(fn: Callable[..., Sequence[Any]], facts: TraceFacts) -> Calla
                 facts.mutated.append(i)
                 facts.mutated_requires_grad.append(bool(f.requires_grad))
                 new_values.append(_from_functional(f))
+        if uncapturable.differentiable_backward and any(facts.out_requires_grad + facts.mutated_requires_grad):
+            raise CaptureError("the function runs a backward with create_graph=True (torch.autograd.grad, "
+                               "torch.func.grad) and what it returns needs a gradient: the backward's ops read their "
+                               "saved values through autograd's detach, so the graph's own derivative would miss "
+                               "every path through them")
         return [_from_functional(o) for o in outs] + new_values
 
     return run
