@@ -115,8 +115,10 @@ def _leave_functorch_levels(depth: int) -> None:
     entered, and Dynamo's guards, checked next on the empty stack they were built for, failed with an internal
     error. The levels the replay entered are left again."""
     while _functorch_depth() > depth:
-        top = torch._C._functorch.peek_interpreter_stack()
-        getattr(torch._C._functorch, _DECREMENTS[top.key().name])()
+        leave = _DECREMENTS.get(torch._C._functorch.peek_interpreter_stack().key().name)
+        if leave is None:  # a transform this torch added: left as it is (the refusal being raised stays the error)
+            return
+        getattr(torch._C._functorch, leave)()
 
 
 class _DynamoReplay(fx.Interpreter):
