@@ -46,9 +46,9 @@ def differentiable_grads(ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
 
 def prepare_for_dynamo(plan: Plan) -> None:
     """What Dynamo, tracing `CompiledFunction.backward` into a backward compiled autograd captures, cannot make
-    itself: made before, outside Dynamo. The forward does it while the engine is on, or inside a captured backward
-    (create_graph=True: the capture compiled a graph that trains, and the backward of what it computes is captured
-    next, though the engine is off while it runs); the node's key, asked for before each capture, otherwise."""
+    itself: made before, outside Dynamo. The node's key, which the engine asks for before each capture, does it;
+    so does the forward while the engine is on (a backward started inside Dynamo's trace of a step asks for the key
+    inside that trace)."""
     plan.backward_module()
     grads_outside_dynamo()
 

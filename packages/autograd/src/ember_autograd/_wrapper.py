@@ -207,7 +207,7 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, plan: Plan, *inputs: Any) -> tuple[Any, ...]:
         ctx.rng = rng_states(inputs) if plan.random else None
         engine = torch._dynamo.compiled_autograd
-        if engine.compiled_autograd_enabled or engine.in_compiled_autograd_region:
+        if engine.compiled_autograd_enabled:
             prepare_for_dynamo(plan)  # a backward captured inside Dynamo's trace of a step asks for no key first
         results = plan.forward(list(inputs))
         outs, saved = results[:plan.num_outputs], results[plan.num_outputs:]

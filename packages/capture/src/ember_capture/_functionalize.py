@@ -13,8 +13,9 @@ value, returned as an extra output. While the wrappers still exist, it records i
   mode where it was called (`CallSiteGradMode`), not the no_grad its formula runs its forward under.
 It refuses what the functional graph would compute otherwise than eager: writes autograd does not see into tensors
 that require grad (`_HiddenWriteCheck`), in-place random ops on tensors that are not contiguous, writes eager
-refuses for their memory overlap, higher-order ops (control flow, flex_attention), a backward with create_graph=True
-run inside (its graph's derivative would miss the saved values' paths: `_Uncapturable`).
+refuses for their memory overlap, higher-order ops (control flow, flex_attention: `_Uncapturable`), and a backward with
+create_graph=True run inside when what the function returns needs a gradient (the graph's derivative would miss the
+saved values' paths).
 
 Effectful ops reach the graph as themselves, not threaded through effect tokens (`ember_core.EffectfulFunctionalMode`).
 """
